@@ -1,0 +1,7 @@
+//! The project's own deterministic default dataset (placeholder until filled).
+
+use super::Dataset;
+
+pub fn generate() -> Dataset {
+    Dataset::default()
+}

@@ -1,0 +1,20 @@
+//! Code shared by the coordinator, the workers and the bench.
+//!
+//! Layout:
+//! - [`domain`]: condition strings, flags and levels (pure functions);
+//! - [`graph`]: the hourly graph data-point maths;
+//! - [`placement`]: which worker owns an ISU;
+//! - [`protocol`]: every internal route and message that crosses nodes;
+//! - [`session`]: the signed session cookie every node can verify;
+//! - [`dataset`]: the initial data (project default or official MySQL dump);
+//! - [`error`]: the exact public error messages of the API;
+//! - [`telemetry`]: tracing, Prometheus metrics and pprof profiling.
+
+pub mod dataset;
+pub mod domain;
+pub mod error;
+pub mod graph;
+pub mod placement;
+pub mod protocol;
+pub mod session;
+pub mod telemetry;

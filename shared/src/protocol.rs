@@ -1,0 +1,115 @@
+//! The inter-node protocol: every internal path, header and message body.
+//!
+//! Internal routes live under `/internal/`, require the cluster secret and are
+//! never routed by the public nginx server. Bodies are JSON.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::Flags;
+
+/// Header carrying the cluster secret (`Authorization: Bearer <secret>` is accepted too,
+/// so a Prometheus scraper can read `/metrics`).
+pub const SECRET_HEADER: &str = "x-cluster-secret";
+
+/// Worker: replace the whole shard with the given data (`/initialize`, coordinator start).
+pub const WORKER_RESET: &str = "/internal/reset";
+/// Worker: learn users created on the coordinator.
+pub const WORKER_USERS: &str = "/internal/users";
+/// Worker: register an ISU provisionally (accepts posts, invisible to reads).
+pub const WORKER_PROVISIONAL: &str = "/internal/isu/provisional";
+/// Worker: make a provisional ISU visible.
+pub const WORKER_PUBLISH: &str = "/internal/isu/publish";
+/// Worker: forget a provisional ISU and everything posted to it.
+pub const WORKER_ROLLBACK: &str = "/internal/isu/rollback";
+/// Coordinator: a worker's batch of latest conditions.
+pub const COORDINATOR_LATEST: &str = "/internal/latest";
+/// Every node: liveness and readiness (`200` once the node can serve).
+pub const HEALTH: &str = "/healthz";
+/// Every node: CPU profile (`?seconds=N&format=svg|pb`).
+pub const PPROF_PROFILE: &str = "/debug/pprof/profile";
+/// Every node: Prometheus text metrics.
+pub const METRICS: &str = "/metrics";
+
+/// One stored condition in its compact form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireCondition {
+    pub timestamp: i64,
+    pub flags: Flags,
+    pub message: String,
+}
+
+/// An ISU as a worker knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardIsu {
+    pub id: i64,
+    pub uuid: String,
+    pub owner: String,
+    pub name: String,
+    pub character: String,
+    pub conditions: Vec<WireCondition>,
+}
+
+/// Body of [`WORKER_RESET`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResetShard {
+    /// Random per reset; sessions signed in this generation are valid without a user lookup.
+    pub generation: u64,
+    /// Every user that exists right after the reset.
+    pub users: Vec<String>,
+    pub isus: Vec<ShardIsu>,
+}
+
+/// Body of [`WORKER_USERS`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UserSync {
+    pub generation: u64,
+    pub users: Vec<String>,
+}
+
+/// Body of [`WORKER_PROVISIONAL`]. `409` when the UUID is already on the worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProvisionalIsu {
+    pub generation: u64,
+    pub uuid: String,
+    pub owner: String,
+    pub name: String,
+}
+
+/// Body of [`WORKER_PUBLISH`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PublishIsu {
+    pub generation: u64,
+    pub uuid: String,
+    pub id: i64,
+    pub character: String,
+}
+
+/// Body of [`WORKER_ROLLBACK`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RollbackIsu {
+    pub generation: u64,
+    pub uuid: String,
+}
+
+/// Latest condition of one ISU, pushed by its worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatestCondition {
+    pub uuid: String,
+    pub condition: WireCondition,
+}
+
+/// Body of [`COORDINATOR_LATEST`]: the latest condition of each ISU that changed
+/// since the previous batch. Ignored by the coordinator when `generation` is not current.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LatestBatch {
+    pub generation: u64,
+    pub items: Vec<LatestCondition>,
+}
+
+/// Answer of [`HEALTH`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Health {
+    pub role: String,
+    pub ready: bool,
+    pub generation: u64,
+}

@@ -1,0 +1,119 @@
+//! Telemetry common to every node: tracing setup, the Prometheus recorder and
+//! pprof CPU profiles.
+
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+/// Histogram name for request latency, labelled by `route` and `status`.
+pub const REQUEST_SECONDS: &str = "http_request_duration_seconds";
+/// Counter of requests, labelled by `route` and `status`.
+pub const REQUESTS_TOTAL: &str = "http_requests_total";
+/// Histogram of items per latest-condition batch (worker → coordinator).
+pub const BATCH_ITEMS: &str = "latest_batch_items";
+/// Histogram of seconds from a condition's arrival on a worker to its push being acknowledged.
+pub const PUSH_LAG_SECONDS: &str = "latest_push_lag_seconds";
+/// Counter of conditions stored by a worker.
+pub const CONDITIONS_STORED: &str = "conditions_stored_total";
+
+/// Installs a `fmt` subscriber filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+}
+
+/// Installs the global Prometheus recorder and returns the handle that renders it.
+pub fn init_metrics() -> anyhow::Result<PrometheusHandle> {
+    let latency_buckets = [
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    ];
+    let size_buckets = [
+        0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0,
+    ];
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(REQUEST_SECONDS.into()), &latency_buckets)?
+        .set_buckets_for_metric(Matcher::Full(PUSH_LAG_SECONDS.into()), &latency_buckets)?
+        .set_buckets_for_metric(Matcher::Full(BATCH_ITEMS.into()), &size_buckets)?
+        .install_recorder()?;
+    Ok(handle)
+}
+
+/// Output format of a CPU profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileFormat {
+    /// gzip-less pprof protobuf, readable by `go tool pprof` and `pprof`.
+    Protobuf,
+    /// Flamegraph SVG.
+    Svg,
+}
+
+impl ProfileFormat {
+    pub fn parse(text: Option<&str>) -> Option<ProfileFormat> {
+        match text {
+            None | Some("pb") | Some("proto") | Some("protobuf") => Some(ProfileFormat::Protobuf),
+            Some("svg") | Some("flamegraph") => Some(ProfileFormat::Svg),
+            Some(_) => None,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            ProfileFormat::Protobuf => "application/octet-stream",
+            ProfileFormat::Svg => "image/svg+xml",
+        }
+    }
+}
+
+/// Longest profile one request may ask for.
+pub const MAX_PROFILE_SECONDS: u64 = 300;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("seconds must be between 1 and {MAX_PROFILE_SECONDS}")]
+    BadDuration,
+    #[error("a profile is already being taken on this node")]
+    Busy,
+    #[error("profiler failed: {0}")]
+    Failed(String),
+}
+
+static PROFILING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Samples this process's CPU for `seconds` at 99 Hz and renders the profile.
+pub async fn cpu_profile(seconds: u64, format: ProfileFormat) -> Result<Vec<u8>, ProfileError> {
+    if seconds == 0 || seconds > MAX_PROFILE_SECONDS {
+        return Err(ProfileError::BadDuration);
+    }
+    let _only_one = PROFILING.try_lock().map_err(|_| ProfileError::Busy)?;
+    let guard = pprof::ProfilerGuardBuilder::default()
+        .frequency(99)
+        .blocklist(&["libc", "libgcc", "pthread", "vdso"])
+        .build()
+        .map_err(|error| ProfileError::Failed(error.to_string()))?;
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let report = guard
+        .report()
+        .build()
+        .map_err(|error| ProfileError::Failed(error.to_string()))?;
+    drop(guard);
+    let mut out = Vec::new();
+    match format {
+        ProfileFormat::Svg => report
+            .flamegraph(&mut out)
+            .map_err(|error| ProfileError::Failed(error.to_string()))?,
+        ProfileFormat::Protobuf => {
+            use pprof::protos::Message;
+            let profile = report
+                .pprof()
+                .map_err(|error| ProfileError::Failed(error.to_string()))?;
+            profile
+                .encode(&mut out)
+                .map_err(|error| ProfileError::Failed(error.to_string()))?;
+        }
+    }
+    Ok(out)
+}
