@@ -113,3 +113,31 @@ pub struct Health {
     pub ready: bool,
     pub generation: u64,
 }
+
+/// Whether a request's headers carry the cluster secret, either as
+/// [`SECRET_HEADER`] or as `Authorization: Bearer <secret>`. Constant-time compare.
+pub fn carries_secret(secret: &str, secret_header: Option<&[u8]>, authorization: Option<&[u8]>) -> bool {
+    let bearer = authorization.and_then(|value| value.strip_prefix(b"Bearer "));
+    [secret_header, bearer]
+        .into_iter()
+        .flatten()
+        .any(|given| constant_time_eq(given, secret.as_bytes()))
+}
+
+fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
+    left.len() == right.len() && left.iter().zip(right).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_in_either_header() {
+        assert!(carries_secret("s3", Some(b"s3"), None));
+        assert!(carries_secret("s3", None, Some(b"Bearer s3")));
+        assert!(!carries_secret("s3", Some(b"s4"), Some(b"Bearer s")));
+        assert!(!carries_secret("s3", None, Some(b"s3")));
+        assert!(!carries_secret("s3", None, None));
+    }
+}

@@ -117,3 +117,42 @@ pub async fn cpu_profile(seconds: u64, format: ProfileFormat) -> Result<Vec<u8>,
     }
     Ok(out)
 }
+
+/// What a profiling endpoint answers, independent of the web framework.
+pub struct ProfileReply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+}
+
+/// Serves `GET /debug/pprof/profile?seconds=N&format=pb|svg` (default 30 s, protobuf).
+pub async fn profile_from_query(query: Option<&str>) -> ProfileReply {
+    let param = |name: &str| {
+        form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.into_owned())
+    };
+    let text = |status: u16, message: String| ProfileReply {
+        status,
+        content_type: crate::error::TEXT_PLAIN,
+        body: message.into_bytes(),
+    };
+    let seconds = match param("seconds").map(|value| value.parse::<u64>()) {
+        None => 30,
+        Some(Ok(seconds)) => seconds,
+        Some(Err(_)) => return text(400, "bad format: seconds".into()),
+    };
+    let Some(format) = ProfileFormat::parse(param("format").as_deref()) else {
+        return text(400, "bad format: format (expected pb or svg)".into());
+    };
+    match cpu_profile(seconds, format).await {
+        Ok(body) => ProfileReply {
+            status: 200,
+            content_type: format.content_type(),
+            body,
+        },
+        Err(error @ ProfileError::BadDuration) => text(400, error.to_string()),
+        Err(error @ ProfileError::Busy) => text(409, error.to_string()),
+        Err(error @ ProfileError::Failed(_)) => text(500, error.to_string()),
+    }
+}

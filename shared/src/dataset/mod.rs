@@ -9,6 +9,9 @@ use std::path::Path;
 use crate::domain::{parse_condition, Flags};
 use crate::protocol::WireCondition;
 
+/// The project's own default icon (`shared/assets/default-icon.jpg`), served for ISUs without an image.
+pub const DEFAULT_ICON: &[u8] = include_bytes!("../../assets/default-icon.jpg");
+
 /// Everything `/initialize` restores. ISUs are in id order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Dataset {

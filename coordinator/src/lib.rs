@@ -1,0 +1,110 @@
+//! The coordinator node: auth, users, ISU registration and metadata, the
+//! latest condition of every ISU (pushed by the workers), trend and ISU lists.
+//!
+//! Layout:
+//! - [`config`]: command-line/environment configuration;
+//! - [`state`]: the in-memory state and the registration protocol;
+//! - [`jia_client`]: the only code that talks to JIA;
+//! - [`worker_client`]: the only code that builds worker URLs;
+//! - [`routes`]: public API, frontend, internal and debug routes;
+//! - [`error`]: the error type mapped to the API's statuses and messages.
+
+pub mod config;
+pub mod error;
+pub mod jia_client;
+pub mod routes;
+pub mod state;
+pub mod worker_client;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use bytes::Bytes;
+use jsonwebtoken::DecodingKey;
+use metrics_exporter_prometheus::PrometheusHandle;
+use shared::session::SessionKey;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::jia_client::JiaClient;
+use crate::state::State;
+use crate::worker_client::WorkerClient;
+
+/// The project's own JWT verification key (tests and the bench sign with its private half).
+const PROJECT_JWT_PUBLIC_KEY: &[u8] = include_bytes!("../../keys/jwt-public.pem");
+
+/// Shared state of the handlers (cheap to clone).
+#[derive(Clone)]
+pub struct AppState {
+    pub state: Arc<State>,
+    pub config: Arc<Config>,
+    pub jwt_key: Arc<DecodingKey>,
+    pub metrics: PrometheusHandle,
+}
+
+/// A bound, not yet running coordinator.
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+}
+
+impl Application {
+    /// Loads the dataset and keys, binds the listener (port 0 allowed).
+    pub async fn build(config: Config, metrics: PrometheusHandle) -> anyhow::Result<Application> {
+        let jwt_pem = match &config.jwt_public_key {
+            Some(path) => std::fs::read(path).with_context(|| format!("reading JWT public key {}", path.display()))?,
+            None => PROJECT_JWT_PUBLIC_KEY.to_vec(),
+        };
+        let jwt_key =
+            DecodingKey::from_ec_pem(&jwt_pem).context("parsing the JWT public key (expected an EC P-256 PEM)")?;
+        let default_icon = match &config.default_icon {
+            Some(path) => std::fs::read(path).with_context(|| format!("reading default icon {}", path.display()))?,
+            None => shared::dataset::DEFAULT_ICON.to_vec(),
+        };
+        let source = config.dataset.clone();
+        let dataset = tokio::task::spawn_blocking(move || source.load())
+            .await?
+            .context("loading the dataset")?;
+        tracing::info!(users = dataset.users.len(), isus = dataset.isus.len(), "dataset loaded");
+        let state = State::new(
+            dataset,
+            Bytes::from(default_icon),
+            SessionKey::from_secret(&config.cluster_secret),
+            WorkerClient::new(&config.worker_a_url, &config.worker_b_url, &config.cluster_secret)?,
+            JiaClient::new()?,
+            [config.worker_a_device_url.clone(), config.worker_b_device_url.clone()],
+            config.jia_service_url.clone(),
+        );
+        let listener = TcpListener::bind(config.listen).await?;
+        Ok(Application {
+            listener,
+            state: AppState {
+                state: Arc::new(state),
+                config: Arc::new(config),
+                jwt_key: Arc::new(jwt_key),
+                metrics,
+            },
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// Serves until `shutdown` resolves. Brings the workers to this node's
+    /// generation in the background; `/healthz` is 200 once that is done.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let state = self.state.state.clone();
+        let sync = tokio::spawn(async move { state.sync_workers_until_ready().await });
+        let router = routes::router(self.state)?;
+        let served = axum::serve(self.listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+        sync.abort();
+        Ok(served?)
+    }
+}

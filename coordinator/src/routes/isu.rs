@@ -1,0 +1,149 @@
+//! `GET /api/isu`, `POST /api/isu`, `GET /api/isu/:uuid`, `GET /api/isu/:uuid/icon`.
+
+use axum::extract::multipart::MultipartRejection;
+use axum::extract::{DefaultBodyLimit, Multipart, Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::Serialize;
+use shared::error as messages;
+
+use super::{json, SignedIn};
+use crate::error::ApiError;
+use crate::state::{Isu, Registration};
+use crate::AppState;
+
+/// Icons are uploaded in the registration form.
+const REGISTRATION_BODY_LIMIT: usize = 10 << 20;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/api/isu",
+            get(list)
+                .post(register)
+                .layer(DefaultBodyLimit::max(REGISTRATION_BODY_LIMIT)),
+        )
+        .route("/api/isu/{uuid}", get(show))
+        .route("/api/isu/{uuid}/icon", get(icon))
+}
+
+#[derive(Serialize)]
+struct IsuBody<'a> {
+    id: i64,
+    jia_isu_uuid: &'a str,
+    name: &'a str,
+    character: &'a str,
+}
+
+impl<'a> From<&'a Isu> for IsuBody<'a> {
+    fn from(isu: &'a Isu) -> Self {
+        IsuBody {
+            id: isu.id,
+            jia_isu_uuid: &isu.uuid,
+            name: &isu.name,
+            character: &isu.character,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ListItem<'a> {
+    #[serde(flatten)]
+    isu: IsuBody<'a>,
+    latest_isu_condition: Option<LatestBody<'a>>,
+}
+
+#[derive(Serialize)]
+struct LatestBody<'a> {
+    jia_isu_uuid: &'a str,
+    isu_name: &'a str,
+    timestamp: i64,
+    is_sitting: bool,
+    condition: &'static str,
+    condition_level: &'static str,
+    message: String,
+}
+
+/// The user's ISUs, most recently registered first, each with its latest condition.
+async fn list(user: SignedIn, State(app): State<AppState>) -> Result<Response, ApiError> {
+    let isus = app.state.generation().isus_of(&user.0);
+    let items: Vec<ListItem<'_>> = isus
+        .iter()
+        .map(|isu| ListItem {
+            isu: IsuBody::from(&**isu),
+            latest_isu_condition: isu.latest().map(|latest| LatestBody {
+                jia_isu_uuid: &isu.uuid,
+                isu_name: &isu.name,
+                timestamp: latest.timestamp,
+                is_sitting: latest.flags.is_sitting(),
+                condition: latest.flags.condition_string(),
+                condition_level: latest.flags.level().as_str(),
+                message: latest.message.into_string(),
+            }),
+        })
+        .collect();
+    json(&items)
+}
+
+/// Registers an ISU from a multipart form (`jia_isu_uuid`, `isu_name`, optional `image` file).
+async fn register(
+    user: SignedIn,
+    State(app): State<AppState>,
+    form: Result<Multipart, MultipartRejection>,
+) -> Result<Response, ApiError> {
+    let bad_form = || ApiError::BadRequest(messages::BAD_FORMAT_ICON);
+    let mut form = form.map_err(|_| bad_form())?;
+    let (mut uuid, mut name, mut image) = (String::new(), String::new(), None);
+    while let Some(field) = form.next_field().await.map_err(|_| bad_form())? {
+        match field.name() {
+            Some("jia_isu_uuid") => uuid = field.text().await.map_err(|_| bad_form())?,
+            Some("isu_name") => name = field.text().await.map_err(|_| bad_form())?,
+            // Like the reference, an `image` part without a filename is not a file.
+            Some("image") if field.file_name().is_some() => {
+                image = Some(field.bytes().await.map_err(|_| bad_form())?);
+            }
+            _ => {}
+        }
+    }
+    let isu = app
+        .state
+        .register(Registration {
+            owner: user.0,
+            uuid,
+            name,
+            image,
+        })
+        .await?;
+    let mut response = json(&IsuBody::from(&*isu))?;
+    *response.status_mut() = StatusCode::CREATED;
+    Ok(response)
+}
+
+async fn show(user: SignedIn, State(app): State<AppState>, Path(uuid): Path<String>) -> Result<Response, ApiError> {
+    let isu = app
+        .state
+        .generation()
+        .owned_isu(&uuid, &user.0)
+        .ok_or(ApiError::IsuNotFound)?;
+    json(&IsuBody::from(&*isu))
+}
+
+/// Icons never change after registration, so the owner's browser may keep them
+/// (`private`: never in a shared cache).
+async fn icon(user: SignedIn, State(app): State<AppState>, Path(uuid): Path<String>) -> Result<Response, ApiError> {
+    let isu = app
+        .state
+        .generation()
+        .owned_isu(&uuid, &user.0)
+        .ok_or(ApiError::IsuNotFound)?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "image/jpeg"),
+            (header::CACHE_CONTROL, "private, max-age=86400"),
+        ],
+        isu.image.clone(),
+    )
+        .into_response())
+}

@@ -1,0 +1,629 @@
+//! The coordinator's memory: users, ISUs, the latest condition of every ISU,
+//! the trend cache, and the registration protocol with the workers.
+//!
+//! Everything of one dataset generation lives in a [`Generation`]; `/initialize`
+//! builds a new one and swaps it in, so no request ever sees half a reset.
+//! Locks are `parking_lot` ones held for short, synchronous sections only
+//! (never across `.await`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+use shared::dataset::Dataset;
+use shared::domain::Flags;
+use shared::placement::{shard_of, Shard};
+use shared::protocol::{
+    LatestBatch, ProvisionalIsu, PublishIsu, ResetShard, RollbackIsu, ShardIsu, UserSync, WireCondition,
+};
+use shared::session::SessionKey;
+use tokio::sync::watch;
+
+use crate::error::ApiError;
+use crate::jia_client::{ActivateError, JiaClient};
+use crate::worker_client::WorkerClient;
+
+/// The latest condition of an ISU, as pushed by its worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latest {
+    pub timestamp: i64,
+    pub flags: Flags,
+    pub message: Box<str>,
+}
+
+/// A registered (published) ISU.
+#[derive(Debug)]
+pub struct Isu {
+    pub id: i64,
+    pub uuid: String,
+    pub name: String,
+    pub character: String,
+    pub owner: String,
+    pub image: Bytes,
+    latest: Mutex<Option<Latest>>,
+}
+
+impl Isu {
+    pub fn latest(&self) -> Option<Latest> {
+        self.latest.lock().clone()
+    }
+
+    /// Keeps the condition with the greatest timestamp; true when it changed.
+    fn offer_latest(&self, condition: &WireCondition) -> bool {
+        let mut latest = self.latest.lock();
+        if latest
+            .as_ref()
+            .is_some_and(|current| current.timestamp >= condition.timestamp)
+        {
+            return false;
+        }
+        *latest = Some(Latest {
+            timestamp: condition.timestamp,
+            flags: condition.flags,
+            message: condition.message.as_str().into(),
+        });
+        true
+    }
+}
+
+/// Outcome of a registration, seen by concurrent registrations of the same UUID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Pending,
+    Published,
+    Failed,
+}
+
+/// Everything that `/initialize` resets.
+pub struct Generation {
+    pub id: u64,
+    users: RwLock<HashSet<String>>,
+    by_uuid: DashMap<String, Arc<Isu>>,
+    by_owner: DashMap<String, Vec<Arc<Isu>>>,
+    /// All ISUs in id order, for the trend.
+    all: RwLock<Vec<Arc<Isu>>>,
+    /// Registrations in flight, by UUID.
+    pending: Mutex<HashMap<String, watch::Receiver<Outcome>>>,
+    next_id: AtomicI64,
+    /// Bumped whenever the trend may have changed.
+    trend_version: AtomicU64,
+    trend_cache: Mutex<Option<(u64, Bytes)>>,
+}
+
+impl Generation {
+    fn from_dataset(id: u64, dataset: &Dataset, default_icon: &Bytes) -> Generation {
+        let generation = Generation {
+            id,
+            users: RwLock::new(dataset.users.iter().cloned().collect()),
+            by_uuid: DashMap::new(),
+            by_owner: DashMap::new(),
+            all: RwLock::new(Vec::new()),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicI64::new(dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1),
+            trend_version: AtomicU64::new(1),
+            trend_cache: Mutex::new(None),
+        };
+        for isu in &dataset.isus {
+            let latest = isu
+                .conditions
+                .iter()
+                .max_by_key(|condition| condition.timestamp)
+                .map(|condition| Latest {
+                    timestamp: condition.timestamp,
+                    flags: condition.flags,
+                    message: condition.message.as_str().into(),
+                });
+            generation.users.write().insert(isu.owner.clone());
+            generation.insert(Isu {
+                id: isu.id,
+                uuid: isu.uuid.clone(),
+                name: isu.name.clone(),
+                character: isu.character.clone(),
+                owner: isu.owner.clone(),
+                image: isu
+                    .image
+                    .as_ref()
+                    .map_or_else(|| default_icon.clone(), |image| Bytes::from(image.clone())),
+                latest: Mutex::new(latest),
+            });
+        }
+        generation
+    }
+
+    fn insert(&self, isu: Isu) -> Arc<Isu> {
+        let isu = Arc::new(isu);
+        self.by_uuid.insert(isu.uuid.clone(), isu.clone());
+        let mut owned = self.by_owner.entry(isu.owner.clone()).or_default();
+        let position = owned.partition_point(|other| other.id < isu.id);
+        owned.insert(position, isu.clone());
+        drop(owned);
+        let mut all = self.all.write();
+        let position = all.partition_point(|other| other.id < isu.id);
+        all.insert(position, isu.clone());
+        drop(all);
+        self.trend_version.fetch_add(1, Ordering::Release);
+        isu
+    }
+
+    fn remove(&self, uuid: &str) {
+        let Some((_, isu)) = self.by_uuid.remove(uuid) else {
+            return;
+        };
+        if let Some(mut owned) = self.by_owner.get_mut(&isu.owner) {
+            owned.retain(|other| other.uuid != uuid);
+        }
+        self.all.write().retain(|other| other.uuid != uuid);
+        self.trend_version.fetch_add(1, Ordering::Release);
+    }
+
+    pub fn has_user(&self, user: &str) -> bool {
+        self.users.read().contains(user)
+    }
+
+    /// Creates the user if absent; true when it was created.
+    pub fn add_user(&self, user: &str) -> bool {
+        if self.has_user(user) {
+            return false;
+        }
+        self.users.write().insert(user.to_owned())
+    }
+
+    /// The ISU `uuid` if `user` owns it.
+    pub fn owned_isu(&self, uuid: &str, user: &str) -> Option<Arc<Isu>> {
+        self.by_uuid
+            .get(uuid)
+            .filter(|isu| isu.owner == user)
+            .map(|isu| isu.clone())
+    }
+
+    /// The user's ISUs, most recently registered first.
+    pub fn isus_of(&self, user: &str) -> Vec<Arc<Isu>> {
+        self.by_owner
+            .get(user)
+            .map(|owned| owned.iter().rev().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn isu_count(&self) -> usize {
+        self.by_uuid.len()
+    }
+
+    /// Applies a worker's batch; returns how many ISUs got a newer latest condition.
+    pub fn apply_latest(&self, batch: &LatestBatch) -> usize {
+        let changed = batch
+            .items
+            .iter()
+            .filter(|item| {
+                self.by_uuid
+                    .get(&item.uuid)
+                    .is_some_and(|isu| isu.offer_latest(&item.condition))
+            })
+            .count();
+        if changed > 0 {
+            self.trend_version.fetch_add(1, Ordering::Release);
+        }
+        changed
+    }
+
+    /// The trend JSON, rebuilt only when something changed since the last build.
+    pub fn trend_json(&self) -> Bytes {
+        let version = self.trend_version.load(Ordering::Acquire);
+        if let Some((cached_version, body)) = &*self.trend_cache.lock() {
+            if *cached_version == version {
+                return body.clone();
+            }
+        }
+        let body = Bytes::from(build_trend(&self.all.read()));
+        let mut cache = self.trend_cache.lock();
+        // Keep the newer of two concurrent rebuilds.
+        if cache
+            .as_ref()
+            .is_none_or(|(cached_version, _)| *cached_version <= version)
+        {
+            *cache = Some((version, body.clone()));
+        }
+        body
+    }
+}
+
+#[derive(Serialize)]
+struct TrendEntry<'a> {
+    character: &'a str,
+    info: Vec<TrendCondition>,
+    warning: Vec<TrendCondition>,
+    critical: Vec<TrendCondition>,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct TrendCondition {
+    isu_id: i64,
+    timestamp: i64,
+}
+
+/// One entry per character of any registered ISU; each ISU with a condition
+/// appears once, under its latest condition's level; lists newest first.
+fn build_trend(isus: &[Arc<Isu>]) -> Vec<u8> {
+    let mut by_character: BTreeMap<&str, TrendEntry<'_>> = BTreeMap::new();
+    for isu in isus {
+        let entry = by_character.entry(&isu.character).or_insert_with(|| TrendEntry {
+            character: &isu.character,
+            info: Vec::new(),
+            warning: Vec::new(),
+            critical: Vec::new(),
+        });
+        let Some(latest) = isu.latest() else { continue };
+        let item = TrendCondition {
+            isu_id: isu.id,
+            timestamp: latest.timestamp,
+        };
+        match latest.flags.level() {
+            shared::domain::Level::Info => entry.info.push(item),
+            shared::domain::Level::Warning => entry.warning.push(item),
+            shared::domain::Level::Critical => entry.critical.push(item),
+        }
+    }
+    let mut entries: Vec<TrendEntry<'_>> = by_character.into_values().collect();
+    for entry in &mut entries {
+        for list in [&mut entry.info, &mut entry.warning, &mut entry.critical] {
+            list.sort_unstable_by_key(|item| std::cmp::Reverse(item.timestamp));
+        }
+    }
+    serde_json::to_vec(&entries).unwrap_or_else(|_| b"[]".to_vec())
+}
+
+/// A registration request, after parsing.
+pub struct Registration {
+    pub owner: String,
+    pub uuid: String,
+    pub name: String,
+    /// `None` = the default icon.
+    pub image: Option<Bytes>,
+}
+
+/// How long a registration of a UUID waits for a concurrent one of the same UUID.
+const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
+
+/// The coordinator's whole state (wrapped in `Arc` by [`AppState`](crate::AppState)).
+pub struct State {
+    current: RwLock<Arc<Generation>>,
+    pub jia_service_url: RwLock<String>,
+    dataset: Arc<Dataset>,
+    pub default_icon: Bytes,
+    pub session_key: SessionKey,
+    pub workers: WorkerClient,
+    jia: JiaClient,
+    device_urls: [String; 2],
+    ready: AtomicBool,
+    reset_lock: tokio::sync::Mutex<()>,
+}
+
+impl State {
+    pub fn new(
+        dataset: Dataset,
+        default_icon: Bytes,
+        session_key: SessionKey,
+        workers: WorkerClient,
+        jia: JiaClient,
+        device_urls: [String; 2],
+        jia_service_url: String,
+    ) -> State {
+        let generation = Generation::from_dataset(new_generation_id(), &dataset, &default_icon);
+        State {
+            current: RwLock::new(Arc::new(generation)),
+            jia_service_url: RwLock::new(jia_service_url),
+            dataset: Arc::new(dataset),
+            default_icon,
+            session_key,
+            workers,
+            jia,
+            device_urls,
+            ready: AtomicBool::new(false),
+            reset_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn generation(&self) -> Arc<Generation> {
+        self.current.read().clone()
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Brings the workers to the current generation (at start-up), retrying until both answer.
+    pub async fn sync_workers_until_ready(&self) {
+        let _resetting = self.reset_lock.lock().await;
+        let generation = self.generation();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match self.reset_workers(&generation).await {
+                Ok(()) => break,
+                Err(error) => {
+                    tracing::info!(%error, "waiting for workers");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+        self.ready.store(true, Ordering::Release);
+        tracing::info!(generation = generation.id, "cluster ready");
+    }
+
+    /// `POST /initialize`: a new generation from the dataset, on every node.
+    pub async fn initialize(&self, jia_service_url: String) -> Result<(), ApiError> {
+        let _resetting = self.reset_lock.lock().await;
+        let dataset = self.dataset.clone();
+        let default_icon = self.default_icon.clone();
+        let generation =
+            tokio::task::spawn_blocking(move || Generation::from_dataset(new_generation_id(), &dataset, &default_icon))
+                .await
+                .map_err(|error| ApiError::Internal(error.to_string()))?;
+        let generation = Arc::new(generation);
+        // Swap first: pushes of the new generation must find it.
+        *self.current.write() = generation.clone();
+        *self.jia_service_url.write() = jia_service_url;
+        self.reset_workers(&generation)
+            .await
+            .map_err(|error| ApiError::Internal(error.to_string()))?;
+        self.ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    async fn reset_workers(&self, generation: &Generation) -> anyhow::Result<()> {
+        let dataset = self.dataset.clone();
+        let generation_id = generation.id;
+        let bodies = tokio::task::spawn_blocking(move || reset_bodies(&dataset, generation_id)).await??;
+        let [body_a, body_b] = bodies;
+        let (a, b) = tokio::join!(
+            self.workers.reset(Shard::A, body_a),
+            self.workers.reset(Shard::B, body_b)
+        );
+        a?;
+        b?;
+        Ok(())
+    }
+
+    /// Signs a user in (creating it if needed) and returns the `Set-Cookie` value.
+    pub fn sign_in(self: &Arc<Self>, user: &str) -> String {
+        let generation = self.generation();
+        if generation.add_user(user) {
+            let state = self.clone();
+            let sync = UserSync {
+                generation: generation.id,
+                users: vec![user.to_owned()],
+            };
+            // Workers accept sessions of the current generation without the user
+            // table, so this sync only serves sessions that outlive a reset.
+            tokio::spawn(async move {
+                if let Err(error) = state.workers.sync_users(&sync).await {
+                    tracing::warn!(%error, "user sync failed");
+                }
+            });
+        }
+        self.session_key.set_cookie(user, generation.id)
+    }
+
+    /// Registers an ISU: provisional on the owning worker, JIA activation, publish;
+    /// rolled back on both nodes on failure. Runs to completion even if the client leaves.
+    pub async fn register(self: &Arc<Self>, registration: Registration) -> Result<Arc<Isu>, ApiError> {
+        let state = self.clone();
+        tokio::spawn(async move { state.register_inner(registration).await })
+            .await
+            .map_err(|error| ApiError::Internal(error.to_string()))?
+    }
+
+    async fn register_inner(&self, registration: Registration) -> Result<Arc<Isu>, ApiError> {
+        let generation = self.generation();
+        let (outcome, id) = self.claim(&generation, &registration.uuid).await?;
+        let result = self.activate_and_publish(&generation, &registration, id).await;
+        let final_outcome = if result.is_ok() {
+            Outcome::Published
+        } else {
+            Outcome::Failed
+        };
+        generation.pending.lock().remove(&registration.uuid);
+        let _ = outcome.send(final_outcome);
+        result
+    }
+
+    /// Claims `uuid` for this registration: 409 when registered, waits for a
+    /// registration of the same UUID in flight. Returns the outcome sender and the new id.
+    async fn claim(&self, generation: &Generation, uuid: &str) -> Result<(watch::Sender<Outcome>, i64), ApiError> {
+        let deadline = tokio::time::Instant::now() + CONCURRENT_REGISTRATION_WAIT;
+        loop {
+            let mut in_flight = {
+                let mut pending = generation.pending.lock();
+                if generation.by_uuid.contains_key(uuid) {
+                    return Err(ApiError::DuplicatedIsu);
+                }
+                match pending.get(uuid) {
+                    Some(receiver) => receiver.clone(),
+                    None => {
+                        let (sender, receiver) = watch::channel(Outcome::Pending);
+                        pending.insert(uuid.to_owned(), receiver);
+                        return Ok((sender, generation.next_id.fetch_add(1, Ordering::AcqRel)));
+                    }
+                }
+            };
+            let finished =
+                tokio::time::timeout_at(deadline, in_flight.wait_for(|outcome| *outcome != Outcome::Pending)).await;
+            match finished {
+                Ok(Ok(outcome)) if *outcome == Outcome::Published => return Err(ApiError::DuplicatedIsu),
+                Ok(_) => continue,
+                Err(_) => return Err(ApiError::Internal(format!("registration of {uuid} still in flight"))),
+            }
+        }
+    }
+
+    async fn activate_and_publish(
+        &self,
+        generation: &Generation,
+        registration: &Registration,
+        id: i64,
+    ) -> Result<Arc<Isu>, ApiError> {
+        let shard = shard_of(&registration.uuid);
+        let provisional = ProvisionalIsu {
+            generation: generation.id,
+            uuid: registration.uuid.clone(),
+            owner: registration.owner.clone(),
+            name: registration.name.clone(),
+        };
+        self.workers
+            .provisional(shard, &provisional)
+            .await
+            .map_err(|error| match error.status() {
+                Some(reqwest::StatusCode::CONFLICT) => ApiError::DuplicatedIsu,
+                _ => ApiError::Internal(error.to_string()),
+            })?;
+        let rollback = RollbackIsu {
+            generation: generation.id,
+            uuid: registration.uuid.clone(),
+        };
+        let service_url = self.jia_service_url.read().clone();
+        let character = match self
+            .jia
+            .activate(&service_url, &self.device_urls[shard.index()], &registration.uuid)
+            .await
+        {
+            Ok(character) => character,
+            Err(error) => {
+                self.rollback_worker(shard, &rollback).await;
+                return Err(match error {
+                    ActivateError::Refused(status) => ApiError::JiaRefused(status),
+                    other => ApiError::Internal(other.to_string()),
+                });
+            }
+        };
+        let isu = generation.insert(Isu {
+            id,
+            uuid: registration.uuid.clone(),
+            name: registration.name.clone(),
+            character: character.clone(),
+            owner: registration.owner.clone(),
+            image: registration.image.clone().unwrap_or_else(|| self.default_icon.clone()),
+            latest: Mutex::new(None),
+        });
+        let publish = PublishIsu {
+            generation: generation.id,
+            uuid: registration.uuid.clone(),
+            id,
+            character,
+        };
+        if let Err(error) = self.workers.publish(shard, &publish).await {
+            generation.remove(&registration.uuid);
+            self.rollback_worker(shard, &rollback).await;
+            return Err(ApiError::Internal(error.to_string()));
+        }
+        Ok(isu)
+    }
+
+    async fn rollback_worker(&self, shard: Shard, rollback: &RollbackIsu) {
+        if let Err(error) = self.workers.rollback(shard, rollback).await {
+            tracing::error!(%error, uuid = %rollback.uuid, "rollback on worker failed");
+        }
+    }
+}
+
+fn new_generation_id() -> u64 {
+    rand::random::<u64>() | 1
+}
+
+/// The reset body of each worker: its shard of the dataset.
+fn reset_bodies(dataset: &Dataset, generation: u64) -> anyhow::Result<[Bytes; 2]> {
+    let mut shards: [Vec<ShardIsu>; 2] = [Vec::new(), Vec::new()];
+    for isu in &dataset.isus {
+        shards[shard_of(&isu.uuid).index()].push(ShardIsu {
+            id: isu.id,
+            uuid: isu.uuid.clone(),
+            owner: isu.owner.clone(),
+            name: isu.name.clone(),
+            character: isu.character.clone(),
+            conditions: isu.conditions.clone(),
+        });
+    }
+    let mut users: Vec<String> = dataset.users.clone();
+    users.extend(dataset.isus.iter().map(|isu| isu.owner.clone()));
+    users.sort();
+    users.dedup();
+    let [a, b] = shards;
+    let body = |isus| -> anyhow::Result<Bytes> {
+        Ok(Bytes::from(serde_json::to_vec(&ResetShard {
+            generation,
+            users: users.clone(),
+            isus,
+        })?))
+    };
+    Ok([body(a)?, body(b)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::domain::parse_condition;
+
+    fn isu(id: i64, character: &str) -> Isu {
+        Isu {
+            id,
+            uuid: format!("uuid-{id}"),
+            name: format!("isu {id}"),
+            character: character.into(),
+            owner: "alice".into(),
+            image: Bytes::new(),
+            latest: Mutex::new(None),
+        }
+    }
+
+    fn condition(timestamp: i64, condition: &str) -> WireCondition {
+        WireCondition {
+            timestamp,
+            flags: Flags::new(false, parse_condition(condition).unwrap()),
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn latest_keeps_the_greatest_timestamp() {
+        let isu = isu(1, "c");
+        assert!(isu.offer_latest(&condition(10, "is_dirty=false,is_overweight=false,is_broken=false")));
+        assert!(!isu.offer_latest(&condition(5, "is_dirty=true,is_overweight=true,is_broken=true")));
+        assert!(!isu.offer_latest(&condition(10, "is_dirty=true,is_overweight=true,is_broken=true")));
+        assert_eq!(isu.latest().unwrap().timestamp, 10);
+    }
+
+    #[test]
+    fn trend_groups_by_character_and_level_newest_first() {
+        let isus: Vec<Arc<Isu>> = vec![
+            Arc::new(isu(1, "すなお")),
+            Arc::new(isu(2, "すなお")),
+            Arc::new(isu(3, "のんき")),
+            Arc::new(isu(4, "てれや")),
+        ];
+        isus[0].offer_latest(&condition(100, "is_dirty=false,is_overweight=false,is_broken=false"));
+        isus[1].offer_latest(&condition(300, "is_dirty=false,is_overweight=false,is_broken=false"));
+        isus[2].offer_latest(&condition(200, "is_dirty=true,is_overweight=true,is_broken=true"));
+        let trend: serde_json::Value = serde_json::from_slice(&build_trend(&isus)).unwrap();
+        let entries = trend.as_array().unwrap();
+        assert_eq!(entries.len(), 3, "a character without conditions is still listed");
+        let find = |name: &str| entries.iter().find(|entry| entry["character"] == name).unwrap().clone();
+        let sunao = find("すなお");
+        assert_eq!(
+            sunao["info"],
+            serde_json::json!([{"isu_id": 2, "timestamp": 300}, {"isu_id": 1, "timestamp": 100}])
+        );
+        assert_eq!(sunao["warning"], serde_json::json!([]));
+        assert_eq!(
+            find("のんき")["critical"],
+            serde_json::json!([{"isu_id": 3, "timestamp": 200}])
+        );
+        let te = find("てれや");
+        assert_eq!(
+            (te["info"].clone(), te["warning"].clone(), te["critical"].clone()),
+            (serde_json::json!([]), serde_json::json!([]), serde_json::json!([]))
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! The only place that builds worker URLs: internal calls from the coordinator to the workers.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde::Serialize;
+use shared::placement::Shard;
+use shared::protocol::{
+    ProvisionalIsu, PublishIsu, RollbackIsu, UserSync, SECRET_HEADER, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESET,
+    WORKER_ROLLBACK, WORKER_USERS,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerCallError {
+    #[error("worker {shard:?} unreachable: {source}")]
+    Transport {
+        shard: Shard,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("worker {shard:?} answered {status} to {path}")]
+    Status {
+        shard: Shard,
+        path: &'static str,
+        status: StatusCode,
+    },
+}
+
+impl WorkerCallError {
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            WorkerCallError::Status { status, .. } => Some(*status),
+            WorkerCallError::Transport { .. } => None,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct WorkerClient {
+    client: reqwest::Client,
+    base_urls: [String; 2],
+    secret: String,
+}
+
+/// Long enough for a large reset; short calls finish in microseconds on a LAN.
+const RESET_TIMEOUT: Duration = Duration::from_secs(15);
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl WorkerClient {
+    pub fn new(worker_a_url: &str, worker_b_url: &str, secret: &str) -> anyhow::Result<WorkerClient> {
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(32)
+            .build()?;
+        Ok(WorkerClient {
+            client,
+            base_urls: [
+                worker_a_url.trim_end_matches('/').to_owned(),
+                worker_b_url.trim_end_matches('/').to_owned(),
+            ],
+            secret: secret.to_owned(),
+        })
+    }
+
+    async fn post<T: Serialize + ?Sized>(
+        &self,
+        shard: Shard,
+        path: &'static str,
+        body: &T,
+        timeout: Duration,
+    ) -> Result<(), WorkerCallError> {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base_urls[shard.index()]))
+            .header(SECRET_HEADER, &self.secret)
+            .timeout(timeout)
+            .json(body)
+            .send()
+            .await
+            .map_err(|source| WorkerCallError::Transport { shard, source })?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(WorkerCallError::Status { shard, path, status })
+        }
+    }
+
+    /// Sends a pre-serialised reset body (datasets are serialised once, at start).
+    pub async fn reset(&self, shard: Shard, body: bytes::Bytes) -> Result<(), WorkerCallError> {
+        let response = self
+            .client
+            .post(format!("{}{WORKER_RESET}", self.base_urls[shard.index()]))
+            .header(SECRET_HEADER, &self.secret)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .timeout(RESET_TIMEOUT)
+            .body(body)
+            .send()
+            .await
+            .map_err(|source| WorkerCallError::Transport { shard, source })?;
+        match response.status() {
+            status if status.is_success() => Ok(()),
+            status => Err(WorkerCallError::Status {
+                shard,
+                path: WORKER_RESET,
+                status,
+            }),
+        }
+    }
+
+    pub async fn sync_users(&self, sync: &UserSync) -> Result<(), WorkerCallError> {
+        let (a, b) = tokio::join!(
+            self.post(Shard::A, WORKER_USERS, sync, CALL_TIMEOUT),
+            self.post(Shard::B, WORKER_USERS, sync, CALL_TIMEOUT)
+        );
+        a.and(b)
+    }
+
+    pub async fn provisional(&self, shard: Shard, isu: &ProvisionalIsu) -> Result<(), WorkerCallError> {
+        self.post(shard, WORKER_PROVISIONAL, isu, CALL_TIMEOUT).await
+    }
+
+    pub async fn publish(&self, shard: Shard, isu: &PublishIsu) -> Result<(), WorkerCallError> {
+        self.post(shard, WORKER_PUBLISH, isu, CALL_TIMEOUT).await
+    }
+
+    pub async fn rollback(&self, shard: Shard, isu: &RollbackIsu) -> Result<(), WorkerCallError> {
+        self.post(shard, WORKER_ROLLBACK, isu, CALL_TIMEOUT).await
+    }
+}

@@ -1,0 +1,44 @@
+//! Command-line and environment configuration of a worker.
+
+use std::net::SocketAddr;
+
+use clap::Parser;
+use shared::placement::Shard;
+
+/// A worker of the ISUCONDITION cluster: owns the condition history of one shard of ISUs.
+#[derive(Debug, Clone, Parser)]
+#[command(version, about)]
+pub struct Config {
+    /// Which shard this worker owns: `a` (UUIDs whose first hex digit is even) or `b` (odd).
+    #[arg(long, env = "ISU_SHARD", value_parser = parse_shard)]
+    pub shard: Shard,
+
+    /// Address to listen on (public reads, device posts and internal routes).
+    #[arg(long, env = "ISU_LISTEN", default_value = "127.0.0.1:3001")]
+    pub listen: SocketAddr,
+
+    /// Base URL of the coordinator's internal routes.
+    #[arg(long, env = "ISU_COORDINATOR_URL", default_value = "http://127.0.0.1:3000")]
+    pub coordinator_url: String,
+
+    /// Secret shared by the nodes; required on every internal, metrics and profiling route.
+    #[arg(
+        long,
+        env = "ISU_CLUSTER_SECRET",
+        default_value = "local-cluster-secret",
+        hide_env_values = true
+    )]
+    pub cluster_secret: String,
+
+    /// How often the latest condition of each changed ISU is pushed to the coordinator, in milliseconds.
+    #[arg(long, env = "ISU_PUSH_INTERVAL_MS", default_value_t = 10)]
+    pub push_interval_ms: u64,
+
+    /// Number of Tokio worker threads (0 = one per core).
+    #[arg(long, env = "ISU_THREADS", default_value_t = 0)]
+    pub threads: usize,
+}
+
+fn parse_shard(text: &str) -> Result<Shard, String> {
+    Shard::from_name(text).ok_or_else(|| format!("unknown shard {text:?}: expected a or b"))
+}

@@ -1,0 +1,62 @@
+//! The worker's error type: every failure a handler can return, mapped to the
+//! API's status and exact text body. Internal details are logged, not returned.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use shared::error as messages;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("not signed in")]
+    NotSignedIn,
+    #[error("bad request: {0}")]
+    BadRequest(&'static str),
+    #[error("isu not found")]
+    IsuNotFound,
+    #[error("conflict: {0}")]
+    Conflict(&'static str),
+    #[error("cluster secret missing or wrong")]
+    Unauthorized,
+    #[error("stale generation")]
+    StaleGeneration,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl WorkerError {
+    fn status(&self) -> StatusCode {
+        match self {
+            WorkerError::NotSignedIn => StatusCode::UNAUTHORIZED,
+            WorkerError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            WorkerError::IsuNotFound => StatusCode::NOT_FOUND,
+            WorkerError::Conflict(_) | WorkerError::StaleGeneration => StatusCode::CONFLICT,
+            WorkerError::Unauthorized => StatusCode::UNAUTHORIZED,
+            WorkerError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn body(&self) -> &'static str {
+        match self {
+            WorkerError::NotSignedIn => messages::NOT_SIGNED_IN,
+            WorkerError::BadRequest(message) | WorkerError::Conflict(message) => message,
+            WorkerError::IsuNotFound => messages::NOT_FOUND_ISU,
+            WorkerError::Unauthorized => messages::UNAUTHORIZED_INTERNAL,
+            WorkerError::StaleGeneration => "stale generation",
+            WorkerError::Internal(_) => messages::INTERNAL,
+        }
+    }
+}
+
+impl IntoResponse for WorkerError {
+    fn into_response(self) -> Response {
+        if let WorkerError::Internal(detail) = &self {
+            tracing::error!(%detail, "internal error");
+        }
+        (
+            self.status(),
+            [(header::CONTENT_TYPE, messages::TEXT_PLAIN)],
+            self.body(),
+        )
+            .into_response()
+    }
+}

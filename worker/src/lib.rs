@@ -1,0 +1,85 @@
+//! The worker node: owns the condition history of one shard of ISUs.
+//!
+//! Layout:
+//! - [`config`]: command-line/environment configuration;
+//! - [`store`]: the in-memory shard (ISUs, conditions, message interning);
+//! - [`pusher`]: the 10 ms actor pushing latest conditions to the coordinator;
+//! - [`routes`]: public reads, device posts, internal and debug routes;
+//! - [`error`]: the error type mapped to the API's statuses and messages.
+
+pub mod config;
+pub mod error;
+pub mod pusher;
+pub mod routes;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use shared::session::SessionKey;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::store::{Shard, Store};
+
+/// Shared state of the handlers (cheap to clone).
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub config: Arc<Config>,
+    pub session_key: SessionKey,
+    pub metrics: PrometheusHandle,
+}
+
+/// A bound, not yet running worker.
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+}
+
+impl Application {
+    /// Binds the listener (port 0 allowed) and builds the state.
+    pub async fn build(config: Config, metrics: PrometheusHandle) -> anyhow::Result<Application> {
+        let listener = TcpListener::bind(config.listen).await?;
+        let state = AppState {
+            store: Store::new(Shard::new(0)),
+            session_key: SessionKey::from_secret(&config.cluster_secret),
+            config: Arc::new(config),
+            metrics,
+        };
+        Ok(Application { listener, state })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// Serves until `shutdown` resolves; the pusher flushes once more before returning.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let cancel = CancellationToken::new();
+        let pusher = pusher::Pusher::new(
+            self.state.store.clone(),
+            &self.state.config.coordinator_url,
+            &self.state.config.cluster_secret,
+            Duration::from_millis(self.state.config.push_interval_ms.max(1)),
+        )?;
+        let pusher_task = tokio::spawn(pusher.run(cancel.clone()));
+        let router = routes::router(self.state);
+        let stop = cancel.clone();
+        axum::serve(self.listener, router)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                stop.cancel();
+            })
+            .await?;
+        cancel.cancel();
+        let _ = pusher_task.await;
+        Ok(())
+    }
+}

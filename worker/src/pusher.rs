@@ -1,0 +1,114 @@
+//! The latest-condition pusher: an actor that, every interval (10 ms by
+//! default), sends the coordinator one batch with the latest condition of each
+//! published ISU that changed, and nothing when nothing changed. A failed push
+//! puts its ISUs back in the queue, so the coordinator eventually converges
+//! (it keeps the newest timestamp, so a repeat is harmless).
+
+use std::time::Duration;
+
+use shared::protocol::{LatestBatch, LatestCondition, WireCondition, COORDINATOR_LATEST, SECRET_HEADER};
+use shared::telemetry::{BATCH_ITEMS, PUSH_LAG_SECONDS};
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::Store;
+
+pub struct Pusher {
+    store: Store,
+    client: reqwest::Client,
+    url: String,
+    secret: String,
+    interval: Duration,
+}
+
+impl Pusher {
+    pub fn new(store: Store, coordinator_url: &str, secret: &str, interval: Duration) -> anyhow::Result<Pusher> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .pool_max_idle_per_host(4)
+            .tcp_nodelay(true)
+            .build()?;
+        Ok(Pusher {
+            store,
+            client,
+            url: format!("{}{COORDINATOR_LATEST}", coordinator_url.trim_end_matches('/')),
+            secret: secret.to_owned(),
+            interval,
+        })
+    }
+
+    /// Runs until `cancel` fires, then pushes what is left once.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    self.push_changed().await;
+                }
+                () = cancel.cancelled() => {
+                    self.push_changed().await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Pushes one batch; returns the number of ISUs pushed.
+    pub async fn push_changed(&self) -> usize {
+        let shard = self.store.shard();
+        let (changed, oldest) = shard.take_changed();
+        if changed.is_empty() {
+            return 0;
+        }
+        let items: Vec<LatestCondition> = {
+            let messages = shard.messages.view();
+            changed
+                .iter()
+                .map(|(entry, latest)| LatestCondition {
+                    uuid: entry.uuid.to_string(),
+                    condition: WireCondition {
+                        timestamp: latest.timestamp,
+                        flags: latest.flags,
+                        message: messages.text(latest.message).to_owned(),
+                    },
+                })
+                .collect()
+        };
+        let count = items.len();
+        let batch = LatestBatch {
+            generation: shard.generation,
+            items,
+        };
+        let result = self
+            .client
+            .post(&self.url)
+            .header(SECRET_HEADER, &self.secret)
+            .json(&batch)
+            .send()
+            .await;
+        match result {
+            Ok(response) if response.status().is_success() => {
+                metrics::histogram!(BATCH_ITEMS).record(count as f64);
+                if let Some(oldest) = oldest {
+                    metrics::histogram!(PUSH_LAG_SECONDS).record(oldest.elapsed().as_secs_f64());
+                }
+                count
+            }
+            Ok(response) if response.status() == reqwest::StatusCode::CONFLICT => {
+                // The coordinator moved to another generation: this shard is stale, drop the batch.
+                tracing::debug!("latest batch refused as stale");
+                0
+            }
+            failed => {
+                let reason = match failed {
+                    Ok(response) => format!("status {}", response.status()),
+                    Err(error) => error.to_string(),
+                };
+                tracing::warn!(%reason, "latest push failed; will retry");
+                shard.requeue(changed.into_iter().map(|(entry, _)| entry));
+                0
+            }
+        }
+    }
+}

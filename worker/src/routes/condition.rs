@@ -1,0 +1,127 @@
+//! `POST /api/condition/:uuid` (device ingestion) and `GET /api/condition/:uuid`.
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use shared::domain::{parse_condition, Flags, LevelSet};
+use shared::error as messages;
+
+use super::{json_response, query_param, SignedIn};
+use crate::error::WorkerError;
+use crate::store::{NewCondition, PostError};
+use crate::AppState;
+
+/// The limit of one condition page.
+const PAGE_SIZE: usize = 20;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/api/condition/{uuid}", get(list_conditions).post(post_conditions))
+}
+
+#[derive(Deserialize)]
+struct PostedCondition<'a> {
+    is_sitting: bool,
+    #[serde(borrow)]
+    condition: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    message: std::borrow::Cow<'a, str>,
+    timestamp: i64,
+}
+
+/// Stores a batch, all or nothing: 400 for an undecodable or empty body,
+/// 404 for an unknown ISU, 400 when any condition string is invalid.
+async fn post_conditions(
+    State(state): State<AppState>,
+    Path(uuid): Path<String>,
+    body: Bytes,
+) -> Result<StatusCode, WorkerError> {
+    let mut buffer = body.to_vec();
+    let posted: Vec<PostedCondition<'_>> =
+        simd_json::serde::from_slice(&mut buffer).map_err(|_| WorkerError::BadRequest(messages::BAD_REQUEST_BODY))?;
+    if posted.is_empty() {
+        return Err(WorkerError::BadRequest(messages::BAD_REQUEST_BODY));
+    }
+    let shard = state.store.shard();
+    if shard.isu(&uuid).is_none() {
+        return Err(WorkerError::IsuNotFound);
+    }
+    let batch = posted
+        .iter()
+        .map(|condition| {
+            let bits = parse_condition(&condition.condition)?;
+            Some(NewCondition {
+                timestamp: condition.timestamp,
+                flags: Flags::new(condition.is_sitting, bits),
+                message: &condition.message,
+            })
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or(WorkerError::BadRequest(messages::BAD_REQUEST_BODY))?;
+    match shard.post(&uuid, &batch) {
+        Ok(()) => {
+            metrics::counter!(shared::telemetry::CONDITIONS_STORED).increment(batch.len() as u64);
+            Ok(StatusCode::ACCEPTED)
+        }
+        // Rolled back between the check and the insert.
+        Err(PostError::UnknownIsu) => Err(WorkerError::IsuNotFound),
+    }
+}
+
+#[derive(Serialize)]
+struct ConditionItem<'a> {
+    jia_isu_uuid: &'a str,
+    isu_name: &'a str,
+    timestamp: i64,
+    is_sitting: bool,
+    condition: &'static str,
+    condition_level: &'static str,
+    message: &'a str,
+}
+
+/// Validation order: `end_time`, `condition_level`, `start_time`, then ownership.
+async fn list_conditions(
+    user: SignedIn,
+    State(state): State<AppState>,
+    Path(uuid): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, WorkerError> {
+    let query = query.as_deref();
+    let end_time = query_param(query, "end_time")
+        .and_then(|value| value.parse::<i64>().ok())
+        .ok_or(WorkerError::BadRequest(messages::BAD_FORMAT_END_TIME))?;
+    let levels = query_param(query, "condition_level")
+        .filter(|value| !value.is_empty())
+        .ok_or(WorkerError::BadRequest(messages::MISSING_CONDITION_LEVEL))?;
+    let start_time = match query_param(query, "start_time").filter(|value| !value.is_empty()) {
+        None => i64::MIN,
+        Some(value) => value
+            .parse::<i64>()
+            .map_err(|_| WorkerError::BadRequest(messages::BAD_FORMAT_START_TIME))?,
+    };
+    let shard = state.store.shard();
+    let isu = shard.owned_isu(&uuid, &user.0).ok_or(WorkerError::IsuNotFound)?;
+    let conditions = isu.conditions_desc(start_time, end_time, LevelSet::parse(&levels), PAGE_SIZE);
+    let body = {
+        let messages = shard.messages.view();
+        let items: Vec<ConditionItem<'_>> = conditions
+            .iter()
+            .map(|condition| ConditionItem {
+                jia_isu_uuid: &isu.uuid,
+                isu_name: &isu.name,
+                timestamp: condition.timestamp,
+                is_sitting: condition.flags.is_sitting(),
+                condition: condition.flags.condition_string(),
+                condition_level: condition.flags.level().as_str(),
+                message: messages.text(condition.message),
+            })
+            .collect();
+        serde_json::to_vec(&items)
+    };
+    Ok(json_response(
+        body.map_err(|error| WorkerError::Internal(error.to_string()))?,
+    ))
+}

@@ -1,0 +1,31 @@
+//! `/metrics` (Prometheus text) and `/debug/pprof/profile` (cluster secret required).
+
+use axum::extract::{RawQuery, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use shared::protocol::{METRICS, PPROF_PROFILE};
+
+use super::ClusterPeer;
+use crate::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(METRICS, get(metrics))
+        .route(PPROF_PROFILE, get(profile))
+}
+
+async fn metrics(_: ClusterPeer, State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn profile(_: ClusterPeer, RawQuery(query): RawQuery) -> Response {
+    let reply = shared::telemetry::profile_from_query(query.as_deref()).await;
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response()
+}

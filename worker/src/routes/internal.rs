@@ -1,0 +1,108 @@
+//! Internal routes called by the coordinator (cluster secret required):
+//! reset, user sync, provisional registration, publish and rollback.
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use shared::protocol::{
+    Health, ProvisionalIsu, PublishIsu, ResetShard, RollbackIsu, UserSync, HEALTH, WORKER_PROVISIONAL, WORKER_PUBLISH,
+    WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+};
+
+use super::{json_response, ClusterPeer};
+use crate::error::WorkerError;
+use crate::store::{ProvisionalError, Shard};
+use crate::AppState;
+
+/// A reset carries a whole dataset shard.
+const RESET_BODY_LIMIT: usize = 1 << 30;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(WORKER_RESET, post(reset).layer(DefaultBodyLimit::max(RESET_BODY_LIMIT)))
+        .route(WORKER_USERS, post(sync_users))
+        .route(WORKER_PROVISIONAL, post(provisional))
+        .route(WORKER_PUBLISH, post(publish))
+        .route(WORKER_ROLLBACK, post(rollback))
+        .route(HEALTH, get(health))
+}
+
+async fn reset(_: ClusterPeer, State(state): State<AppState>, Json(reset): Json<ResetShard>) -> StatusCode {
+    let isus = reset.isus.len();
+    let shard =
+        tokio::task::spawn_blocking(move || Shard::from_reset(reset.generation, &reset.users, &reset.isus)).await;
+    match shard {
+        Ok(shard) => {
+            tracing::info!(generation = shard.generation, isus, "shard reset");
+            state.store.replace(shard);
+            StatusCode::OK
+        }
+        Err(error) => {
+            tracing::error!(%error, "building the shard failed");
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    }
+}
+
+/// Refuses messages meant for another generation of the data.
+fn current_shard(state: &AppState, generation: u64) -> Result<std::sync::Arc<Shard>, WorkerError> {
+    let shard = state.store.shard();
+    if shard.generation == generation {
+        Ok(shard)
+    } else {
+        Err(WorkerError::StaleGeneration)
+    }
+}
+
+async fn sync_users(
+    _: ClusterPeer,
+    State(state): State<AppState>,
+    Json(sync): Json<UserSync>,
+) -> Result<StatusCode, WorkerError> {
+    current_shard(&state, sync.generation)?.add_users(sync.users.iter().map(String::as_str));
+    Ok(StatusCode::OK)
+}
+
+async fn provisional(
+    _: ClusterPeer,
+    State(state): State<AppState>,
+    Json(isu): Json<ProvisionalIsu>,
+) -> Result<StatusCode, WorkerError> {
+    match current_shard(&state, isu.generation)?.provisional(&isu.uuid, &isu.owner, &isu.name) {
+        Ok(()) => Ok(StatusCode::CREATED),
+        Err(ProvisionalError::AlreadyExists) => Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU)),
+    }
+}
+
+async fn publish(
+    _: ClusterPeer,
+    State(state): State<AppState>,
+    Json(isu): Json<PublishIsu>,
+) -> Result<StatusCode, WorkerError> {
+    if current_shard(&state, isu.generation)?.publish(&isu.uuid, isu.id) {
+        Ok(StatusCode::OK)
+    } else {
+        Err(WorkerError::IsuNotFound)
+    }
+}
+
+async fn rollback(
+    _: ClusterPeer,
+    State(state): State<AppState>,
+    Json(isu): Json<RollbackIsu>,
+) -> Result<StatusCode, WorkerError> {
+    current_shard(&state, isu.generation)?.rollback(&isu.uuid);
+    Ok(StatusCode::OK)
+}
+
+/// Liveness: a worker is ready as soon as it listens (the coordinator resets it).
+async fn health(State(state): State<AppState>) -> Response {
+    let health = Health {
+        role: format!("worker-{}", state.config.shard.name()),
+        ready: true,
+        generation: state.store.shard().generation,
+    };
+    json_response(serde_json::to_vec(&health).unwrap_or_default())
+}

@@ -1,0 +1,609 @@
+//! The worker's in-memory shard: ISUs (provisional or published) and their
+//! condition history, indexed by level and timestamp.
+//!
+//! A condition is 16 bytes (timestamp, interned message id, flags); messages
+//! are interned per shard because devices repeat a small set of them.
+//! `Store` is a cheap-clone handle; a reset swaps the whole [`Shard`] at once,
+//! so requests holding the old one finish against consistent data.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use dashmap::{DashMap, DashSet};
+use parking_lot::{Mutex, RwLock};
+use shared::domain::{Flags, Level, LevelSet};
+use shared::graph::{hour_of, DataPoint, HourTotals, GRAPH_HOURS, HOUR};
+use shared::protocol::{ShardIsu, WireCondition};
+
+/// One stored condition. `Copy` and free of heap pointers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Condition {
+    pub timestamp: i64,
+    pub message: u32,
+    pub flags: Flags,
+}
+
+/// A condition as posted, after validation.
+#[derive(Debug, Clone, Copy)]
+pub struct NewCondition<'a> {
+    pub timestamp: i64,
+    pub flags: Flags,
+    pub message: &'a str,
+}
+
+/// Condition history of one ISU: one timestamp-sorted vector per level, so a
+/// level-filtered read never walks conditions of other levels.
+#[derive(Debug, Default)]
+struct History {
+    by_level: [Vec<Condition>; 3],
+}
+
+impl History {
+    fn insert(&mut self, condition: Condition) {
+        let list = &mut self.by_level[condition.flags.level().index()];
+        match list.last() {
+            Some(last) if last.timestamp >= condition.timestamp => {
+                // Out of order (batches may arrive in any order); same timestamp = same report.
+                match list.binary_search_by_key(&condition.timestamp, |stored| stored.timestamp) {
+                    Ok(_) => {}
+                    Err(position) => list.insert(position, condition),
+                }
+            }
+            _ => list.push(condition),
+        }
+    }
+
+    fn latest(&self) -> Option<Condition> {
+        self.by_level
+            .iter()
+            .filter_map(|list| list.last().copied())
+            .max_by_key(|condition| condition.timestamp)
+    }
+
+    fn len(&self) -> usize {
+        self.by_level.iter().map(Vec::len).sum()
+    }
+}
+
+/// An ISU of this shard.
+#[derive(Debug)]
+pub struct IsuEntry {
+    pub uuid: Box<str>,
+    pub owner: Box<str>,
+    pub name: Box<str>,
+    id: AtomicI64,
+    published: AtomicBool,
+    /// Set while the ISU waits in the push queue, so it is queued once per batch.
+    queued: AtomicBool,
+    history: RwLock<History>,
+}
+
+impl IsuEntry {
+    fn new(uuid: &str, owner: &str, name: &str) -> IsuEntry {
+        IsuEntry {
+            uuid: uuid.into(),
+            owner: owner.into(),
+            name: name.into(),
+            id: AtomicI64::new(0),
+            published: AtomicBool::new(false),
+            queued: AtomicBool::new(false),
+            history: RwLock::new(History::default()),
+        }
+    }
+
+    pub fn is_published(&self) -> bool {
+        self.published.load(Ordering::Acquire)
+    }
+
+    pub fn id(&self) -> i64 {
+        self.id.load(Ordering::Relaxed)
+    }
+
+    pub fn latest(&self) -> Option<Condition> {
+        self.history.read().latest()
+    }
+
+    pub fn condition_count(&self) -> usize {
+        self.history.read().len()
+    }
+
+    /// Up to `limit` conditions with `start <= timestamp < end` whose level is in
+    /// `levels`, newest first.
+    pub fn conditions_desc(&self, start: i64, end: i64, levels: LevelSet, limit: usize) -> Vec<Condition> {
+        let history = self.history.read();
+        // Per selected level, the slice inside the window; then merge from the newest end.
+        let mut slices: Vec<&[Condition]> = Level::ALL
+            .iter()
+            .filter(|level| levels.contains(**level))
+            .map(|level| window(&history.by_level[level.index()], start, end))
+            .collect();
+        let mut out = Vec::with_capacity(limit.min(64));
+        while out.len() < limit {
+            let newest = slices
+                .iter()
+                .enumerate()
+                .filter_map(|(index, slice)| slice.last().map(|condition| (index, condition.timestamp)))
+                .max_by_key(|(_, timestamp)| *timestamp);
+            let Some((index, _)) = newest else { break };
+            let slice = &mut slices[index];
+            out.push(slice[slice.len() - 1]);
+            *slice = &slice[..slice.len() - 1];
+        }
+        out
+    }
+
+    /// The 24 hourly points starting at the hour containing `datetime`.
+    pub fn graph(&self, datetime: i64) -> Vec<GraphHour> {
+        let first_hour = hour_of(datetime);
+        let end = first_hour.saturating_add(HOUR * GRAPH_HOURS as i64);
+        let mut hours: Vec<GraphHour> = (0..GRAPH_HOURS as i64)
+            .map(|hour| GraphHour {
+                start_at: first_hour + hour * HOUR,
+                totals: HourTotals::default(),
+                timestamps: Vec::new(),
+            })
+            .collect();
+        let history = self.history.read();
+        for list in &history.by_level {
+            for condition in window(list, first_hour, end) {
+                let slot = ((condition.timestamp - first_hour) / HOUR) as usize;
+                let hour = &mut hours[slot];
+                hour.totals.add(condition.flags);
+                hour.timestamps.push(condition.timestamp);
+            }
+        }
+        drop(history);
+        for hour in &mut hours {
+            // Each level's slice was ascending; three short runs merge quickly.
+            hour.timestamps.sort_unstable();
+        }
+        hours
+    }
+}
+
+/// One point of a graph before serialisation.
+#[derive(Debug, Clone)]
+pub struct GraphHour {
+    pub start_at: i64,
+    pub totals: HourTotals,
+    pub timestamps: Vec<i64>,
+}
+
+impl GraphHour {
+    pub fn data_point(&self) -> Option<DataPoint> {
+        self.totals.data_point()
+    }
+}
+
+/// The part of a timestamp-sorted slice with `start <= timestamp < end`.
+fn window(list: &[Condition], start: i64, end: i64) -> &[Condition] {
+    let from = list.partition_point(|condition| condition.timestamp < start);
+    let to = list.partition_point(|condition| condition.timestamp < end);
+    if from >= to {
+        return &[];
+    }
+    &list[from..to]
+}
+
+/// Interned condition messages of one shard.
+#[derive(Debug, Default)]
+pub struct Messages {
+    inner: RwLock<MessageTable>,
+}
+
+#[derive(Debug, Default)]
+struct MessageTable {
+    ids: HashMap<Arc<str>, u32>,
+    texts: Vec<Arc<str>>,
+}
+
+impl Messages {
+    pub fn intern(&self, message: &str) -> u32 {
+        if let Some(id) = self.inner.read().ids.get(message) {
+            return *id;
+        }
+        let mut table = self.inner.write();
+        if let Some(id) = table.ids.get(message) {
+            return *id;
+        }
+        let id = u32::try_from(table.texts.len()).expect("fewer than 2^32 distinct messages");
+        let text: Arc<str> = message.into();
+        table.texts.push(text.clone());
+        table.ids.insert(text, id);
+        id
+    }
+
+    /// A read view resolving message ids (one lock for a whole response; never held across `.await`).
+    pub fn view(&self) -> MessageView<'_> {
+        MessageView {
+            table: self.inner.read(),
+        }
+    }
+}
+
+pub struct MessageView<'a> {
+    table: parking_lot::RwLockReadGuard<'a, MessageTable>,
+}
+
+impl MessageView<'_> {
+    pub fn text(&self, id: u32) -> &str {
+        self.table.texts.get(id as usize).map(|text| &**text).unwrap_or("")
+    }
+}
+
+/// Everything a worker holds for one dataset generation.
+#[derive(Debug)]
+pub struct Shard {
+    pub generation: u64,
+    isus: DashMap<Box<str>, Arc<IsuEntry>>,
+    users: DashSet<Box<str>>,
+    pub messages: Messages,
+    push_queue: Mutex<PushQueue>,
+}
+
+#[derive(Debug, Default)]
+struct PushQueue {
+    entries: Vec<Arc<IsuEntry>>,
+    oldest: Option<Instant>,
+}
+
+/// Why a provisional registration was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ProvisionalError {
+    AlreadyExists,
+}
+
+/// Why a post was refused (the caller maps these to the API's statuses).
+#[derive(Debug, PartialEq, Eq)]
+pub enum PostError {
+    UnknownIsu,
+}
+
+impl Shard {
+    pub fn new(generation: u64) -> Shard {
+        Shard {
+            generation,
+            isus: DashMap::new(),
+            users: DashSet::new(),
+            messages: Messages::default(),
+            push_queue: Mutex::new(PushQueue::default()),
+        }
+    }
+
+    /// Builds a shard from a reset message; initial ISUs are published.
+    pub fn from_reset(generation: u64, users: &[String], isus: &[ShardIsu]) -> Shard {
+        let shard = Shard::new(generation);
+        for user in users {
+            shard.users.insert(user.as_str().into());
+        }
+        for isu in isus {
+            let entry = IsuEntry::new(&isu.uuid, &isu.owner, &isu.name);
+            entry.id.store(isu.id, Ordering::Relaxed);
+            entry.published.store(true, Ordering::Release);
+            {
+                let mut history = entry.history.write();
+                for condition in &isu.conditions {
+                    history.insert(shard.compact(condition));
+                }
+            }
+            shard.isus.insert(isu.uuid.as_str().into(), Arc::new(entry));
+        }
+        shard
+    }
+
+    fn compact(&self, condition: &WireCondition) -> Condition {
+        Condition {
+            timestamp: condition.timestamp,
+            message: self.messages.intern(&condition.message),
+            flags: condition.flags,
+        }
+    }
+
+    pub fn add_users<'a>(&self, users: impl IntoIterator<Item = &'a str>) {
+        for user in users {
+            self.users.insert(user.into());
+        }
+    }
+
+    pub fn has_user(&self, user: &str) -> bool {
+        self.users.contains(user)
+    }
+
+    /// The published ISU `uuid` if `user` owns it.
+    pub fn owned_isu(&self, uuid: &str, user: &str) -> Option<Arc<IsuEntry>> {
+        let entry = self.isus.get(uuid)?;
+        (entry.is_published() && &*entry.owner == user).then(|| entry.clone())
+    }
+
+    pub fn isu(&self, uuid: &str) -> Option<Arc<IsuEntry>> {
+        self.isus.get(uuid).map(|entry| entry.clone())
+    }
+
+    pub fn isu_count(&self) -> usize {
+        self.isus.len()
+    }
+
+    pub fn provisional(&self, uuid: &str, owner: &str, name: &str) -> Result<(), ProvisionalError> {
+        match self.isus.entry(uuid.into()) {
+            dashmap::Entry::Occupied(_) => Err(ProvisionalError::AlreadyExists),
+            dashmap::Entry::Vacant(vacant) => {
+                vacant.insert(Arc::new(IsuEntry::new(uuid, owner, name)));
+                Ok(())
+            }
+        }
+    }
+
+    /// Makes a provisional ISU visible; returns false when it is unknown.
+    pub fn publish(&self, uuid: &str, id: i64) -> bool {
+        let Some(entry) = self.isu(uuid) else { return false };
+        entry.id.store(id, Ordering::Relaxed);
+        entry.published.store(true, Ordering::Release);
+        if entry.latest().is_some() {
+            self.enqueue(&entry);
+        }
+        true
+    }
+
+    /// Forgets a provisional ISU and what was posted to it; published ISUs stay.
+    pub fn rollback(&self, uuid: &str) -> bool {
+        self.isus.remove_if(uuid, |_, entry| !entry.is_published()).is_some()
+    }
+
+    /// Stores a validated batch for `uuid`, all or nothing.
+    pub fn post(&self, uuid: &str, batch: &[NewCondition<'_>]) -> Result<(), PostError> {
+        let entry = self.isu(uuid).ok_or(PostError::UnknownIsu)?;
+        let compacted: Vec<Condition> = batch
+            .iter()
+            .map(|condition| Condition {
+                timestamp: condition.timestamp,
+                message: self.messages.intern(condition.message),
+                flags: condition.flags,
+            })
+            .collect();
+        {
+            let mut history = entry.history.write();
+            for condition in compacted {
+                history.insert(condition);
+            }
+        }
+        if entry.is_published() {
+            self.enqueue(&entry);
+        }
+        Ok(())
+    }
+
+    fn enqueue(&self, entry: &Arc<IsuEntry>) {
+        if entry.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut queue = self.push_queue.lock();
+        queue.oldest.get_or_insert_with(Instant::now);
+        queue.entries.push(entry.clone());
+    }
+
+    /// Takes the ISUs whose latest condition changed since the last call, with
+    /// the time the oldest of them was queued. Their `queued` flag is cleared
+    /// before their latest condition is read, so a concurrent post queues them again.
+    pub fn take_changed(&self) -> (Vec<(Arc<IsuEntry>, Condition)>, Option<Instant>) {
+        let (entries, oldest) = {
+            let mut queue = self.push_queue.lock();
+            (std::mem::take(&mut queue.entries), queue.oldest.take())
+        };
+        let changed = entries
+            .into_iter()
+            .filter_map(|entry| {
+                entry.queued.store(false, Ordering::Release);
+                let latest = entry.latest()?;
+                Some((entry, latest))
+            })
+            .collect();
+        (changed, oldest)
+    }
+
+    /// Puts ISUs back in the push queue (after a failed push).
+    pub fn requeue(&self, entries: impl IntoIterator<Item = Arc<IsuEntry>>) {
+        for entry in entries {
+            self.enqueue(&entry);
+        }
+    }
+}
+
+/// Cheap-clone handle to the current shard.
+#[derive(Debug, Clone)]
+pub struct Store {
+    current: Arc<RwLock<Arc<Shard>>>,
+}
+
+impl Store {
+    pub fn new(shard: Shard) -> Store {
+        Store {
+            current: Arc::new(RwLock::new(Arc::new(shard))),
+        }
+    }
+
+    pub fn shard(&self) -> Arc<Shard> {
+        self.current.read().clone()
+    }
+
+    pub fn replace(&self, shard: Shard) {
+        *self.current.write() = Arc::new(shard);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::domain::parse_condition;
+
+    fn flags(sitting: bool, condition: &str) -> Flags {
+        Flags::new(sitting, parse_condition(condition).unwrap())
+    }
+
+    const INFO: &str = "is_dirty=false,is_overweight=false,is_broken=false";
+    const WARN: &str = "is_dirty=true,is_overweight=false,is_broken=false";
+    const CRIT: &str = "is_dirty=true,is_overweight=true,is_broken=true";
+
+    fn shard_with(uuid: &str, conditions: &[(i64, &str)]) -> Shard {
+        let shard = Shard::new(1);
+        shard.provisional(uuid, "alice", "chair").unwrap();
+        shard.publish(uuid, 1);
+        let batch: Vec<NewCondition> = conditions
+            .iter()
+            .map(|(timestamp, condition)| NewCondition {
+                timestamp: *timestamp,
+                flags: flags(true, condition),
+                message: "m",
+            })
+            .collect();
+        shard.post(uuid, &batch).unwrap();
+        shard
+    }
+
+    #[test]
+    fn conditions_are_newest_first_with_exclusive_end_and_inclusive_start() {
+        let shard = shard_with("u", &[(10, INFO), (20, WARN), (30, CRIT), (40, INFO), (50, WARN)]);
+        let isu = shard.owned_isu("u", "alice").unwrap();
+        let stamps = |start, end, levels: &str, limit| -> Vec<i64> {
+            isu.conditions_desc(start, end, LevelSet::parse(levels), limit)
+                .iter()
+                .map(|c| c.timestamp)
+                .collect()
+        };
+        assert_eq!(stamps(0, 50, "info,warning,critical", 20), vec![40, 30, 20, 10]);
+        assert_eq!(stamps(20, 51, "info,warning,critical", 20), vec![50, 40, 30, 20]);
+        assert_eq!(stamps(0, 100, "warning,critical", 20), vec![50, 30, 20]);
+        assert_eq!(stamps(0, 100, "info,warning,critical", 2), vec![50, 40]);
+        assert_eq!(stamps(0, 100, "critical", 20), vec![30]);
+        assert_eq!(stamps(0, 100, "bogus", 20), Vec::<i64>::new());
+    }
+
+    #[test]
+    fn out_of_order_batches_keep_history_sorted_and_latest_by_timestamp() {
+        let shard = shard_with("u", &[(100, INFO), (300, INFO)]);
+        let batch = [NewCondition {
+            timestamp: 200,
+            flags: flags(false, INFO),
+            message: "late",
+        }];
+        shard.post("u", &batch).unwrap();
+        let isu = shard.isu("u").unwrap();
+        let all: Vec<i64> = isu
+            .conditions_desc(0, 1000, LevelSet::all(), 20)
+            .iter()
+            .map(|c| c.timestamp)
+            .collect();
+        assert_eq!(all, vec![300, 200, 100]);
+        assert_eq!(isu.latest().unwrap().timestamp, 300);
+    }
+
+    #[test]
+    fn unknown_isus_store_nothing_and_provisional_ones_are_invisible() {
+        let shard = Shard::new(1);
+        let batch = [NewCondition {
+            timestamp: 1,
+            flags: flags(false, INFO),
+            message: "",
+        }];
+        assert_eq!(shard.post("nope", &batch), Err(PostError::UnknownIsu));
+        shard.provisional("p", "alice", "chair").unwrap();
+        assert_eq!(shard.provisional("p", "bob", "x"), Err(ProvisionalError::AlreadyExists));
+        shard.post("p", &batch).unwrap();
+        assert!(shard.owned_isu("p", "alice").is_none());
+        assert!(shard.take_changed().0.is_empty(), "provisional ISUs are not pushed");
+        assert!(shard.publish("p", 7));
+        assert_eq!(shard.owned_isu("p", "alice").unwrap().id(), 7);
+        assert!(shard.owned_isu("p", "bob").is_none());
+        let (changed, oldest) = shard.take_changed();
+        assert_eq!(changed.len(), 1);
+        assert!(oldest.is_some());
+        assert!(!shard.rollback("p"), "published ISUs are not rolled back");
+    }
+
+    #[test]
+    fn rollback_forgets_provisional_conditions() {
+        let shard = Shard::new(1);
+        shard.provisional("p", "alice", "chair").unwrap();
+        let batch = [NewCondition {
+            timestamp: 5,
+            flags: flags(false, INFO),
+            message: "x",
+        }];
+        shard.post("p", &batch).unwrap();
+        assert!(shard.rollback("p"));
+        assert_eq!(shard.post("p", &batch), Err(PostError::UnknownIsu));
+    }
+
+    #[test]
+    fn push_queue_holds_each_isu_once_per_batch() {
+        let shard = shard_with("u", &[(1, INFO)]);
+        let _ = shard.take_changed();
+        let batch = |timestamp| {
+            [NewCondition {
+                timestamp,
+                flags: flags(false, WARN),
+                message: "",
+            }]
+        };
+        shard.post("u", &batch(2)).unwrap();
+        shard.post("u", &batch(3)).unwrap();
+        let (changed, _) = shard.take_changed();
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].1.timestamp, 3);
+        assert!(shard.take_changed().0.is_empty());
+    }
+
+    #[test]
+    fn graph_buckets_by_hour_from_the_truncated_datetime() {
+        let base = 1628348400;
+        let shard = shard_with(
+            "u",
+            &[
+                (base - 1, INFO),
+                (base + 10, INFO),
+                (base + 20, WARN),
+                (base + 3599, CRIT),
+                (base + 3600, INFO),
+                (base + 24 * 3600, INFO),
+            ],
+        );
+        let isu = shard.isu("u").unwrap();
+        let graph = isu.graph(base + 1234);
+        assert_eq!(graph.len(), 24);
+        assert_eq!(graph[0].start_at, base);
+        assert_eq!(graph[0].timestamps, vec![base + 10, base + 20, base + 3599]);
+        assert_eq!(graph[0].data_point().unwrap().score, 66);
+        assert_eq!(graph[1].timestamps, vec![base + 3600]);
+        assert!(graph[2].data_point().is_none());
+        assert_eq!(graph[23].start_at, base + 23 * 3600);
+        assert!(graph[23].timestamps.is_empty());
+    }
+
+    #[test]
+    fn a_condition_is_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<Condition>(), 16);
+    }
+
+    #[test]
+    fn reset_builds_published_isus_with_history() {
+        let isus = vec![ShardIsu {
+            id: 3,
+            uuid: "u".into(),
+            owner: "alice".into(),
+            name: "n".into(),
+            character: "c".into(),
+            conditions: vec![WireCondition {
+                timestamp: 9,
+                flags: flags(true, CRIT),
+                message: "hi".into(),
+            }],
+        }];
+        let shard = Shard::from_reset(42, &["alice".into()], &isus);
+        assert!(shard.has_user("alice"));
+        let isu = shard.owned_isu("u", "alice").unwrap();
+        assert_eq!(isu.id(), 3);
+        let latest = isu.latest().unwrap();
+        assert_eq!(shard.messages.view().text(latest.message), "hi");
+    }
+}
