@@ -81,6 +81,10 @@ pub enum ProfileError {
     Failed(String),
 }
 
+/// An idle process yields no samples, and the flamegraph renderer then writes nothing.
+const EMPTY_FLAMEGRAPH: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"600\" height=\"40\">\
+<text x=\"10\" y=\"25\">no CPU samples in this interval (idle process)</text></svg>\n";
+
 static PROFILING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Samples this process's CPU for `seconds` at 99 Hz and renders the profile.
@@ -102,6 +106,7 @@ pub async fn cpu_profile(seconds: u64, format: ProfileFormat) -> Result<Vec<u8>,
     drop(guard);
     let mut out = Vec::new();
     match format {
+        ProfileFormat::Svg if report.data.is_empty() => out.extend_from_slice(EMPTY_FLAMEGRAPH.as_bytes()),
         ProfileFormat::Svg => report
             .flamegraph(&mut out)
             .map_err(|error| ProfileError::Failed(error.to_string()))?,

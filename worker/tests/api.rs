@@ -1,0 +1,593 @@
+//! Worker integration tests: a real worker on 127.0.0.1:0, driven over HTTP,
+//! with a stand-in coordinator that records the latest-condition pushes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::routing::post;
+use axum::{Json, Router};
+use parking_lot::Mutex;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use shared::protocol::{LatestBatch, ResetShard, ShardIsu, WireCondition, SECRET_HEADER};
+use shared::session::{SessionKey, COOKIE_NAME};
+use worker::config::Config;
+use worker::Application;
+
+const SECRET: &str = "test-secret";
+const GENERATION: u64 = 77;
+const INFO: &str = "is_dirty=false,is_overweight=false,is_broken=false";
+const WARNING: &str = "is_dirty=true,is_overweight=false,is_broken=false";
+const CRITICAL: &str = "is_dirty=true,is_overweight=true,is_broken=true";
+/// Owned by alice, even first digit (shard A).
+const ISU: &str = "0b104b95-3532-4828-8550-89da717b9667";
+
+struct TestWorker {
+    base: String,
+    client: reqwest::Client,
+    pushes: Arc<Mutex<Vec<LatestBatch>>>,
+    key: SessionKey,
+}
+
+impl TestWorker {
+    async fn spawn() -> TestWorker {
+        let pushes: Arc<Mutex<Vec<LatestBatch>>> = Arc::default();
+        let recorded = pushes.clone();
+        let coordinator = Router::new().route(
+            shared::protocol::COORDINATOR_LATEST,
+            post(move |Json(batch): Json<LatestBatch>| {
+                let recorded = recorded.clone();
+                async move {
+                    recorded.lock().push(batch);
+                    StatusCode::OK
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let coordinator_addr: SocketAddr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, coordinator).await });
+
+        let config = Config {
+            shard: shared::placement::Shard::A,
+            listen: "127.0.0.1:0".parse().unwrap(),
+            coordinator_url: format!("http://{coordinator_addr}"),
+            cluster_secret: SECRET.into(),
+            push_interval_ms: 10,
+            threads: 0,
+        };
+        let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .build_recorder()
+            .handle();
+        let application = Application::build(config, metrics).await.unwrap();
+        let base = format!("http://{}", application.local_addr());
+        tokio::spawn(application.run_until_stopped(std::future::pending()));
+        let worker = TestWorker {
+            base,
+            client: reqwest::Client::new(),
+            pushes,
+            key: SessionKey::from_secret(SECRET),
+        };
+        worker.reset().await;
+        worker
+    }
+
+    /// Resets to one published ISU of alice with three conditions.
+    async fn reset(&self) {
+        let condition = |timestamp, text: &str, sitting| WireCondition {
+            timestamp,
+            flags: shared::domain::Flags::new(sitting, shared::domain::parse_condition(text).unwrap()),
+            message: format!("m{timestamp}"),
+        };
+        let reset = ResetShard {
+            generation: GENERATION,
+            users: vec!["alice".into(), "bob".into()],
+            isus: vec![ShardIsu {
+                id: 1,
+                uuid: ISU.into(),
+                owner: "alice".into(),
+                name: "椅子".into(),
+                character: "すなお".into(),
+                conditions: vec![
+                    condition(1000, INFO, true),
+                    condition(2000, WARNING, false),
+                    condition(3000, CRITICAL, true),
+                ],
+            }],
+        };
+        let response = self
+            .internal(shared::protocol::WORKER_RESET, &serde_json::to_value(reset).unwrap())
+            .await;
+        assert_eq!(response, StatusCode::OK);
+    }
+
+    async fn internal(&self, path: &str, body: &Value) -> StatusCode {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .header(SECRET_HEADER, SECRET)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
+    fn cookie(&self, user: &str, generation: u64) -> String {
+        format!("{COOKIE_NAME}={}", self.key.sign(user, generation))
+    }
+
+    async fn get(&self, path: &str, user: Option<&str>) -> (StatusCode, String, String) {
+        let mut request = self.client.get(format!("{}{path}", self.base));
+        if let Some(user) = user {
+            request = request.header("cookie", self.cookie(user, GENERATION));
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (status, content_type, response.text().await.unwrap())
+    }
+
+    async fn post_conditions(&self, uuid: &str, body: &str) -> StatusCode {
+        self.client
+            .post(format!("{}/api/condition/{uuid}", self.base))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap()
+            .status()
+    }
+
+    async fn timestamps(&self, query: &str) -> Vec<i64> {
+        let (status, _, body) = self.get(&format!("/api/condition/{ISU}?{query}"), Some("alice")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let items: Vec<Value> = serde_json::from_str(&body).unwrap();
+        items.iter().map(|item| item["timestamp"].as_i64().unwrap()).collect()
+    }
+}
+
+fn batch(conditions: &[(i64, &str)]) -> String {
+    let items: Vec<Value> = conditions
+        .iter()
+        .map(|(timestamp, condition)| json!({"is_sitting": false, "condition": condition, "message": "hello", "timestamp": timestamp}))
+        .collect();
+    serde_json::to_string(&items).unwrap()
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn condition_list_filters_orders_and_shapes_items() {
+    let worker = TestWorker::spawn().await;
+    let (status, content_type, body) = worker
+        .get(
+            &format!("/api/condition/{ISU}?end_time=3001&condition_level=info,warning,critical"),
+            Some("alice"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(content_type.starts_with("application/json"));
+    let items: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        items[0],
+        json!({"jia_isu_uuid": ISU, "isu_name": "椅子", "timestamp": 3000, "is_sitting": true,
+               "condition": CRITICAL, "condition_level": "critical", "message": "m3000"})
+    );
+    assert_eq!(
+        worker
+            .timestamps("end_time=3000&condition_level=info,warning,critical")
+            .await,
+        vec![2000, 1000]
+    );
+    assert_eq!(
+        worker
+            .timestamps("end_time=9999&condition_level=warning,critical")
+            .await,
+        vec![3000, 2000]
+    );
+    assert_eq!(
+        worker
+            .timestamps("end_time=9999&condition_level=info&start_time=1000")
+            .await,
+        vec![1000]
+    );
+    assert_eq!(
+        worker
+            .timestamps("end_time=9999&condition_level=info,critical&start_time=1001")
+            .await,
+        vec![3000]
+    );
+    assert_eq!(
+        worker.timestamps("end_time=9999&condition_level=nothing").await,
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        worker
+            .timestamps("end_time=9999&condition_level=info&start_time=")
+            .await,
+        vec![1000]
+    );
+}
+
+#[tokio::test]
+async fn condition_list_limit_is_twenty_after_the_level_filter() {
+    let worker = TestWorker::spawn().await;
+    let posts: Vec<(i64, &str)> = (0..30)
+        .map(|i| (10_000 + i, if i % 2 == 0 { INFO } else { WARNING }))
+        .collect();
+    assert_eq!(worker.post_conditions(ISU, &batch(&posts)).await, StatusCode::ACCEPTED);
+    let warnings = worker.timestamps("end_time=99999&condition_level=warning").await;
+    assert_eq!(warnings.len(), 16, "15 posted warnings plus the initial one");
+    let all = worker
+        .timestamps("end_time=99999&condition_level=info,warning,critical")
+        .await;
+    assert_eq!(all.len(), 20);
+    assert_eq!(all[0], 10_029);
+    assert!(all.windows(2).all(|pair| pair[0] > pair[1]), "strictly descending");
+}
+
+#[tokio::test]
+async fn condition_list_errors_in_contract_order() {
+    let worker = TestWorker::spawn().await;
+    let cases = [
+        (
+            "condition_level=info",
+            None,
+            StatusCode::UNAUTHORIZED,
+            "you are not signed in",
+        ),
+        (
+            "condition_level=info",
+            Some("alice"),
+            StatusCode::BAD_REQUEST,
+            "bad format: end_time",
+        ),
+        (
+            "end_time=end_time&condition_level=info",
+            Some("alice"),
+            StatusCode::BAD_REQUEST,
+            "bad format: end_time",
+        ),
+        (
+            "end_time=10",
+            Some("alice"),
+            StatusCode::BAD_REQUEST,
+            "missing: condition_level",
+        ),
+        (
+            "end_time=10&condition_level=",
+            Some("alice"),
+            StatusCode::BAD_REQUEST,
+            "missing: condition_level",
+        ),
+        (
+            "end_time=10&condition_level=info&start_time=start_time",
+            Some("alice"),
+            StatusCode::BAD_REQUEST,
+            "bad format: start_time",
+        ),
+        (
+            "end_time=10&condition_level=info",
+            Some("bob"),
+            StatusCode::NOT_FOUND,
+            "not found: isu",
+        ),
+    ];
+    for (query, user, status, message) in cases {
+        let (got_status, content_type, body) = worker.get(&format!("/api/condition/{ISU}?{query}"), user).await;
+        assert_eq!((got_status, body.as_str()), (status, message), "{query} as {user:?}");
+        assert!(content_type.starts_with("text/plain"), "{content_type}");
+    }
+    let (status, _, body) = worker
+        .get(
+            "/api/condition/ffffffff-0000-0000-0000-000000000000?end_time=1&condition_level=info",
+            Some("alice"),
+        )
+        .await;
+    assert_eq!((status, body.as_str()), (StatusCode::NOT_FOUND, "not found: isu"));
+}
+
+#[tokio::test]
+async fn sessions_need_a_valid_signature_and_a_known_user_or_current_generation() {
+    let worker = TestWorker::spawn().await;
+    let path = format!("{}/api/condition/{ISU}?end_time=1&condition_level=info", worker.base);
+    let status = |cookie: String| {
+        let request = worker.client.get(&path).header("cookie", cookie);
+        async move { request.send().await.unwrap().status() }
+    };
+    assert_eq!(
+        status(worker.cookie("alice", GENERATION + 1)).await,
+        StatusCode::OK,
+        "known user, older session"
+    );
+    assert_eq!(
+        status(worker.cookie("carol", GENERATION + 1)).await,
+        StatusCode::UNAUTHORIZED,
+        "unknown user from another generation"
+    );
+    assert_eq!(
+        status(worker.cookie("carol", GENERATION)).await,
+        StatusCode::NOT_FOUND,
+        "new user of this generation"
+    );
+    let foreign = SessionKey::from_secret("other").sign("alice", GENERATION);
+    assert_eq!(
+        status(format!("{COOKIE_NAME}={foreign}")).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let synced = json!({"generation": GENERATION, "users": ["carol"]});
+    assert_eq!(
+        worker.internal(shared::protocol::WORKER_USERS, &synced).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(worker.cookie("carol", GENERATION + 1)).await,
+        StatusCode::NOT_FOUND,
+        "synced user"
+    );
+}
+
+#[tokio::test]
+async fn device_posts_are_all_or_nothing() {
+    let worker = TestWorker::spawn().await;
+    let bad_batch = format!(
+        r#"[{{"is_sitting":true,"condition":"{INFO}","message":"ok","timestamp":5000}},
+            {{"is_sitting":true,"condition":"is_dirty=true,is_overweight=false,is_brokan=false","message":"x","timestamp":5001}}]"#
+    );
+    assert_eq!(worker.post_conditions(ISU, &bad_batch).await, StatusCode::BAD_REQUEST);
+    assert_eq!(worker.post_conditions(ISU, "[]").await, StatusCode::BAD_REQUEST);
+    assert_eq!(worker.post_conditions(ISU, "not json").await, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        worker.post_conditions(ISU, r#"[{"is_sitting":true}]"#).await,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        worker
+            .post_conditions("eeeeeeee-0000-0000-0000-000000000000", &batch(&[(1, INFO)]))
+            .await,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        worker
+            .timestamps("end_time=99999&condition_level=info,warning,critical")
+            .await,
+        vec![3000, 2000, 1000]
+    );
+    assert_eq!(
+        worker
+            .post_conditions(ISU, &batch(&[(5000, INFO), (4000, WARNING)]))
+            .await,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        worker
+            .timestamps("end_time=99999&condition_level=info,warning,critical")
+            .await,
+        vec![5000, 4000, 3000, 2000, 1000]
+    );
+}
+
+#[tokio::test]
+async fn graph_has_twenty_four_hours_from_the_truncated_datetime() {
+    let worker = TestWorker::spawn().await;
+    let (status, content_type, body) = worker
+        .get(&format!("/api/isu/{ISU}/graph?datetime=1800"), Some("alice"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(content_type.starts_with("application/json"));
+    let points: Vec<Value> = serde_json::from_str(&body).unwrap();
+    assert_eq!(points.len(), 24);
+    assert_eq!(points[0]["start_at"], 0);
+    assert_eq!(points[0]["end_at"], 3600);
+    assert_eq!(points[0]["condition_timestamps"], json!([1000, 2000, 3000]));
+    // info+sitting (3), warning (2), critical+sitting (1): raw 6 → 600/3/3 = 66.
+    assert_eq!(
+        points[0]["data"],
+        json!({"score": 66, "percentage": {"sitting": 66, "is_broken": 33, "is_dirty": 66, "is_overweight": 33}})
+    );
+    assert_eq!(points[1]["data"], Value::Null);
+    assert_eq!(points[1]["condition_timestamps"], json!([]));
+    assert_eq!(points[23]["start_at"], 23 * 3600);
+
+    for (query, user, status, message) in [
+        ("datetime=1", None, StatusCode::UNAUTHORIZED, "you are not signed in"),
+        ("", Some("alice"), StatusCode::BAD_REQUEST, "missing: datetime"),
+        ("datetime=", Some("alice"), StatusCode::BAD_REQUEST, "missing: datetime"),
+        (
+            "datetime=datetime",
+            Some("alice"),
+            StatusCode::BAD_REQUEST,
+            "bad format: datetime",
+        ),
+        ("datetime=1", Some("bob"), StatusCode::NOT_FOUND, "not found: isu"),
+    ] {
+        let (got, _, body) = worker.get(&format!("/api/isu/{ISU}/graph?{query}"), user).await;
+        assert_eq!((got, body.as_str()), (status, message), "{query:?} as {user:?}");
+    }
+}
+
+#[tokio::test]
+async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
+    let worker = TestWorker::spawn().await;
+    let uuid = "2a000000-0000-4000-8000-000000000000";
+    let provisional = json!({"generation": GENERATION, "uuid": uuid, "owner": "alice", "name": "new"});
+    assert_eq!(
+        worker
+            .internal(shared::protocol::WORKER_PROVISIONAL, &provisional)
+            .await,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        worker
+            .internal(shared::protocol::WORKER_PROVISIONAL, &provisional)
+            .await,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        worker.post_conditions(uuid, &batch(&[(100, INFO)])).await,
+        StatusCode::ACCEPTED
+    );
+    let list = format!("/api/condition/{uuid}?end_time=999&condition_level=info");
+    assert_eq!(worker.get(&list, Some("alice")).await.0, StatusCode::NOT_FOUND);
+    let publish = json!({"generation": GENERATION, "uuid": uuid, "id": 29, "character": "すなお"});
+    assert_eq!(
+        worker.internal(shared::protocol::WORKER_PUBLISH, &publish).await,
+        StatusCode::OK
+    );
+    let (status, _, body) = worker.get(&list, Some("alice")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()[0]["timestamp"], 100);
+
+    let doomed = "4b000000-0000-4000-8000-000000000000";
+    let provisional = json!({"generation": GENERATION, "uuid": doomed, "owner": "alice", "name": "gone"});
+    assert_eq!(
+        worker
+            .internal(shared::protocol::WORKER_PROVISIONAL, &provisional)
+            .await,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        worker.post_conditions(doomed, &batch(&[(100, INFO)])).await,
+        StatusCode::ACCEPTED
+    );
+    let rollback = json!({"generation": GENERATION, "uuid": doomed});
+    assert_eq!(
+        worker.internal(shared::protocol::WORKER_ROLLBACK, &rollback).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        worker.post_conditions(doomed, &batch(&[(200, INFO)])).await,
+        StatusCode::NOT_FOUND
+    );
+    let stale = json!({"generation": GENERATION + 1, "uuid": "6c", "owner": "alice", "name": "x"});
+    assert_eq!(
+        worker.internal(shared::protocol::WORKER_PROVISIONAL, &stale).await,
+        StatusCode::CONFLICT
+    );
+}
+
+#[tokio::test]
+async fn latest_condition_is_pushed_within_a_few_intervals_and_only_when_changed() {
+    let worker = TestWorker::spawn().await;
+    let posted_at = Instant::now();
+    assert_eq!(
+        worker
+            .post_conditions(ISU, &batch(&[(7000, WARNING), (6000, INFO)]))
+            .await,
+        StatusCode::ACCEPTED
+    );
+    let pushes = worker.pushes.clone();
+    wait_until("the push arrives", Duration::from_secs(2), || {
+        pushes
+            .lock()
+            .iter()
+            .any(|batch| batch.items.iter().any(|item| item.condition.timestamp == 7000))
+    })
+    .await;
+    let lag = posted_at.elapsed();
+    let batches = pushes.lock().clone();
+    let pushed: Vec<_> = batches.iter().flat_map(|batch| batch.items.iter()).collect();
+    assert_eq!(pushed.len(), 1, "one item per changed ISU: {pushed:?}");
+    assert_eq!(pushed[0].uuid, ISU);
+    assert_eq!(pushed[0].condition.message, "hello");
+    assert!(batches.iter().all(|batch| batch.generation == GENERATION));
+    eprintln!("post → push lag {lag:?}");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(
+        pushes.lock().len(),
+        batches.len(),
+        "nothing is pushed when nothing changed"
+    );
+}
+
+#[tokio::test]
+async fn internal_routes_require_the_cluster_secret() {
+    let worker = TestWorker::spawn().await;
+    for path in ["/internal/reset", "/internal/isu/provisional", "/internal/users"] {
+        let response = worker
+            .client
+            .post(format!("{}{path}", worker.base))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+    for path in ["/metrics", "/debug/pprof/profile?seconds=1"] {
+        let response = worker
+            .client
+            .get(format!("{}{path}", worker.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let metrics = worker
+        .client
+        .get(format!("{}/metrics", worker.base))
+        .header("authorization", format!("Bearer {SECRET}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn profile_endpoint_returns_a_flamegraph() {
+    let worker = TestWorker::spawn().await;
+    // Keep the worker busy while it is profiled, so the flamegraph has samples.
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    let load = {
+        let (client, base) = (worker.client.clone(), worker.base.clone());
+        tokio::spawn(async move {
+            let mut timestamp = 100_000;
+            while Instant::now() < deadline {
+                timestamp += 1;
+                let body = batch(&[(timestamp, INFO)]);
+                let _ = client
+                    .post(format!("{base}/api/condition/{ISU}"))
+                    .body(body)
+                    .send()
+                    .await;
+            }
+        })
+    };
+    let response = worker
+        .client
+        .get(format!("{}/debug/pprof/profile?seconds=1&format=svg", worker.base))
+        .header(SECRET_HEADER, SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("<svg"), "{}", &body[..body.len().min(200)]);
+    load.await.unwrap();
+    let protobuf = worker
+        .client
+        .get(format!("{}/debug/pprof/profile?seconds=1", worker.base))
+        .header(SECRET_HEADER, SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(protobuf.status(), StatusCode::OK);
+    assert!(!protobuf.bytes().await.unwrap().is_empty());
+    let bad = worker
+        .client
+        .get(format!("{}/debug/pprof/profile?seconds=0", worker.base))
+        .header(SECRET_HEADER, SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+}
