@@ -1,0 +1,408 @@
+//! The JIA simulator: `POST /api/activate` and one posting device per activated ISU.
+//!
+//! ```no_run
+//! # async fn example() -> anyhow::Result<()> {
+//! use bench::jia::{JiaConfig, JiaSimulator};
+//! let jia = JiaSimulator::start(JiaConfig { accept_any_uuid: true, ..JiaConfig::default() }).await?;
+//! let jia_service_url = jia.url(); // send this in `POST /initialize`
+//! // ... register ISUs through the service, then:
+//! let sent = jia.sent("0694e4d7-dfce-4aec-b7ca-887ac42cfb8f");
+//! jia.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use reqwest::Url;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
+
+use crate::clock::VirtualClock;
+use crate::device::{Device, DeviceTiming};
+use crate::model::{character_for_uuid, SentCondition};
+
+/// The hosts the official JIA accepts in a `target_base_url`.
+pub const OFFICIAL_HOSTS: [&str; 3] = [
+    "isucondition-1.t.isucon.dev",
+    "isucondition-2.t.isucon.dev",
+    "isucondition-3.t.isucon.dev",
+];
+/// User-Agent of the official devices.
+pub const DEVICE_USER_AGENT: &str = "JIA-Members-Client/1.2";
+
+/// Which `target_base_url`s the simulator accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UrlPolicy {
+    /// Any URL that parses (local clusters post to plain-HTTP loopback addresses).
+    #[default]
+    AnyUrl,
+    /// The official rule: `https`, a host among [`OFFICIAL_HOSTS`], no explicit port.
+    Official,
+}
+
+impl UrlPolicy {
+    /// Why the parsed `url` (written as `raw`) is refused, if it is.
+    pub fn refusal(self, raw: &str, url: &Url) -> Option<&'static str> {
+        match self {
+            UrlPolicy::AnyUrl => None,
+            UrlPolicy::Official if url.scheme() != "https" => Some("bad url scheme: scheme must be https"),
+            UrlPolicy::Official if !url.host_str().is_some_and(|host| OFFICIAL_HOSTS.contains(&host)) => {
+                Some("bad url: hostname must be isucondition-[1-3].t.isucon.dev")
+            }
+            UrlPolicy::Official if url.port().is_some() || has_explicit_port(raw) => {
+                Some("bad port: no port may be given")
+            }
+            UrlPolicy::Official => None,
+        }
+    }
+}
+
+/// Whether the authority of `raw` names a port, even the scheme's default one that
+/// [`Url`] normalises away (`https://host:443`).
+fn has_explicit_port(raw: &str) -> bool {
+    let after_scheme = raw.split_once("://").map_or(raw, |(_, rest)| rest);
+    let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_and_port = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    host_and_port
+        .trim_start_matches('[')
+        .rsplit_once(']')
+        .map_or(host_and_port, |(_, rest)| rest)
+        .contains(':')
+}
+
+/// How the simulator is built. `Default` is a local, bounded simulator that knows no UUID.
+#[derive(Debug, Clone)]
+pub struct JiaConfig {
+    /// Where to listen (`127.0.0.1:0` picks a free port; see [`JiaHandle::addr`]).
+    pub listen: SocketAddr,
+    pub url_policy: UrlPolicy,
+    /// Known ISUs: UUID → character. Others get 404 unless `accept_any_uuid`.
+    pub catalog: HashMap<String, String>,
+    /// Accept every UUID, picking its character deterministically from the UUID.
+    pub accept_any_uuid: bool,
+    /// Pause before answering an activation, while the device already runs (official: 50 ms).
+    pub activation_delay: Duration,
+    pub timing: DeviceTiming,
+    /// The virtual clock of devices (default: 2021-08-08 00:00 JST at start, 30 000×).
+    pub clock: VirtualClock,
+    /// Devices stop posting this long after the simulator started, whatever happens.
+    pub run_for: Duration,
+    /// Seed of the devices' random streams (each device also mixes in its UUID).
+    pub seed: u64,
+}
+
+impl Default for JiaConfig {
+    fn default() -> Self {
+        JiaConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            url_policy: UrlPolicy::AnyUrl,
+            catalog: HashMap::new(),
+            accept_any_uuid: false,
+            activation_delay: Duration::from_millis(50),
+            timing: DeviceTiming::default(),
+            clock: VirtualClock::default(),
+            run_for: Duration::from_secs(300),
+            seed: 0x15c0_4d17,
+        }
+    }
+}
+
+/// One accepted activation (the first one of its ISU; re-activations are not recorded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Activation {
+    pub isu_uuid: String,
+    pub target_base_url: String,
+    pub character: String,
+}
+
+/// Namespace for [`JiaSimulator::start`].
+pub struct JiaSimulator;
+
+impl JiaSimulator {
+    /// Binds the listener, starts serving and returns the handle. Everything stops when
+    /// [`JiaHandle::shutdown`] is called or the last clone of the handle is dropped.
+    pub async fn start(config: JiaConfig) -> anyhow::Result<JiaHandle> {
+        let listener = TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let stop = CancellationToken::new();
+        let client = reqwest::Client::builder()
+            .timeout(config.timing.post_timeout)
+            .user_agent(DEVICE_USER_AGENT)
+            .no_proxy()
+            .build()?;
+        let shared = Arc::new(Shared {
+            catalog: Mutex::new(config.catalog.clone()),
+            devices: Mutex::new(HashMap::new()),
+            activations: Mutex::new(Vec::new()),
+            running_devices: Arc::new(AtomicUsize::new(0)),
+            tracker: TaskTracker::new(),
+            deadline: Instant::now() + config.run_for,
+            stop: stop.clone(),
+            client,
+            config,
+        });
+        let router = Router::new()
+            .route("/api/activate", post(activate))
+            .with_state(shared.clone());
+        let server_stop = stop.clone();
+        shared.tracker.spawn(async move {
+            let serving = axum::serve(listener, router).with_graceful_shutdown(server_stop.cancelled_owned());
+            if let Err(error) = serving.await {
+                tracing::warn!(%error, "jia simulator server stopped");
+            }
+        });
+        Ok(JiaHandle {
+            shared,
+            addr,
+            _stop_on_drop: Arc::new(stop.drop_guard()),
+        })
+    }
+}
+
+/// Cheap-clone handle on a running simulator.
+#[derive(Clone)]
+pub struct JiaHandle {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    /// Cancels the server and every device when the last clone goes away.
+    _stop_on_drop: Arc<DropGuard>,
+}
+
+impl JiaHandle {
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`, the `jia_service_url` to send in `POST /initialize`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The devices' virtual clock.
+    pub fn clock(&self) -> VirtualClock {
+        self.shared.config.clock
+    }
+
+    /// Makes a UUID known (before registering it through the service, as the official bench does).
+    pub fn add_isu(&self, isu_uuid: &str, character: &str) {
+        self.shared
+            .catalog
+            .lock()
+            .expect("catalog poisoned")
+            .insert(isu_uuid.to_owned(), character.to_owned());
+    }
+
+    /// Every condition the device of `isu_uuid` sent so far, oldest first (strictly increasing
+    /// timestamps). Empty for an ISU that was never activated.
+    pub fn sent(&self, isu_uuid: &str) -> Vec<SentCondition> {
+        self.with_sent(isu_uuid, <[SentCondition]>::to_vec).unwrap_or_default()
+    }
+
+    /// Runs `inspect` on the sent log of `isu_uuid` without copying it; `None` if not activated.
+    pub fn with_sent<R>(&self, isu_uuid: &str, inspect: impl FnOnce(&[SentCondition]) -> R) -> Option<R> {
+        let log = self
+            .shared
+            .devices
+            .lock()
+            .expect("devices poisoned")
+            .get(isu_uuid)
+            .cloned()?;
+        let log = log.lock().expect("sent log poisoned");
+        Some(inspect(&log))
+    }
+
+    /// The condition the device of `isu_uuid` sent with exactly this timestamp.
+    pub fn find_sent(&self, isu_uuid: &str, timestamp: i64) -> Option<SentCondition> {
+        self.with_sent(isu_uuid, |log| {
+            log.binary_search_by_key(&timestamp, |condition| condition.timestamp)
+                .ok()
+                .map(|index| log[index])
+        })
+        .flatten()
+    }
+
+    /// Total number of conditions sent by all devices.
+    pub fn sent_total(&self) -> usize {
+        let logs: Vec<_> = self
+            .shared
+            .devices
+            .lock()
+            .expect("devices poisoned")
+            .values()
+            .cloned()
+            .collect();
+        logs.iter()
+            .map(|log| log.lock().expect("sent log poisoned").len())
+            .sum()
+    }
+
+    /// Accepted activations, in order.
+    pub fn activations(&self) -> Vec<Activation> {
+        self.shared.activations.lock().expect("activations poisoned").clone()
+    }
+
+    /// Number of device tasks currently running.
+    pub fn running_devices(&self) -> usize {
+        self.shared.running_devices.load(Ordering::SeqCst)
+    }
+
+    /// Stops the server and every device, and waits until they have stopped.
+    /// The sent logs stay readable afterwards.
+    pub async fn shutdown(&self) {
+        self.shared.stop.cancel();
+        self.shared.tracker.close();
+        self.shared.tracker.wait().await;
+    }
+}
+
+/// State shared by the handler, the devices and the handle. std `Mutex`es are fine: no lock
+/// is held across an `.await`, and each critical section is a map lookup or a vector append.
+struct Shared {
+    config: JiaConfig,
+    catalog: Mutex<HashMap<String, String>>,
+    /// Sent log per activated ISU; each log has its own lock so devices do not contend.
+    devices: Mutex<HashMap<String, Arc<Mutex<Vec<SentCondition>>>>>,
+    activations: Mutex<Vec<Activation>>,
+    running_devices: Arc<AtomicUsize>,
+    tracker: TaskTracker,
+    deadline: Instant,
+    stop: CancellationToken,
+    client: reqwest::Client,
+}
+
+#[derive(Deserialize)]
+struct ActivateRequest {
+    target_base_url: String,
+    isu_uuid: String,
+}
+
+#[derive(Serialize)]
+struct ActivateResponse {
+    character: String,
+}
+
+async fn activate(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let Ok(request) = serde_json::from_slice::<ActivateRequest>(&body) else {
+        return (StatusCode::BAD_REQUEST, "bad request body").into_response();
+    };
+    let Ok(target_base_url) = Url::parse(&request.target_base_url) else {
+        return (StatusCode::BAD_REQUEST, "bad url").into_response();
+    };
+    let character = match shared.character_of(&request.isu_uuid) {
+        Some(character) => character,
+        None => return (StatusCode::NOT_FOUND, "bad isu_uuid").into_response(),
+    };
+    if let Err(refusal) = shared.start_device_once(
+        &request.isu_uuid,
+        &request.target_base_url,
+        &target_base_url,
+        &character,
+    ) {
+        return (StatusCode::BAD_REQUEST, refusal).into_response();
+    }
+    tokio::time::sleep(shared.config.activation_delay).await;
+    (StatusCode::ACCEPTED, Json(ActivateResponse { character })).into_response()
+}
+
+impl Shared {
+    fn character_of(&self, isu_uuid: &str) -> Option<String> {
+        if let Some(character) = self.catalog.lock().expect("catalog poisoned").get(isu_uuid) {
+            return Some(character.clone());
+        }
+        self.config
+            .accept_any_uuid
+            .then(|| character_for_uuid(isu_uuid).to_owned())
+    }
+
+    /// Starts the device of `isu_uuid` unless it already runs (the first URL stays in force).
+    fn start_device_once(
+        &self,
+        isu_uuid: &str,
+        raw_target_base_url: &str,
+        target_base_url: &Url,
+        character: &str,
+    ) -> Result<(), &'static str> {
+        let mut devices = self.devices.lock().expect("devices poisoned");
+        if devices.contains_key(isu_uuid) {
+            return Ok(());
+        }
+        if let Some(refusal) = self.config.url_policy.refusal(raw_target_base_url, target_base_url) {
+            return Err(refusal);
+        }
+        let log = Arc::new(Mutex::new(Vec::new()));
+        devices.insert(isu_uuid.to_owned(), log.clone());
+        drop(devices);
+        self.activations.lock().expect("activations poisoned").push(Activation {
+            isu_uuid: isu_uuid.to_owned(),
+            target_base_url: target_base_url.to_string(),
+            character: character.to_owned(),
+        });
+        let device = Device {
+            post_url: condition_url(target_base_url, isu_uuid),
+            clock: self.config.clock,
+            timing: self.config.timing,
+            rng: StdRng::seed_from_u64(self.config.seed ^ crate::model::stable_hash(isu_uuid)),
+            log,
+            client: self.client.clone(),
+            stop: self.stop.clone(),
+            deadline: self.deadline,
+            running: self.running_devices.clone(),
+        };
+        self.tracker.spawn(device.run());
+        Ok(())
+    }
+}
+
+/// `<target_base_url>/api/condition/<uuid>`, joined onto whatever path the base has.
+fn condition_url(base: &Url, isu_uuid: &str) -> Url {
+    let mut url = base.clone();
+    let path = format!("{}/api/condition/{}", base.path().trim_end_matches('/'), isu_uuid);
+    url.set_path(&path);
+    url
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn official_policy_wants_https_an_official_host_and_no_port() {
+        let check = |url: &str| UrlPolicy::Official.refusal(url, &Url::parse(url).unwrap()).is_none();
+        assert!(check("https://isucondition-1.t.isucon.dev"));
+        assert!(check("https://isucondition-3.t.isucon.dev/"));
+        assert!(!check("http://isucondition-1.t.isucon.dev"));
+        assert!(!check("https://isucondition-4.t.isucon.dev"));
+        assert!(!check("https://isucondition-2.t.isucon.dev:443"));
+        assert!(!check("https://127.0.0.3"));
+        assert!(!check("https://user@isucondition-2.t.isucon.dev:8443/x"));
+        let local = "http://127.0.0.3:8080";
+        assert!(UrlPolicy::AnyUrl.refusal(local, &Url::parse(local).unwrap()).is_none());
+    }
+
+    #[test]
+    fn condition_urls_join_the_base_path() {
+        let url = |base: &str| condition_url(&Url::parse(base).unwrap(), "abc").to_string();
+        assert_eq!(url("http://127.0.0.3:8080"), "http://127.0.0.3:8080/api/condition/abc");
+        assert_eq!(url("http://127.0.0.3:8080/"), "http://127.0.0.3:8080/api/condition/abc");
+        assert_eq!(
+            url("https://h.example/prefix/"),
+            "https://h.example/prefix/api/condition/abc"
+        );
+    }
+}

@@ -1,0 +1,228 @@
+//! The public API as one bench agent sees it: response shapes and a counting HTTP agent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, CONTENT_TYPE};
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use super::stats::Stats;
+use crate::model::GraphData;
+
+/// `POST /initialize`.
+#[derive(Debug, Deserialize)]
+pub struct InitializeResponse {
+    pub language: String,
+}
+
+/// `GET /api/user/me`.
+#[derive(Debug, Deserialize)]
+pub struct Me {
+    pub jia_user_id: String,
+}
+
+/// `POST /api/isu` (201) and `GET /api/isu/:uuid`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct Isu {
+    pub id: i64,
+    pub jia_isu_uuid: String,
+    pub name: String,
+    pub character: String,
+}
+
+/// An element of `GET /api/isu`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct IsuListItem {
+    pub id: i64,
+    pub jia_isu_uuid: String,
+    pub name: String,
+    pub character: String,
+    pub latest_isu_condition: Option<ConditionItem>,
+}
+
+/// An element of `GET /api/condition/:uuid` (also `latest_isu_condition`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ConditionItem {
+    pub jia_isu_uuid: String,
+    pub isu_name: String,
+    pub timestamp: i64,
+    pub is_sitting: bool,
+    pub condition: String,
+    pub condition_level: String,
+    pub message: String,
+}
+
+/// An element of `GET /api/isu/:uuid/graph`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GraphPoint {
+    pub start_at: i64,
+    pub end_at: i64,
+    pub data: Option<GraphData>,
+    pub condition_timestamps: Vec<i64>,
+}
+
+/// An element of `GET /api/trend`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TrendEntry {
+    pub character: String,
+    pub info: Vec<TrendItem>,
+    pub warning: Vec<TrendItem>,
+    pub critical: Vec<TrendItem>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct TrendItem {
+    pub isu_id: i64,
+    pub timestamp: i64,
+}
+
+/// A response whose status was one of those expected.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub content_type: String,
+    pub body: Bytes,
+}
+
+/// Why a request gave no usable reply (already counted in the stats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    Timeout,
+    Error,
+}
+
+/// One bench agent: its own cookie jar, a request timeout, and the run's counters. Every
+/// request is counted; timeouts and errors are recorded and turn into `None`.
+#[derive(Clone)]
+pub struct Agent {
+    client: reqwest::Client,
+    base_url: String,
+    stats: Arc<Stats>,
+}
+
+impl Agent {
+    pub fn new(base_url: &str, timeout: Duration, stats: Arc<Stats>) -> anyhow::Result<Agent> {
+        let client = reqwest::Client::builder()
+            .cookie_store(true)
+            .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .build()?;
+        Ok(Agent {
+            client,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            stats,
+        })
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// A request to `path` (absolute path of the public API).
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.client.request(method, format!("{}{}", self.base_url, path))
+    }
+
+    /// Sends, and accepts only the `expected` statuses. `label` names the call in error reports.
+    pub async fn send(&self, label: &str, request: RequestBuilder, expected: &[u16]) -> Result<Reply, Failure> {
+        self.stats.count_request();
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(error) => return self.transport_failure(label, &error),
+        };
+        let status = response.status();
+        let headers = response.headers().clone();
+        let content_type = headers
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body = match response.bytes().await {
+            Ok(body) => body,
+            Err(error) => return self.transport_failure(label, &error),
+        };
+        if !expected.contains(&status.as_u16()) {
+            let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
+            self.stats.error(format!(
+                "{label}: status {} (expected {expected:?}), body {excerpt:?}",
+                status.as_u16()
+            ));
+            return Err(Failure::Error);
+        }
+        Ok(Reply {
+            status,
+            headers,
+            content_type,
+            body,
+        })
+    }
+
+    /// Sends, expects `expected_status` with a JSON body, and decodes it.
+    pub async fn json<T: DeserializeOwned>(
+        &self,
+        label: &str,
+        request: RequestBuilder,
+        expected_status: u16,
+    ) -> Option<T> {
+        let reply = self.send(label, request, &[expected_status]).await.ok()?;
+        self.decode(label, &reply)
+    }
+
+    /// Checks the JSON content type of a reply and decodes its body.
+    pub fn decode<T: DeserializeOwned>(&self, label: &str, reply: &Reply) -> Option<T> {
+        if !reply.content_type.starts_with("application/json") {
+            self.stats.error(format!(
+                "{label}: content-type {:?}, expected application/json",
+                reply.content_type
+            ));
+            return None;
+        }
+        match serde_json::from_slice(&reply.body) {
+            Ok(value) => Some(value),
+            Err(error) => {
+                self.stats.error(format!("{label}: undecodable JSON: {error}"));
+                None
+            }
+        }
+    }
+
+    /// Checks a `text/plain` error body byte for byte.
+    pub fn expect_text(&self, label: &str, reply: &Reply, expected_body: &str) -> bool {
+        if !reply.content_type.starts_with("text/plain") {
+            self.stats.error(format!(
+                "{label}: content-type {:?}, expected text/plain",
+                reply.content_type
+            ));
+            return false;
+        }
+        if reply.body != expected_body.as_bytes() {
+            self.stats.error(format!(
+                "{label}: body {:?}, expected {expected_body:?}",
+                String::from_utf8_lossy(&reply.body)
+            ));
+            return false;
+        }
+        true
+    }
+
+    fn transport_failure<T>(&self, label: &str, error: &reqwest::Error) -> Result<T, Failure> {
+        if error.is_timeout() {
+            self.stats.timeout();
+            return Err(Failure::Timeout);
+        }
+        // The source chain says what really happened (refused, reset, ...).
+        let mut description = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            description = format!("{description}: {cause}");
+            source = cause.source();
+        }
+        self.stats.error(format!("{label}: {description}"));
+        Err(Failure::Error)
+    }
+}
