@@ -14,6 +14,7 @@ end
 
 function init(args)
   counter = 0
+  sequence = {}
   stride = tonumber(os.getenv("THREADS") or "2")
   messages = { "今日も元気に座られています", "少し汚れが気になります", "重さに耐えています", "" }
   conditions = {
@@ -27,14 +28,16 @@ function request()
   counter = counter + 1
   local isu = (counter * stride + tid) % isus
   local uuid = string.format("0%07x-0000-4000-8000-000000000000", isu)
-  -- per ISU, each request's batch is newer than the previous one of this thread
-  local base = 1628348400 + math.floor(counter / isus) * batch * 60 * 2 + tid * 60
+  -- each ISU is posted to by one thread only; its batches follow each other in time
+  local seq = (sequence[isu] or 0) + 1
+  sequence[isu] = seq
+  local base = 1628348400 + seq * batch * 60
   local items = {}
   for i = 1, batch do
     local k = (counter + i) % 3 + 1
     items[i] = string.format(
       '{"is_sitting":%s,"condition":"%s","message":"%s","timestamp":%d}',
-      (i % 2 == 0) and "true" or "false", conditions[k], messages[(counter + i) % 4 + 1], base + i * 120)
+      (i % 2 == 0) and "true" or "false", conditions[k], messages[(counter + i) % 4 + 1], base + i * 60)
   end
   local body = "[" .. table.concat(items, ",") .. "]"
   return wrk.format("POST", "/api/condition/" .. uuid, { ["Content-Type"] = "application/json" }, body)

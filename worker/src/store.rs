@@ -41,17 +41,25 @@ struct History {
 }
 
 impl History {
-    fn insert(&mut self, condition: Condition) {
+    /// Inserts in timestamp order; false when this level already holds that timestamp
+    /// (a device reports one condition per timestamp, so it is a repeat).
+    fn insert(&mut self, condition: Condition) -> bool {
         let list = &mut self.by_level[condition.flags.level().index()];
         match list.last() {
             Some(last) if last.timestamp >= condition.timestamp => {
-                // Out of order (batches may arrive in any order); same timestamp = same report.
+                // Out of order: batches may arrive in any order.
                 match list.binary_search_by_key(&condition.timestamp, |stored| stored.timestamp) {
-                    Ok(_) => {}
-                    Err(position) => list.insert(position, condition),
+                    Ok(_) => false,
+                    Err(position) => {
+                        list.insert(position, condition);
+                        true
+                    }
                 }
             }
-            _ => list.push(condition),
+            _ => {
+                list.push(condition);
+                true
+            }
         }
     }
 
@@ -351,8 +359,8 @@ impl Shard {
         self.isus.remove_if(uuid, |_, entry| !entry.is_published()).is_some()
     }
 
-    /// Stores a validated batch for `uuid`, all or nothing.
-    pub fn post(&self, uuid: &str, batch: &[NewCondition<'_>]) -> Result<(), PostError> {
+    /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were new.
+    pub fn post(&self, uuid: &str, batch: &[NewCondition<'_>]) -> Result<usize, PostError> {
         let entry = self.isu(uuid).ok_or(PostError::UnknownIsu)?;
         let compacted: Vec<Condition> = batch
             .iter()
@@ -362,16 +370,17 @@ impl Shard {
                 flags: condition.flags,
             })
             .collect();
-        {
+        let inserted = {
             let mut history = entry.history.write();
-            for condition in compacted {
-                history.insert(condition);
-            }
-        }
-        if entry.is_published() {
+            compacted
+                .into_iter()
+                .filter(|condition| history.insert(*condition))
+                .count()
+        };
+        if inserted > 0 && entry.is_published() {
             self.enqueue(&entry);
         }
-        Ok(())
+        Ok(inserted)
     }
 
     fn enqueue(&self, entry: &Arc<IsuEntry>) {
@@ -487,7 +496,8 @@ mod tests {
             flags: flags(false, INFO),
             message: "late",
         }];
-        shard.post("u", &batch).unwrap();
+        assert_eq!(shard.post("u", &batch), Ok(1));
+        assert_eq!(shard.post("u", &batch), Ok(0), "a repeated report is stored once");
         let isu = shard.isu("u").unwrap();
         let all: Vec<i64> = isu
             .conditions_desc(0, 1000, LevelSet::all(), 20)

@@ -62,8 +62,8 @@ async fn post_conditions(
         .collect::<Option<Vec<_>>>()
         .ok_or(WorkerError::BadRequest(messages::BAD_REQUEST_BODY))?;
     match shard.post(&uuid, &batch) {
-        Ok(()) => {
-            metrics::counter!(shared::telemetry::CONDITIONS_STORED).increment(batch.len() as u64);
+        Ok(inserted) => {
+            metrics::counter!(shared::telemetry::CONDITIONS_STORED).increment(inserted as u64);
             Ok(StatusCode::ACCEPTED)
         }
         // Rolled back between the check and the insert.

@@ -1,0 +1,954 @@
+//! Support code of the cluster tests: a real three-node cluster (the coordinator
+//! binary and two worker processes) on 127.0.0.1 with free ports, an in-process
+//! JIA simulator from the bench crate, typed HTTP helpers that route requests
+//! the way the public nginx server does, and expectations computed from the
+//! generated dataset.
+//!
+//! Every process a test starts is killed by PID when its guard is dropped, also
+//! when the test panics (the node logs are then printed to help the diagnosis).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bench::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
+use bench::jwt::JwtSigner;
+use bench::model::{condition_string, Level, SentCondition, CHARACTERS};
+use bytes::Bytes;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use shared::dataset::{Dataset, DatasetIsu};
+use shared::domain::Flags;
+use shared::protocol::WireCondition;
+
+/// The contract's error bodies, written out here rather than taken from the
+/// product's constants, so that a typo there cannot hide.
+pub const NOT_SIGNED_IN: &str = "you are not signed in";
+pub const NOT_FOUND_ISU: &str = "not found: isu";
+pub const DUPLICATED_ISU: &str = "duplicated: isu";
+pub const JIA_SERVICE_ERROR: &str = "JIAService returned error";
+pub const BAD_REQUEST_BODY: &str = "bad request body";
+
+pub const INFO: &str = "is_dirty=false,is_overweight=false,is_broken=false";
+pub const WARNING: &str = "is_dirty=true,is_overweight=false,is_broken=false";
+pub const CRITICAL: &str = "is_dirty=true,is_overweight=true,is_broken=true";
+
+/// Every level, as the bench asks for them.
+pub const ALL_LEVELS: &str = "info,warning,critical";
+/// An `end_time` after every timestamp a test produces.
+pub const FAR_FUTURE: i64 = 9_999_999_999;
+
+/// How long a node may take to become healthy.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Client timeout of every request a test sends (the bench allows `/initialize` 20 s).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// Devices stop by themselves after this long, whatever a test does.
+const DEVICE_RUN_FOR: Duration = Duration::from_secs(60);
+
+// ------------------------------------------------------------------ replies
+
+/// A response, read completely.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub content_type: String,
+    pub set_cookies: Vec<String>,
+    pub body: Bytes,
+    /// `METHOD url`, for assertion messages.
+    pub request: String,
+}
+
+impl Reply {
+    pub fn text(&self) -> &str {
+        std::str::from_utf8(&self.body).unwrap_or("<binary body>")
+    }
+
+    /// Asserts a `text/plain` error with this status and this exact body.
+    #[track_caller]
+    pub fn assert_error(&self, status: u16, message: &str) {
+        assert_eq!(
+            (self.status.as_u16(), self.text()),
+            (status, message),
+            "{}: unexpected status or body",
+            self.request
+        );
+        assert!(
+            self.content_type.starts_with("text/plain"),
+            "{}: Content-Type {:?}, expected text/plain",
+            self.request,
+            self.content_type
+        );
+    }
+
+    /// Asserts the status and an `application/json` body, and parses it.
+    #[track_caller]
+    pub fn json(&self, status: u16) -> Value {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "{}: unexpected status, body {:?}",
+            self.request,
+            self.text()
+        );
+        assert!(
+            self.content_type.starts_with("application/json"),
+            "{}: Content-Type {:?}, expected application/json",
+            self.request,
+            self.content_type
+        );
+        serde_json::from_slice(&self.body).unwrap_or_else(|error| panic!("{}: invalid JSON: {error}", self.request))
+    }
+
+    /// Asserts the status and an empty body.
+    #[track_caller]
+    pub fn assert_empty(&self, status: u16) {
+        assert_eq!(
+            (self.status.as_u16(), self.text()),
+            (status, ""),
+            "{}: unexpected status or non-empty body",
+            self.request
+        );
+    }
+}
+
+// ------------------------------------------------------------------ routing and agents
+
+/// Where requests go.
+#[derive(Debug, Clone)]
+pub enum Routes {
+    /// Straight to the nodes, routed like the public nginx server does:
+    /// condition and graph routes to the worker owning the UUID, the rest to the coordinator.
+    Direct { coordinator: String, workers: [String; 2] },
+    /// Everything to one public base URL (nginx).
+    Public(String),
+}
+
+impl Routes {
+    pub fn url(&self, path: &str) -> String {
+        match self {
+            Routes::Public(base) => format!("{base}{path}"),
+            Routes::Direct { coordinator, workers } => match uuid_of_worker_route(path) {
+                Some(uuid) => format!("{}{path}", workers[shard_index(uuid)]),
+                None => format!("{coordinator}{path}"),
+            },
+        }
+    }
+}
+
+/// The UUID of `/api/condition/<uuid>...` or `/api/isu/<uuid>/graph...`, the worker-owned routes.
+fn uuid_of_worker_route(path: &str) -> Option<&str> {
+    let path = path.split('?').next().unwrap_or(path);
+    if let Some(rest) = path.strip_prefix("/api/condition/") {
+        return Some(rest);
+    }
+    let rest = path.strip_prefix("/api/isu/")?;
+    let (uuid, tail) = rest.split_once('/')?;
+    (tail == "graph").then_some(uuid)
+}
+
+/// 0 (worker A) when the UUID's first hex digit is even, 1 (worker B) when odd.
+/// Written out here (not `shared::placement`) so the tests check the documented rule.
+pub fn shard_index(uuid: &str) -> usize {
+    match uuid.chars().next().and_then(|first| first.to_digit(16)) {
+        Some(digit) if digit % 2 == 1 => 1,
+        _ => 0,
+    }
+}
+
+/// One browser-like client with its own cookie jar.
+#[derive(Clone)]
+pub struct Agent {
+    client: reqwest::Client,
+    routes: Routes,
+}
+
+impl Agent {
+    pub fn new(routes: Routes) -> Agent {
+        let client = reqwest::Client::builder()
+            .cookie_store(true)
+            .no_proxy()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .expect("building an HTTP client");
+        Agent { client, routes }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        self.routes.url(path)
+    }
+
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> Reply {
+        let request = request.build().expect("a well-formed request");
+        let described = format!("{} {}", request.method(), request.url());
+        let response = self
+            .client
+            .execute(request)
+            .await
+            .unwrap_or_else(|error| panic!("{described}: {error}"));
+        read_reply(described, response).await
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send(self.client.get(self.url(path))).await
+    }
+
+    pub async fn post_empty(&self, path: &str) -> Reply {
+        self.send(self.client.post(self.url(path))).await
+    }
+
+    pub async fn post_json(&self, path: &str, body: &str) -> Reply {
+        self.send(
+            self.client
+                .post(self.url(path))
+                .header("content-type", "application/json")
+                .body(body.to_owned()),
+        )
+        .await
+    }
+
+    /// `POST /api/auth` with this `Authorization` header (none when `None`).
+    pub async fn auth(&self, authorization: Option<&str>) -> Reply {
+        let mut request = self.client.post(self.url("/api/auth"));
+        if let Some(authorization) = authorization {
+            request = request.header("authorization", authorization);
+        }
+        self.send(request).await
+    }
+
+    pub async fn me(&self) -> Reply {
+        self.get("/api/user/me").await
+    }
+
+    pub async fn signout(&self) -> Reply {
+        self.post_empty("/api/signout").await
+    }
+
+    pub async fn isu_list(&self) -> Reply {
+        self.get("/api/isu").await
+    }
+
+    /// `POST /api/isu` as the frontend and the bench send it; no `image` part when `image` is `None`.
+    pub async fn register(&self, uuid: &str, name: &str, image: Option<&[u8]>) -> Reply {
+        let mut form = reqwest::multipart::Form::new()
+            .text("jia_isu_uuid", uuid.to_owned())
+            .text("isu_name", name.to_owned());
+        if let Some(image) = image {
+            let part = reqwest::multipart::Part::bytes(image.to_vec())
+                .file_name("image.jpeg")
+                .mime_str("image/jpeg")
+                .expect("a valid MIME type");
+            form = form.part("image", part);
+        }
+        self.send(self.client.post(self.url("/api/isu")).multipart(form)).await
+    }
+
+    pub async fn isu(&self, uuid: &str) -> Reply {
+        self.get(&format!("/api/isu/{uuid}")).await
+    }
+
+    pub async fn icon(&self, uuid: &str) -> Reply {
+        self.get(&format!("/api/isu/{uuid}/icon")).await
+    }
+
+    /// `GET /api/condition/<uuid>?<query>`.
+    pub async fn conditions(&self, uuid: &str, query: &str) -> Reply {
+        self.get(&format!("/api/condition/{uuid}?{query}")).await
+    }
+
+    pub async fn graph(&self, uuid: &str, datetime: i64) -> Reply {
+        self.get(&format!("/api/isu/{uuid}/graph?datetime={datetime}")).await
+    }
+
+    pub async fn trend(&self) -> Reply {
+        self.get("/api/trend").await
+    }
+
+    /// The JSON items of an all-levels condition list ending at `end_time` (exclusive); asserts 200.
+    pub async fn condition_items(&self, uuid: &str, end_time: i64) -> Vec<Value> {
+        let reply = self
+            .conditions(uuid, &format!("end_time={end_time}&condition_level={ALL_LEVELS}"))
+            .await;
+        reply
+            .json(200)
+            .as_array()
+            .expect("a condition list is an array")
+            .clone()
+    }
+}
+
+async fn read_reply(request: String, response: reqwest::Response) -> Reply {
+    let status = response.status();
+    let header = |name: &str| -> Vec<String> {
+        response
+            .headers()
+            .get_all(name)
+            .iter()
+            .map(|value| value.to_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let content_type = header("content-type").into_iter().next().unwrap_or_default();
+    let set_cookies = header("set-cookie");
+    let body = response
+        .bytes()
+        .await
+        .unwrap_or_else(|error| panic!("{request}: reading the body: {error}"));
+    Reply {
+        status,
+        content_type,
+        set_cookies,
+        body,
+        request,
+    }
+}
+
+// ------------------------------------------------------------------ the cluster
+
+/// How a test cluster is built.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// How long the JIA simulator waits before answering an activation (its device already posts).
+    pub activation_delay: Duration,
+    /// `target_base_url` of each shard's devices; default: straight to the worker.
+    pub device_urls: Option<[String; 2]>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            activation_delay: Duration::from_millis(50),
+            device_urls: None,
+        }
+    }
+}
+
+/// A running cluster. Dropping it kills the three node processes and stops the simulator.
+pub struct Cluster {
+    pub coordinator: String,
+    /// Worker A (even first hex digit) and worker B (odd).
+    pub workers: [String; 2],
+    pub jia: JiaHandle,
+    pub secret: String,
+    pub signer: JwtSigner,
+    /// Declared before `scratch`: the processes die before their log directory goes.
+    processes: Vec<NodeProcess>,
+    pub scratch: ScratchDir,
+}
+
+/// Starts a cluster with the default options and initializes it.
+pub async fn spawn_cluster() -> Cluster {
+    spawn_cluster_with(ClusterOptions::default()).await
+}
+
+/// Starts workers A and B and the coordinator on free ports, waits until every
+/// `/healthz` answers 200, then sends `POST /initialize` with the simulator's URL.
+pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
+    let worker_bin = worker_binary();
+    let [coordinator_port, worker_a_port, worker_b_port] = free_ports::<3>();
+    let scratch = ScratchDir::new("cluster");
+    let secret = format!("test-secret-{}", uuid::Uuid::new_v4().simple());
+    let coordinator = format!("http://127.0.0.1:{coordinator_port}");
+    let workers = [
+        format!("http://127.0.0.1:{worker_a_port}"),
+        format!("http://127.0.0.1:{worker_b_port}"),
+    ];
+    let jia = JiaSimulator::start(JiaConfig {
+        url_policy: UrlPolicy::AnyUrl,
+        accept_any_uuid: false,
+        activation_delay: options.activation_delay,
+        run_for: DEVICE_RUN_FOR,
+        ..JiaConfig::default()
+    })
+    .await
+    .expect("starting the JIA simulator");
+    let device_urls = options.device_urls.unwrap_or_else(|| workers.clone());
+
+    let mut processes = Vec::new();
+    for (name, shard, port) in [("worker-a", "a", worker_a_port), ("worker-b", "b", worker_b_port)] {
+        let mut command = Command::new(&worker_bin);
+        command.args(["--shard", shard, "--listen", &format!("127.0.0.1:{port}")]);
+        command.args(["--coordinator-url", &coordinator, "--cluster-secret", &secret]);
+        processes.push(NodeProcess::spawn(name, command, &scratch.path));
+    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_coordinator"));
+    command.args(["--listen", &format!("127.0.0.1:{coordinator_port}")]);
+    command.args(["--worker-a-url", &workers[0], "--worker-b-url", &workers[1]]);
+    command.args(["--worker-a-device-url", &device_urls[0]]);
+    command.args(["--worker-b-device-url", &device_urls[1]]);
+    command.args(["--cluster-secret", &secret, "--jia-service-url", &jia.url()]);
+    processes.push(NodeProcess::spawn("coordinator", command, &scratch.path));
+
+    let mut cluster = Cluster {
+        coordinator,
+        workers,
+        jia,
+        secret,
+        signer: JwtSigner::project_default(),
+        processes,
+        scratch,
+    };
+    cluster.wait_until_healthy().await;
+    let reply = cluster.initialize().await;
+    assert_eq!(reply.json(200), json!({"language": "rust"}));
+    cluster
+}
+
+impl Cluster {
+    pub fn routes(&self) -> Routes {
+        Routes::Direct {
+            coordinator: self.coordinator.clone(),
+            workers: self.workers.clone(),
+        }
+    }
+
+    /// A client with an empty cookie jar.
+    pub fn agent(&self) -> Agent {
+        Agent::new(self.routes())
+    }
+
+    /// A client signed in as `user` (bench style: the bare JWT in `Authorization`).
+    pub async fn sign_in(&self, user: &str) -> Agent {
+        sign_in_with(self.agent(), &self.signer, user).await
+    }
+
+    /// `POST /initialize` with the simulator's URL.
+    pub async fn initialize(&self) -> Reply {
+        let body = json!({"jia_service_url": self.jia.url()}).to_string();
+        self.agent().post_json("/initialize", &body).await
+    }
+
+    /// A UUID starting with `first_digit` (its parity picks the shard), known to the simulator.
+    pub fn known_uuid(&self, first_digit: char, serial: u32) -> String {
+        let uuid = test_uuid(first_digit, serial);
+        self.jia.add_isu(&uuid, bench::model::character_for_uuid(&uuid));
+        uuid
+    }
+
+    /// The character the simulator gives to a UUID made by [`Cluster::known_uuid`].
+    pub fn character_of(&self, uuid: &str) -> &'static str {
+        bench::model::character_for_uuid(uuid)
+    }
+
+    /// Posts conditions for `uuid` as its device would, straight to the owning worker.
+    pub async fn post_conditions(&self, uuid: &str, conditions: &[SentCondition]) -> Reply {
+        let body = serde_json::to_string(conditions).expect("conditions serialise");
+        self.agent().post_json(&format!("/api/condition/{uuid}"), &body).await
+    }
+
+    /// A plain client for the internal and debug routes.
+    pub fn raw_client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .no_proxy()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .expect("building an HTTP client")
+    }
+
+    async fn wait_until_healthy(&mut self) {
+        let client = self.raw_client();
+        let urls = [
+            format!("{}/healthz", self.workers[0]),
+            format!("{}/healthz", self.workers[1]),
+            format!("{}/healthz", self.coordinator),
+        ];
+        let deadline = Instant::now() + READY_TIMEOUT;
+        for url in urls {
+            loop {
+                self.assert_processes_alive();
+                let healthy = client
+                    .get(&url)
+                    .timeout(Duration::from_secs(2))
+                    .send()
+                    .await
+                    .is_ok_and(|response| response.status() == StatusCode::OK);
+                if healthy {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "{url} not healthy after {READY_TIMEOUT:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    /// Panics if a node process has exited.
+    #[track_caller]
+    pub fn assert_processes_alive(&mut self) {
+        for process in &mut self.processes {
+            if let Some(status) = process.child.try_wait().expect("polling a child") {
+                panic!("{} exited with {status}", process.name);
+            }
+        }
+    }
+
+    /// Panics if a node has exited or logged a panic.
+    #[track_caller]
+    pub fn assert_no_crash(&mut self) {
+        self.assert_processes_alive();
+        for process in &self.processes {
+            let log = std::fs::read_to_string(&process.log).unwrap_or_default();
+            assert!(
+                !log.contains("panicked"),
+                "{} logged a panic:\n{}",
+                process.name,
+                tail(&log, 40)
+            );
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for process in &self.processes {
+                let log = std::fs::read_to_string(&process.log).unwrap_or_default();
+                eprintln!("----- last lines of {} ({})", process.name, process.log.display());
+                eprintln!("{}", tail(&log, 40));
+            }
+        }
+    }
+}
+
+/// Signs `agent` in as `user` with a valid JWT; asserts 200.
+pub async fn sign_in_with(agent: Agent, signer: &JwtSigner, user: &str) -> Agent {
+    let reply = agent.auth(Some(&signer.sign(user))).await;
+    reply.assert_empty(200);
+    assert!(!reply.set_cookies.is_empty(), "POST /api/auth as {user} set no cookie");
+    agent
+}
+
+/// `<first_digit><serial, 7 hex digits>-0000-4000-8000-<serial, 12 hex digits>`: stable
+/// across runs, so the simulator's device for it always draws the same random stream.
+pub fn test_uuid(first_digit: char, serial: u32) -> String {
+    assert!(first_digit.is_ascii_hexdigit());
+    format!("{first_digit}{serial:07x}-0000-4000-8000-{serial:012x}")
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+// ------------------------------------------------------------------ processes and files
+
+/// target/debug/worker, next to the directory of this test executable.
+fn worker_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test executable lives in target/<profile>/deps")
+        .join(format!("worker{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "worker binary not found at {}: run `cargo build --workspace --bins` first",
+        path.display()
+    );
+    path
+}
+
+/// A child process killed (by its PID) and reaped on drop; stdout and stderr go to a log file.
+pub struct NodeProcess {
+    pub name: &'static str,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl NodeProcess {
+    pub fn spawn(name: &'static str, mut command: Command, log_dir: &Path) -> NodeProcess {
+        let log = log_dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).expect("creating a log file");
+        let stderr = file.try_clone().expect("cloning a file handle");
+        // Loopback only: no proxy may sit between the nodes, the simulator and the tests.
+        for variable in [
+            "http_proxy",
+            "HTTP_PROXY",
+            "https_proxy",
+            "HTTPS_PROXY",
+            "all_proxy",
+            "ALL_PROXY",
+        ] {
+            command.env_remove(variable);
+        }
+        command
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("no_proxy", "127.0.0.1,localhost")
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(stderr));
+        let child = command
+            .spawn()
+            .unwrap_or_else(|error| panic!("starting {name} ({command:?}): {error}"));
+        NodeProcess { name, child, log }
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A fresh directory under the system temp dir, removed on drop unless a test failed.
+pub struct ScratchDir {
+    pub path: PathBuf,
+}
+
+impl ScratchDir {
+    pub fn new(label: &str) -> ScratchDir {
+        let path = std::env::temp_dir().join(format!("isu-{label}-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&path).expect("creating a scratch dir");
+        ScratchDir { path }
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept {} for inspection", self.path.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Ports handed out by this test binary, never handed out twice.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// `N` distinct free ports on 127.0.0.1: bound on port 0, read, and released together.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let mut handed_out = HANDED_OUT.lock().expect("port registry poisoned");
+    let mut listeners = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < N {
+        assert!(listeners.len() < 100 * N, "no free ports on 127.0.0.1");
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+        let port = listener.local_addr().expect("a bound address").port();
+        listeners.push(listener);
+        if handed_out.insert(port) {
+            ports.push(port);
+        }
+    }
+    drop(listeners);
+    ports.try_into().expect("exactly N ports")
+}
+
+// ------------------------------------------------------------------ waiting
+
+/// Polls `check` every 10 ms until it returns `Some`, or panics after `timeout`.
+pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+// ------------------------------------------------------------------ expectations
+
+/// The generated dataset every `/initialize` restores.
+pub fn dataset() -> &'static Dataset {
+    static DATASET: OnceLock<Dataset> = OnceLock::new();
+    DATASET.get_or_init(shared::dataset::generated::generate)
+}
+
+/// The dataset's ISUs owned by `user`, most recently registered first.
+pub fn dataset_isus_of(user: &str) -> Vec<&'static DatasetIsu> {
+    let mut isus: Vec<&DatasetIsu> = dataset().isus.iter().filter(|isu| isu.owner == user).collect();
+    isus.sort_by_key(|isu| std::cmp::Reverse(isu.id));
+    isus
+}
+
+/// A stored condition in the API's words: (is_sitting, condition string, level, message).
+pub fn api_fields(condition: &WireCondition) -> (bool, &'static str, &'static str, &str) {
+    let bits = condition.flags.0;
+    let text = condition_string(
+        bits & Flags::DIRTY != 0,
+        bits & Flags::OVERWEIGHT != 0,
+        bits & Flags::BROKEN != 0,
+    );
+    (
+        bits & Flags::SITTING != 0,
+        text,
+        Level::of_condition(text).as_str(),
+        &condition.message,
+    )
+}
+
+/// The newest condition of a dataset ISU.
+pub fn latest_of(isu: &DatasetIsu) -> &WireCondition {
+    isu.conditions
+        .iter()
+        .max_by_key(|condition| condition.timestamp)
+        .expect("every initial ISU has conditions")
+}
+
+/// `GET /api/isu` of `user` right after `/initialize`.
+pub fn expected_isu_list(user: &str) -> Value {
+    let items: Vec<Value> = dataset_isus_of(user)
+        .into_iter()
+        .map(|isu| {
+            let latest = latest_of(isu);
+            let (is_sitting, condition, level, message) = api_fields(latest);
+            json!({
+                "id": isu.id,
+                "jia_isu_uuid": isu.uuid,
+                "name": isu.name,
+                "character": isu.character,
+                "latest_isu_condition": {
+                    "jia_isu_uuid": isu.uuid,
+                    "isu_name": isu.name,
+                    "timestamp": latest.timestamp,
+                    "is_sitting": is_sitting,
+                    "condition": condition,
+                    "condition_level": level,
+                    "message": message,
+                },
+            })
+        })
+        .collect();
+    Value::Array(items)
+}
+
+/// An item of `GET /api/condition` for a condition sent by a device.
+pub fn condition_item(uuid: &str, isu_name: &str, sent: &SentCondition) -> Value {
+    json!({
+        "jia_isu_uuid": uuid,
+        "isu_name": isu_name,
+        "timestamp": sent.timestamp,
+        "is_sitting": sent.is_sitting,
+        "condition": sent.condition,
+        "condition_level": sent.level().as_str(),
+        "message": sent.message,
+    })
+}
+
+/// Where an ISU stands in the trend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrendSpot {
+    pub character: String,
+    pub level: String,
+    pub timestamp: i64,
+}
+
+/// The trend right after `/initialize`: every initial ISU at its newest condition.
+pub fn expected_trend() -> BTreeMap<i64, TrendSpot> {
+    dataset()
+        .isus
+        .iter()
+        .map(|isu| {
+            let latest = latest_of(isu);
+            let (_, _, level, _) = api_fields(latest);
+            let spot = TrendSpot {
+                character: isu.character.clone(),
+                level: level.to_owned(),
+                timestamp: latest.timestamp,
+            };
+            (isu.id, spot)
+        })
+        .collect()
+}
+
+/// Checks the shape of a trend (the 25 characters once each, exactly the three
+/// lists, newest first, each ISU once) and returns where each ISU stands.
+#[track_caller]
+pub fn parse_trend(trend: &Value) -> BTreeMap<i64, TrendSpot> {
+    let entries = trend.as_array().expect("the trend is an array");
+    let mut characters = HashSet::new();
+    let mut spots = BTreeMap::new();
+    for entry in entries {
+        let object = entry.as_object().expect("a trend entry is an object");
+        let keys: BTreeSet<&str> = object.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from(["character", "critical", "info", "warning"]),
+            "fields of {entry}"
+        );
+        let character = entry["character"].as_str().expect("character is a string");
+        assert!(CHARACTERS.contains(&character), "unknown character {character:?}");
+        assert!(characters.insert(character.to_owned()), "{character} listed twice");
+        for level in ["info", "warning", "critical"] {
+            let list = entry[level].as_array().expect("a trend list is an array");
+            let timestamps: Vec<i64> = list
+                .iter()
+                .map(|item| item["timestamp"].as_i64().expect("timestamp is an integer"))
+                .collect();
+            assert!(
+                timestamps.windows(2).all(|pair| pair[0] >= pair[1]),
+                "{character}/{level} not newest first: {timestamps:?}"
+            );
+            for item in list {
+                let fields: BTreeSet<&str> = item.as_object().expect("object").keys().map(String::as_str).collect();
+                assert_eq!(fields, BTreeSet::from(["isu_id", "timestamp"]), "fields of {item}");
+                let id = item["isu_id"].as_i64().expect("isu_id is an integer");
+                let spot = TrendSpot {
+                    character: character.to_owned(),
+                    level: level.to_owned(),
+                    timestamp: item["timestamp"].as_i64().expect("timestamp is an integer"),
+                };
+                assert!(spots.insert(id, spot).is_none(), "ISU {id} listed twice");
+            }
+        }
+    }
+    assert_eq!(characters.len(), 25, "every character once: {characters:?}");
+    spots
+}
+
+/// Conditions of a test's own making, with static strings as the wire type wants.
+pub fn sent(timestamp: i64, is_sitting: bool, condition: &'static str, message: &'static str) -> SentCondition {
+    SentCondition {
+        is_sitting,
+        condition,
+        message,
+        timestamp,
+    }
+}
+
+/// Timestamps of a condition list, as returned.
+pub fn timestamps_of(items: &[Value]) -> Vec<i64> {
+    items
+        .iter()
+        .map(|item| item["timestamp"].as_i64().expect("timestamp is an integer"))
+        .collect()
+}
+
+// ------------------------------------------------------------------ nginx
+
+/// Where nginx is, if installed.
+pub fn nginx_binary() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("nginx"))
+            .find(|candidate| candidate.is_file())
+    });
+    on_path.or_else(|| {
+        let fallback = PathBuf::from("/usr/sbin/nginx");
+        fallback.is_file().then_some(fallback)
+    })
+}
+
+/// An nginx started from a rendered config. On drop its master (the child, or the PID in
+/// the pid file if it daemonized) gets SIGTERM, then SIGKILL with its workers if it lingers.
+pub struct Nginx {
+    child: Child,
+    pid_file: PathBuf,
+    pub error_log: PathBuf,
+}
+
+impl Nginx {
+    pub fn start(nginx: &Path, run_dir: &Path, config: &Path) -> Nginx {
+        let error_log = run_dir.join("nginx-error.log");
+        let mut command = Command::new(nginx);
+        command
+            .arg("-p")
+            .arg(format!("{}/", run_dir.display()))
+            .arg("-c")
+            .arg(config);
+        let help = Command::new(nginx).arg("-h").output().expect("running nginx -h");
+        let help = String::from_utf8_lossy(&help.stderr).into_owned() + &String::from_utf8_lossy(&help.stdout);
+        if help.contains("-e filename") {
+            command.arg("-e").arg(&error_log);
+        }
+        let output = std::fs::File::create(run_dir.join("nginx.out")).expect("creating a log file");
+        let stderr = output.try_clone().expect("cloning a file handle");
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(output))
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .unwrap_or_else(|error| panic!("starting nginx: {error}"));
+        Nginx {
+            child,
+            pid_file: run_dir.join("nginx.pid"),
+            error_log,
+        }
+    }
+
+    /// PIDs of the master(s) this guard owns: the child while it runs, and the pid file's.
+    fn master_pids(&mut self) -> Vec<u32> {
+        let mut pids = Vec::new();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            pids.push(self.child.id());
+        }
+        if let Some(pid) = std::fs::read_to_string(&self.pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+        {
+            if !pids.contains(&pid) && is_alive(pid) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// Panics (with the error log) if nginx has stopped.
+    #[track_caller]
+    pub fn assert_running(&mut self) {
+        if self.master_pids().is_empty() {
+            let log = std::fs::read_to_string(&self.error_log).unwrap_or_default();
+            panic!("nginx is not running; error log:\n{}", tail(&log, 40));
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let masters = self.master_pids();
+        let mut workers = Vec::new();
+        for pid in &masters {
+            workers.extend(children_of(*pid));
+            signal(*pid, "TERM");
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while masters.iter().any(|pid| is_alive(*pid)) && Instant::now() < deadline {
+            let _ = self.child.try_wait();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for pid in masters.iter().chain(&workers) {
+            if is_alive(*pid) {
+                signal(*pid, "KILL");
+            }
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn is_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| rest.to_owned()))
+        .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+}
+
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|child| child.parse().ok())
+        .collect()
+}
+
+/// Sends a signal to one process, by PID.
+fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
