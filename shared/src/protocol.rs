@@ -67,6 +67,7 @@ pub struct UserSync {
 }
 
 /// Body of [`WORKER_PROVISIONAL`]. `409` when the UUID is already on the worker.
+/// Every message carrying a `generation` is refused with `412` when it is not the worker's.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProvisionalIsu {
     pub generation: u64,
@@ -99,7 +100,7 @@ pub struct LatestCondition {
 }
 
 /// Body of [`COORDINATOR_LATEST`]: the latest condition of each ISU that changed
-/// since the previous batch. Ignored by the coordinator when `generation` is not current.
+/// since the previous batch. Refused with 412 when `generation` is not current.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LatestBatch {
     pub generation: u64,

@@ -29,7 +29,9 @@ impl WorkerError {
             WorkerError::NotSignedIn => StatusCode::UNAUTHORIZED,
             WorkerError::BadRequest(_) => StatusCode::BAD_REQUEST,
             WorkerError::IsuNotFound => StatusCode::NOT_FOUND,
-            WorkerError::Conflict(_) | WorkerError::StaleGeneration => StatusCode::CONFLICT,
+            WorkerError::Conflict(_) => StatusCode::CONFLICT,
+            // Distinct from 409, which means "UUID already on this worker".
+            WorkerError::StaleGeneration => StatusCode::PRECONDITION_FAILED,
             WorkerError::Unauthorized => StatusCode::UNAUTHORIZED,
             WorkerError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

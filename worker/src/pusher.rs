@@ -95,7 +95,7 @@ impl Pusher {
                 }
                 count
             }
-            Ok(response) if response.status() == reqwest::StatusCode::CONFLICT => {
+            Ok(response) if response.status() == reqwest::StatusCode::PRECONDITION_FAILED => {
                 // The coordinator moved to another generation: this shard is stale, drop the batch.
                 tracing::debug!("latest batch refused as stale");
                 0

@@ -472,7 +472,7 @@ async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
     let stale = json!({"generation": GENERATION + 1, "uuid": "6c", "owner": "alice", "name": "x"});
     assert_eq!(
         worker.internal(shared::protocol::WORKER_PROVISIONAL, &stale).await,
-        StatusCode::CONFLICT
+        StatusCode::PRECONDITION_FAILED
     );
 }
 

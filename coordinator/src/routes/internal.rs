@@ -23,11 +23,11 @@ pub fn router() -> Router<AppState> {
         .route(HEALTH, get(health))
 }
 
-/// 409 tells the worker its batch belongs to another generation.
+/// 412 tells the worker its batch belongs to another generation.
 async fn latest(_: ClusterPeer, State(app): State<AppState>, Json(batch): Json<LatestBatch>) -> StatusCode {
     let generation = app.state.generation();
     if batch.generation != generation.id {
-        return StatusCode::CONFLICT;
+        return StatusCode::PRECONDITION_FAILED;
     }
     generation.apply_latest(&batch);
     StatusCode::OK

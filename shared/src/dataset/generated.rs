@@ -185,6 +185,71 @@ pub fn generate() -> Dataset {
     }
 }
 
+/// Owner of the extra ISUs of [`generate_with_isu_count`]: `bulk0001`, `bulk0002`, …
+pub const BULK_USER_PREFIX: &str = "bulk";
+/// ISUs per bulk user (the last bulk user may own fewer).
+pub const BULK_ISUS_PER_USER: usize = 10;
+/// Conditions per bulk ISU: enough for a latest condition and a short graph, light to load.
+pub const BULK_CONDITIONS_PER_ISU: usize = 6;
+const BULK_INTERVAL_SECONDS: i64 = 600;
+/// A seed of its own, so the bulk part never disturbs the default dataset's sequence.
+const BULK_SEED: u64 = SEED ^ 0xb01c_0000_0000_0001;
+
+/// The default dataset plus deterministic bulk users owning [`BULK_ISUS_PER_USER`] ISUs
+/// each, until there are `isu_count` ISUs in all (ids `1..=isu_count`), for load tests
+/// at the scale of a busy contest (`--dataset generated:10000`). With 28 or fewer it is
+/// exactly [`generate`]. Bulk ISUs cycle through the 25 characters, alternate the
+/// parity of their UUIDs' first hex digit (so both shards get half) and use the default icon.
+pub fn generate_with_isu_count(isu_count: usize) -> Dataset {
+    let mut dataset = generate();
+    let missing = isu_count.saturating_sub(dataset.isus.len());
+    if missing == 0 {
+        return dataset;
+    }
+    let mut random = SplitMix64::new(BULK_SEED);
+    let mut used_uuids: HashSet<String> = dataset.isus.iter().map(|isu| isu.uuid.clone()).collect();
+    dataset.isus.reserve(missing);
+    dataset.users.reserve(missing.div_ceil(BULK_ISUS_PER_USER));
+
+    let history_seconds = (BULK_CONDITIONS_PER_ISU as i64 - 1) * BULK_INTERVAL_SECONDS;
+    let earliest_base = VIRTUAL_START - HALF_YEAR_SECONDS;
+    let latest_base = VIRTUAL_START - history_seconds - BULK_INTERVAL_SECONDS;
+    for user_index in 0..missing.div_ceil(BULK_ISUS_PER_USER) {
+        let owner = format!("{BULK_USER_PREFIX}{:04}", user_index + 1);
+        let owner_base = earliest_base + random.below((latest_base - earliest_base) as u64) as i64;
+        let owned = BULK_ISUS_PER_USER.min(missing - user_index * BULK_ISUS_PER_USER);
+        for _ in 0..owned {
+            let id = dataset.isus.len() as i64 + 1;
+            let uuid = loop {
+                let candidate = uuid_v4(&mut random, id % 2 == 1);
+                if used_uuids.insert(candidate.clone()) {
+                    break candidate;
+                }
+            };
+            let name = format!(
+                "{}{} {id}",
+                NAME_PREFIXES[random.below(NAME_PREFIXES.len() as u64) as usize],
+                NAME_SUFFIXES[random.below(NAME_SUFFIXES.len() as u64) as usize]
+            );
+            let start = owner_base + random.below(BULK_INTERVAL_SECONDS as u64) as i64;
+            let conditions = (0..BULK_CONDITIONS_PER_ISU as i64)
+                .map(|index| random_condition(&mut random, start + index * BULK_INTERVAL_SECONDS))
+                .collect();
+            dataset.isus.push(DatasetIsu {
+                id,
+                uuid,
+                name,
+                character: CHARACTERS[(id - 1) as usize % CHARACTERS.len()].to_owned(),
+                owner: owner.clone(),
+                image: None,
+                conditions,
+            });
+        }
+        dataset.users.push(owner);
+    }
+    dataset
+}
+
 /// Ids 1..=25 carry the 25 characters in list order, so the trend shows all of them
 /// from the start; later ids carry the first one, like the official data.
 fn character_of(id: i64) -> &'static str {
@@ -450,5 +515,62 @@ mod tests {
         let used_icons: HashSet<&[u8]> = dataset.isus.iter().filter_map(|isu| isu.image.as_deref()).collect();
         assert!(used_icons.len() >= 4, "{} distinct icons", used_icons.len());
         assert!(used_icons.iter().all(|icon| ICONS.contains(icon)));
+    }
+
+    #[test]
+    fn generate_with_isu_count_keeps_the_default_dataset_up_to_28() {
+        assert_eq!(generate_with_isu_count(28), generate());
+        assert_eq!(generate_with_isu_count(0), generate());
+    }
+
+    #[test]
+    fn generate_with_isu_count_is_deterministic() {
+        assert_eq!(generate_with_isu_count(1_003), generate_with_isu_count(1_003));
+    }
+
+    #[test]
+    fn bulk_users_own_ten_light_isus_each_after_the_default_ones() {
+        let default = generate();
+        let dataset = generate_with_isu_count(10_000);
+        assert_eq!(dataset.isus[..28], default.isus[..]);
+        assert_eq!(dataset.users[..USERS.len()], default.users[..]);
+        assert!(dataset.isus.iter().map(|isu| isu.id).eq(1..=10_000));
+
+        let bulk = &dataset.isus[28..];
+        let bulk_users = &dataset.users[USERS.len()..];
+        assert_eq!(bulk_users.len(), 998);
+        assert_eq!(
+            (bulk_users[0].as_str(), bulk_users[997].as_str()),
+            ("bulk0001", "bulk0998")
+        );
+        for (user_index, owned) in bulk.chunks(BULK_ISUS_PER_USER).enumerate() {
+            assert!(owned.iter().all(|isu| isu.owner == bulk_users[user_index]));
+        }
+        // The last user gets the remainder: 9,972 = 997 × 10 + 2.
+        assert_eq!(bulk.chunks(BULK_ISUS_PER_USER).last().map(<[DatasetIsu]>::len), Some(2));
+
+        for isu in bulk {
+            assert_eq!(isu.image, None, "isu {}", isu.id);
+            assert_eq!(isu.character, CHARACTERS[(isu.id as usize - 1) % 25], "isu {}", isu.id);
+            assert_eq!(isu.conditions.len(), BULK_CONDITIONS_PER_ISU, "isu {}", isu.id);
+            assert!(isu
+                .conditions
+                .windows(2)
+                .all(|pair| pair[0].timestamp < pair[1].timestamp));
+            assert!(isu
+                .conditions
+                .iter()
+                .all(|condition| (VIRTUAL_START - HALF_YEAR_SECONDS..VIRTUAL_START).contains(&condition.timestamp)));
+        }
+        let uuids: HashSet<&str> = dataset.isus.iter().map(|isu| isu.uuid.as_str()).collect();
+        assert_eq!(uuids.len(), 10_000);
+        let on_b = bulk.iter().filter(|isu| shard_of(&isu.uuid) == Shard::B).count();
+        assert_eq!(on_b, bulk.len() / 2, "bulk ISUs split evenly over the shards");
+        let levels: HashSet<usize> = bulk
+            .iter()
+            .filter_map(|isu| isu.conditions.last())
+            .map(|condition| condition.flags.level().index())
+            .collect();
+        assert_eq!(levels.len(), 3, "latest conditions of every level");
     }
 }

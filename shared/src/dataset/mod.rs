@@ -38,15 +38,22 @@ pub struct DatasetIsu {
 pub enum DatasetSource {
     /// The project's own deterministic dataset.
     Generated,
+    /// The project's dataset grown with bulk users to this many ISUs (`generated:N`, N ≥ 28),
+    /// for load tests at scale.
+    GeneratedWithIsus(usize),
     /// An official-format MySQL dump (`1_InitData.sql`).
     MysqlDump(std::path::PathBuf),
 }
 
 impl DatasetSource {
-    /// Parses `generated` or a path to a `.sql` dump (optionally prefixed `mysql:`).
+    /// Parses `generated`, `generated:N` (N ISUs in all, N ≥ 28) or a path to a `.sql`
+    /// dump (optionally prefixed `mysql:`).
     pub fn parse(text: &str) -> Result<DatasetSource, String> {
         if text == "generated" || text.is_empty() {
             return Ok(DatasetSource::Generated);
+        }
+        if let Some(count) = text.strip_prefix("generated:") {
+            return parse_generated_isu_count(count).map(DatasetSource::GeneratedWithIsus);
         }
         let path = text.strip_prefix("mysql:").unwrap_or(text);
         Ok(DatasetSource::MysqlDump(Path::new(path).to_path_buf()))
@@ -55,6 +62,7 @@ impl DatasetSource {
     pub fn load(&self) -> anyhow::Result<Dataset> {
         match self {
             DatasetSource::Generated => Ok(generated::generate()),
+            DatasetSource::GeneratedWithIsus(isu_count) => Ok(generated::generate_with_isu_count(*isu_count)),
             DatasetSource::MysqlDump(path) => {
                 let bytes =
                     std::fs::read(path).map_err(|error| anyhow::anyhow!("reading {}: {error}", path.display()))?;
@@ -62,6 +70,23 @@ impl DatasetSource {
             }
         }
     }
+}
+
+/// The default dataset's own ISUs: `generated:N` cannot have fewer.
+const MIN_GENERATED_ISUS: usize = 28;
+/// A guard against a typo that would fill the memory (about 1 KiB per ISU).
+const MAX_GENERATED_ISUS: usize = 1_000_000;
+
+fn parse_generated_isu_count(text: &str) -> Result<usize, String> {
+    let count: usize = text
+        .parse()
+        .map_err(|_| format!("invalid dataset 'generated:{text}': expected 'generated:N' with N a number of ISUs"))?;
+    if !(MIN_GENERATED_ISUS..=MAX_GENERATED_ISUS).contains(&count) {
+        return Err(format!(
+            "invalid dataset 'generated:{text}': the number of ISUs must be between {MIN_GENERATED_ISUS} and {MAX_GENERATED_ISUS}"
+        ));
+    }
+    Ok(count)
 }
 
 /// Builds a stored condition from the API's fields; `None` if the condition string is invalid.
@@ -72,4 +97,47 @@ pub fn wire_condition(timestamp: i64, is_sitting: bool, condition: &str, message
         flags: Flags::new(is_sitting, bits),
         message: message.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_accepts_generated_with_an_isu_count() {
+        assert_eq!(DatasetSource::parse("generated"), Ok(DatasetSource::Generated));
+        assert_eq!(DatasetSource::parse(""), Ok(DatasetSource::Generated));
+        assert_eq!(
+            DatasetSource::parse("generated:10000"),
+            Ok(DatasetSource::GeneratedWithIsus(10_000))
+        );
+        assert_eq!(
+            DatasetSource::parse("generated:28"),
+            Ok(DatasetSource::GeneratedWithIsus(28))
+        );
+        assert_eq!(
+            DatasetSource::parse("mysql:/data/1_InitData.sql"),
+            Ok(DatasetSource::MysqlDump("/data/1_InitData.sql".into()))
+        );
+    }
+
+    #[test]
+    fn parse_refuses_a_bad_isu_count_with_a_clear_message() {
+        for text in ["generated:abc", "generated:", "generated:-5", "generated:10k"] {
+            let error = DatasetSource::parse(text).unwrap_err();
+            assert!(error.contains(text) && error.contains("generated:N"), "{text}: {error}");
+        }
+        for text in ["generated:27", "generated:0", "generated:1000001"] {
+            let error = DatasetSource::parse(text).unwrap_err();
+            assert!(error.contains("between 28 and 1000000"), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn load_of_generated_with_isus_has_that_many_isus() {
+        let dataset = DatasetSource::parse("generated:10000").unwrap().load().unwrap();
+        assert_eq!(dataset.isus.len(), 10_000);
+        assert!(dataset.isus.iter().map(|isu| isu.id).eq(1..=10_000));
+        assert_eq!(DatasetSource::Generated.load().unwrap(), generated::generate());
+    }
 }
