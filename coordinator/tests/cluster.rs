@@ -1126,3 +1126,130 @@ async fn public_nginx_routes_by_parity_and_hides_internal_routes() {
     assert_eq!(device_root.status().as_u16(), 404);
     server.assert_running();
 }
+
+/// The folder of the contest's data beside the checkout, if present.
+fn official_data_dir() -> Option<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/isucon11-qualify");
+    if dir.join("1_InitData.sql").is_file() {
+        Some(dir)
+    } else {
+        eprintln!("skipped: {} is absent (CI always has it)", dir.display());
+        None
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_dump_dataset_key_and_icon_serve_initialize_json_shared_data() {
+    let Some(dir) = official_data_dir() else { return };
+    let arg = |name: &str| dir.join(name).display().to_string();
+    let cluster = spawn_cluster_with(ClusterOptions {
+        coordinator_args: vec![
+            "--dataset".into(),
+            arg("1_InitData.sql"),
+            "--jwt-public-key".into(),
+            arg("ec256-public.pem"),
+            "--default-icon".into(),
+            arg("NoImage.jpg"),
+        ],
+        signer: Some(bench::jwt::JwtSigner::from_file(&dir.join("ec256-private.pem")).unwrap()),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let reference: Value = serde_json::from_slice(&std::fs::read(dir.join("initialize.json")).unwrap()).unwrap();
+    // Newest condition of every initial ISU, by uuid, from the contest's own record.
+    let mut expected_ids = BTreeSet::new();
+    for user in reference.as_array().unwrap() {
+        let jia_user_id = user["jia_user_id"].as_str().unwrap();
+        let agent = cluster.sign_in(jia_user_id).await;
+        let list = agent.isu_list().await.json(200);
+        let listed = list.as_array().unwrap();
+        let isus = user["isu_list_by_id"].as_object().unwrap();
+        assert_eq!(listed.len(), isus.len(), "{jia_user_id}");
+        assert!(listed
+            .windows(2)
+            .all(|pair| pair[0]["id"].as_i64() > pair[1]["id"].as_i64()));
+        for item in listed {
+            let uuid = item["jia_isu_uuid"].as_str().unwrap();
+            let isu = &isus[uuid];
+            assert_eq!(
+                (&item["id"], &item["name"], &item["character"]),
+                (&isu["id"], &isu["name"], &isu["character"])
+            );
+            expected_ids.insert(isu["id"].as_i64().unwrap());
+            let newest = ["info", "warning", "critical"]
+                .iter()
+                .filter_map(|level| isu["conditions"][level].as_array())
+                .flatten()
+                .max_by_key(|condition| condition["timestamp"].as_i64())
+                .unwrap();
+            let latest = &item["latest_isu_condition"];
+            assert_eq!(latest["timestamp"], newest["timestamp"], "{uuid}");
+            assert_eq!(latest["message"], newest["message"], "{uuid}");
+            assert_eq!(latest["is_sitting"], newest["is_sitting"], "{uuid}");
+            let icon = agent.icon(uuid).await;
+            let hash: Vec<u8> = isu["image_file_hash"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_u64().unwrap() as u8)
+                .collect();
+            assert_eq!(md5::compute(&icon.body).0.to_vec(), hash, "icon of {uuid}");
+        }
+    }
+    assert_eq!(expected_ids, (1..=28).collect::<BTreeSet<i64>>());
+    let trend = cluster.agent().trend().await.json(200);
+    assert_eq!(trend.as_array().unwrap().len(), 25);
+    let in_trend: usize = trend
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            ["info", "warning", "critical"]
+                .iter()
+                .map(|level| entry[level].as_array().unwrap().len())
+                .sum::<usize>()
+        })
+        .sum();
+    assert_eq!(in_trend, 28);
+    // The contest's default icon for an ISU registered without an image.
+    let isucon = cluster.sign_in("isucon").await;
+    let uuid = cluster.known_uuid('c', 1);
+    assert_eq!(isucon.register(&uuid, "椅子", None).await.json(201)["id"], 29);
+    assert_eq!(
+        format!("{:x}", md5::compute(&isucon.icon(&uuid).await.body)),
+        "5827c4619739d85397844af87f9d2fe4"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frontend_routes_serve_index_html_and_assets() {
+    let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
+    let cluster = spawn_cluster_with(ClusterOptions {
+        coordinator_args: vec!["--static-dir".into(), web.display().to_string()],
+        ..ClusterOptions::default()
+    })
+    .await;
+    let index = std::fs::read(web.join("index.html")).unwrap();
+    let agent = cluster.agent();
+    for path in [
+        "/",
+        "/?jwt=abc",
+        "/isu/x",
+        "/isu/x/condition",
+        "/isu/x/graph",
+        "/register",
+    ] {
+        let page = agent.get(path).await;
+        assert_eq!(page.status.as_u16(), 200, "{path}");
+        assert!(
+            page.content_type.starts_with("text/html"),
+            "{path}: {}",
+            page.content_type
+        );
+        assert!(page.body == index, "{path} is not index.html");
+    }
+    let css = agent.get("/assets/app.css").await;
+    assert_eq!(css.status.as_u16(), 200);
+    assert!(css.body == std::fs::read(web.join("assets/app.css")).unwrap());
+    assert_eq!(agent.get("/assets/missing.js").await.status.as_u16(), 404);
+}

@@ -308,12 +308,16 @@ async fn read_reply(request: String, response: reqwest::Response) -> Reply {
 // ------------------------------------------------------------------ the cluster
 
 /// How a test cluster is built.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClusterOptions {
     /// How long the JIA simulator waits before answering an activation (its device already posts).
     pub activation_delay: Duration,
     /// `target_base_url` of each shard's devices; default: straight to the worker.
     pub device_urls: Option<[String; 2]>,
+    /// Extra coordinator flags (dataset, keys, static directory).
+    pub coordinator_args: Vec<String>,
+    /// Signs sign-in JWTs; default: the project's key.
+    pub signer: Option<JwtSigner>,
 }
 
 impl Default for ClusterOptions {
@@ -321,6 +325,8 @@ impl Default for ClusterOptions {
         ClusterOptions {
             activation_delay: Duration::from_millis(50),
             device_urls: None,
+            coordinator_args: Vec::new(),
+            signer: None,
         }
     }
 }
@@ -379,6 +385,7 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
     command.args(["--worker-a-device-url", &device_urls[0]]);
     command.args(["--worker-b-device-url", &device_urls[1]]);
     command.args(["--cluster-secret", &secret, "--jia-service-url", &jia.url()]);
+    command.args(&options.coordinator_args);
     processes.push(NodeProcess::spawn("coordinator", command, &scratch.path));
 
     let mut cluster = Cluster {
@@ -386,7 +393,7 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
         workers,
         jia,
         secret,
-        signer: JwtSigner::project_default(),
+        signer: options.signer.unwrap_or_else(JwtSigner::project_default),
         processes,
         scratch,
     };
