@@ -951,7 +951,7 @@ async fn internal_routes_need_the_cluster_secret() {
                 .json(&forged)
         )
         .await,
-        409
+        412
     );
     for path in ["/metrics", "/debug/pprof/profile?seconds=1"] {
         assert_eq!(
