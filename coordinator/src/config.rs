@@ -47,7 +47,7 @@ pub struct Config {
     #[arg(long, env = "ISU_DEFAULT_ICON")]
     pub default_icon: Option<PathBuf>,
 
-    /// Initial data restored by `POST /initialize`: `generated` (the project's dataset) or the path of an official MySQL dump.
+    /// Initial data restored by `POST /initialize`: `generated` (the project's dataset), `generated:N` (the same, scaled to N ISUs) or the path of an official MySQL dump.
     #[arg(long, env = "ISU_DATASET", default_value = "generated", value_parser = DatasetSource::parse)]
     pub dataset: DatasetSource,
 

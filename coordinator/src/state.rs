@@ -53,6 +53,14 @@ impl Isu {
         self.latest.lock().clone()
     }
 
+    /// Timestamp and flags of the latest condition, without copying its message.
+    fn latest_key(&self) -> Option<(i64, Flags)> {
+        self.latest
+            .lock()
+            .as_ref()
+            .map(|latest| (latest.timestamp, latest.flags))
+    }
+
     /// Keeps the condition with the greatest timestamp; true when it changed.
     fn offer_latest(&self, condition: &WireCondition) -> bool {
         let mut latest = self.latest.lock();
@@ -92,7 +100,11 @@ pub struct Generation {
     next_id: AtomicI64,
     /// Bumped whenever the trend may have changed.
     trend_version: AtomicU64,
-    trend_cache: Mutex<Option<(u64, Bytes)>>,
+    /// The last built trend and the version it was built from. Requests only
+    /// clone it; building happens off the request path (see [`Generation::changed`]).
+    trend_cache: Mutex<(u64, Bytes)>,
+    /// Set while a background rebuild runs: at most one at a time.
+    trend_rebuilding: AtomicBool,
 }
 
 impl Generation {
@@ -106,7 +118,8 @@ impl Generation {
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicI64::new(dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1),
             trend_version: AtomicU64::new(1),
-            trend_cache: Mutex::new(None),
+            trend_cache: Mutex::new((0, Bytes::new())),
+            trend_rebuilding: AtomicBool::new(false),
         };
         for isu in &dataset.isus {
             let latest = isu
@@ -132,9 +145,11 @@ impl Generation {
                 latest: Mutex::new(latest),
             });
         }
+        generation.rebuild_trend();
         generation
     }
 
+    /// Adds an ISU (dataset loading); see [`Generation::publish`] for registrations.
     fn insert(&self, isu: Isu) -> Arc<Isu> {
         let isu = Arc::new(isu);
         self.by_uuid.insert(isu.uuid.clone(), isu.clone());
@@ -150,7 +165,14 @@ impl Generation {
         isu
     }
 
-    fn remove(&self, uuid: &str) {
+    /// Adds a registered ISU and schedules a trend rebuild.
+    fn publish(self: &Arc<Self>, isu: Isu) -> Arc<Isu> {
+        let isu = self.insert(isu);
+        self.changed();
+        isu
+    }
+
+    fn remove(self: &Arc<Self>, uuid: &str) {
         let Some((_, isu)) = self.by_uuid.remove(uuid) else {
             return;
         };
@@ -159,6 +181,7 @@ impl Generation {
         }
         self.all.write().retain(|other| other.uuid != uuid);
         self.trend_version.fetch_add(1, Ordering::Release);
+        self.changed();
     }
 
     pub fn has_user(&self, user: &str) -> bool {
@@ -194,7 +217,7 @@ impl Generation {
     }
 
     /// Applies a worker's batch; returns how many ISUs got a newer latest condition.
-    pub fn apply_latest(&self, batch: &LatestBatch) -> usize {
+    pub fn apply_latest(self: &Arc<Self>, batch: &LatestBatch) -> usize {
         let changed = batch
             .items
             .iter()
@@ -206,28 +229,45 @@ impl Generation {
             .count();
         if changed > 0 {
             self.trend_version.fetch_add(1, Ordering::Release);
+            self.changed();
         }
         changed
     }
 
-    /// The trend JSON, rebuilt only when something changed since the last build.
-    pub fn trend_json(&self) -> Bytes {
-        let version = self.trend_version.load(Ordering::Acquire);
-        if let Some((cached_version, body)) = &*self.trend_cache.lock() {
-            if *cached_version == version {
-                return body.clone();
-            }
+    /// Rebuilds the trend in the background after a change (the version was
+    /// bumped before this call). One rebuild runs at a time; it loops while
+    /// changes keep arriving, so the cached trend is at most one build behind.
+    fn changed(self: &Arc<Self>) {
+        if self.trend_rebuilding.swap(true, Ordering::AcqRel) {
+            return; // the running rebuild will see the new version
         }
+        let generation = self.clone();
+        tokio::task::spawn_blocking(move || loop {
+            let built = generation.rebuild_trend();
+            generation.trend_rebuilding.store(false, Ordering::Release);
+            if generation.trend_version.load(Ordering::Acquire) == built {
+                return;
+            }
+            if generation.trend_rebuilding.swap(true, Ordering::AcqRel) {
+                return; // a newer change started its own rebuild
+            }
+        });
+    }
+
+    /// Builds the trend of the current version into the cache; returns that version.
+    fn rebuild_trend(&self) -> u64 {
+        let version = self.trend_version.load(Ordering::Acquire);
         let body = Bytes::from(build_trend(&self.all.read()));
         let mut cache = self.trend_cache.lock();
-        // Keep the newer of two concurrent rebuilds.
-        if cache
-            .as_ref()
-            .is_none_or(|(cached_version, _)| *cached_version <= version)
-        {
-            *cache = Some((version, body.clone()));
+        if cache.0 <= version {
+            *cache = (version, body);
         }
-        body
+        version
+    }
+
+    /// The trend JSON as of the last build (never built on the request path).
+    pub fn trend_json(&self) -> Bytes {
+        self.trend_cache.lock().1.clone()
     }
 }
 
@@ -256,12 +296,14 @@ fn build_trend(isus: &[Arc<Isu>]) -> Vec<u8> {
             warning: Vec::new(),
             critical: Vec::new(),
         });
-        let Some(latest) = isu.latest() else { continue };
+        let Some((timestamp, flags)) = isu.latest_key() else {
+            continue;
+        };
         let item = TrendCondition {
             isu_id: isu.id,
-            timestamp: latest.timestamp,
+            timestamp,
         };
-        match latest.flags.level() {
+        match flags.level() {
             shared::domain::Level::Info => entry.info.push(item),
             shared::domain::Level::Warning => entry.warning.push(item),
             shared::domain::Level::Critical => entry.critical.push(item),
@@ -462,7 +504,7 @@ impl State {
 
     async fn activate_and_publish(
         &self,
-        generation: &Generation,
+        generation: &Arc<Generation>,
         registration: &Registration,
         id: i64,
     ) -> Result<Arc<Isu>, ApiError> {
@@ -499,7 +541,7 @@ impl State {
                 });
             }
         };
-        let isu = generation.insert(Isu {
+        let isu = generation.publish(Isu {
             id,
             uuid: registration.uuid.clone(),
             name: registration.name.clone(),
