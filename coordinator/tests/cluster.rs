@@ -1253,3 +1253,50 @@ async fn frontend_routes_serve_index_html_and_assets() {
     assert!(css.body == std::fs::read(web.join("assets/app.css")).unwrap());
     assert_eq!(agent.get("/assets/missing.js").await.status.as_u16(), 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trend_is_gzip_compressed_for_clients_that_accept_it_and_equal_to_the_plain_one() {
+    // Large enough to be compressed: the generated dataset scaled to 1,000 ISUs.
+    let cluster = spawn_cluster_with(ClusterOptions {
+        coordinator_args: vec!["--dataset".into(), "generated:1000".into()],
+        ..ClusterOptions::default()
+    })
+    .await;
+    let client = cluster.raw_client();
+    let url = format!("{}/api/trend", cluster.coordinator);
+    let plain = client.get(&url).send().await.unwrap();
+    assert_eq!(plain.headers().get("content-encoding"), None);
+    let plain: Value = serde_json::from_slice(&plain.bytes().await.unwrap()).unwrap();
+    let compressed = client
+        .get(&url)
+        .header("accept-encoding", "gzip, deflate, br")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(compressed.status().as_u16(), 200);
+    assert_eq!(compressed.headers()["content-encoding"], "gzip");
+    assert!(compressed.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/json"));
+    let mut json = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&compressed.bytes().await.unwrap()[..]),
+        &mut json,
+    )
+    .unwrap();
+    let decoded: Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(decoded, plain);
+    let listed: usize = decoded
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            ["info", "warning", "critical"]
+                .iter()
+                .map(|level| entry[level].as_array().unwrap().len())
+                .sum::<usize>()
+        })
+        .sum();
+    assert_eq!(listed, 1000);
+}

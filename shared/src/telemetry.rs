@@ -29,7 +29,8 @@ pub fn init_tracing() {
 /// Installs the global Prometheus recorder and returns the handle that renders it.
 pub fn init_metrics() -> anyhow::Result<PrometheusHandle> {
     let latency_buckets = [
-        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+        1.0, 2.5,
     ];
     let size_buckets = [
         0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0,
