@@ -3,6 +3,8 @@
 -- (worker A's shard). Used for both the worker and the return-202 baseline.
 local isus = tonumber(os.getenv("ISUS") or "100")
 local batch = tonumber(os.getenv("BATCH") or "10")
+-- each run (and each side of it) posts newer timestamps than the previous ones
+local epoch = tonumber(os.getenv("EPOCH") or "0")
 local threads = {}
 local next_id = 0
 
@@ -31,7 +33,7 @@ function request()
   -- each ISU is posted to by one thread only; its batches follow each other in time
   local seq = (sequence[isu] or 0) + 1
   sequence[isu] = seq
-  local base = 1628348400 + seq * batch * 60
+  local base = 1628348400 + epoch * 1000000000 + seq * batch * 60
   local items = {}
   for i = 1, batch do
     local k = (counter + i) % 3 + 1
