@@ -6,11 +6,7 @@ use coordinator::{config::Config, Application};
 fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     shared::telemetry::init_tracing();
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if config.threads > 0 {
-        runtime.worker_threads(config.threads);
-    }
-    runtime.enable_all().build()?.block_on(async move {
+    shared::runtime(config.threads)?.block_on(async move {
         let metrics = shared::telemetry::init_metrics()?;
         let application = Application::build(config, metrics).await?;
         tracing::info!(address = %application.local_addr(), "coordinator listening");

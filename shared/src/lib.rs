@@ -40,3 +40,12 @@ pub async fn shutdown_signal() {
         () = terminate => {}
     }
 }
+
+/// The multi-threaded Tokio runtime of a node binary (`threads == 0`: one per core).
+pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if threads > 0 {
+        builder.worker_threads(threads);
+    }
+    builder.enable_all().build()
+}

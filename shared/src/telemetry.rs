@@ -162,3 +162,10 @@ pub async fn profile_from_query(query: Option<&str>) -> ProfileReply {
         Err(error @ ProfileError::Failed(_)) => text(500, error.to_string()),
     }
 }
+
+/// Counts one served request and records its latency, labelled by matched route and status.
+pub fn record_request(route: String, status: u16, elapsed: std::time::Duration) {
+    let labels = [("route", route), ("status", status.to_string())];
+    metrics::counter!(REQUESTS_TOTAL, &labels).increment(1);
+    metrics::histogram!(REQUEST_SECONDS, &labels).record(elapsed.as_secs_f64());
+}

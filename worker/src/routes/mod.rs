@@ -14,7 +14,6 @@ use axum::http::request::Parts;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use shared::telemetry::{REQUESTS_TOTAL, REQUEST_SECONDS};
 
 use crate::error::WorkerError;
 use crate::AppState;
@@ -38,10 +37,7 @@ async fn track_request(request: Request, next: Next) -> Response {
         .map(|path| path.as_str().to_owned())
         .unwrap_or_default();
     let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    let labels = [("route", route), ("status", status)];
-    metrics::counter!(REQUESTS_TOTAL, &labels).increment(1);
-    metrics::histogram!(REQUEST_SECONDS, &labels).record(started.elapsed().as_secs_f64());
+    shared::telemetry::record_request(route, response.status().as_u16(), started.elapsed());
     response
 }
 
