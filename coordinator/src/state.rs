@@ -161,7 +161,7 @@ impl Generation {
         let position = all.partition_point(|other| other.id < isu.id);
         all.insert(position, isu.clone());
         drop(all);
-        self.trend_version.fetch_add(1, Ordering::Release);
+        self.trend_version.fetch_add(1, Ordering::SeqCst);
         isu
     }
 
@@ -180,7 +180,7 @@ impl Generation {
             owned.retain(|other| other.uuid != uuid);
         }
         self.all.write().retain(|other| other.uuid != uuid);
-        self.trend_version.fetch_add(1, Ordering::Release);
+        self.trend_version.fetch_add(1, Ordering::SeqCst);
         self.changed();
     }
 
@@ -228,7 +228,7 @@ impl Generation {
             })
             .count();
         if changed > 0 {
-            self.trend_version.fetch_add(1, Ordering::Release);
+            self.trend_version.fetch_add(1, Ordering::SeqCst);
             self.changed();
         }
         changed
@@ -238,17 +238,21 @@ impl Generation {
     /// bumped before this call). One rebuild runs at a time; it loops while
     /// changes keep arriving, so the cached trend is at most one build behind.
     fn changed(self: &Arc<Self>) {
-        if self.trend_rebuilding.swap(true, Ordering::AcqRel) {
+        // SeqCst on the flag and the version: the builder's "clear flag, then
+        // re-read version" must not pass a writer's "bump version, then test flag".
+        if self.trend_rebuilding.swap(true, Ordering::SeqCst) {
             return; // the running rebuild will see the new version
         }
         let generation = self.clone();
         tokio::task::spawn_blocking(move || loop {
-            let built = generation.rebuild_trend();
-            generation.trend_rebuilding.store(false, Ordering::Release);
-            if generation.trend_version.load(Ordering::Acquire) == built {
+            let built = {
+                let _clear = ClearOnDrop(&generation.trend_rebuilding);
+                generation.rebuild_trend()
+            };
+            if generation.trend_version.load(Ordering::SeqCst) == built {
                 return;
             }
-            if generation.trend_rebuilding.swap(true, Ordering::AcqRel) {
+            if generation.trend_rebuilding.swap(true, Ordering::SeqCst) {
                 return; // a newer change started its own rebuild
             }
         });
@@ -256,7 +260,7 @@ impl Generation {
 
     /// Builds the trend of the current version into the cache; returns that version.
     fn rebuild_trend(&self) -> u64 {
-        let version = self.trend_version.load(Ordering::Acquire);
+        let version = self.trend_version.load(Ordering::SeqCst);
         let json = build_trend(&self.all.read());
         let trend = Trend {
             gzip: gzip(&json).map(Bytes::from),
@@ -272,6 +276,15 @@ impl Generation {
     /// The trend as of the last build (never built on the request path).
     pub fn trend(&self) -> Trend {
         self.trend_cache.lock().1.clone()
+    }
+}
+
+/// Clears a flag when dropped, also while unwinding from a panic.
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -350,6 +363,23 @@ pub struct Registration {
     pub name: String,
     /// `None` = the default icon.
     pub image: Option<Bytes>,
+}
+
+/// A UUID claimed by a registration in flight. Dropping it (also when the
+/// registration task panics) releases the UUID and tells waiting registrations
+/// the outcome, so a failure can never wedge a UUID.
+struct Claim {
+    generation: Arc<Generation>,
+    uuid: String,
+    sender: watch::Sender<Outcome>,
+    outcome: Outcome,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.generation.pending.lock().remove(&self.uuid);
+        let _ = self.sender.send(self.outcome);
+    }
 }
 
 /// How long a registration of a UUID waits for a concurrent one of the same UUID.
@@ -486,21 +516,17 @@ impl State {
 
     async fn register_inner(&self, registration: Registration) -> Result<Arc<Isu>, ApiError> {
         let generation = self.generation();
-        let (outcome, id) = self.claim(&generation, &registration.uuid).await?;
+        let (mut claim, id) = self.claim(&generation, &registration.uuid).await?;
         let result = self.activate_and_publish(&generation, &registration, id).await;
-        let final_outcome = if result.is_ok() {
-            Outcome::Published
-        } else {
-            Outcome::Failed
-        };
-        generation.pending.lock().remove(&registration.uuid);
-        let _ = outcome.send(final_outcome);
+        if result.is_ok() {
+            claim.outcome = Outcome::Published;
+        }
         result
     }
 
     /// Claims `uuid` for this registration: 409 when registered, waits for a
     /// registration of the same UUID in flight. Returns the outcome sender and the new id.
-    async fn claim(&self, generation: &Generation, uuid: &str) -> Result<(watch::Sender<Outcome>, i64), ApiError> {
+    async fn claim(&self, generation: &Arc<Generation>, uuid: &str) -> Result<(Claim, i64), ApiError> {
         let deadline = tokio::time::Instant::now() + CONCURRENT_REGISTRATION_WAIT;
         loop {
             let mut in_flight = {
@@ -513,7 +539,13 @@ impl State {
                     None => {
                         let (sender, receiver) = watch::channel(Outcome::Pending);
                         pending.insert(uuid.to_owned(), receiver);
-                        return Ok((sender, generation.next_id.fetch_add(1, Ordering::AcqRel)));
+                        let claim = Claim {
+                            generation: generation.clone(),
+                            uuid: uuid.to_owned(),
+                            sender,
+                            outcome: Outcome::Failed,
+                        };
+                        return Ok((claim, generation.next_id.fetch_add(1, Ordering::AcqRel)));
                     }
                 }
             };
@@ -521,6 +553,7 @@ impl State {
                 tokio::time::timeout_at(deadline, in_flight.wait_for(|outcome| *outcome != Outcome::Pending)).await;
             match finished {
                 Ok(Ok(outcome)) if *outcome == Outcome::Published => return Err(ApiError::DuplicatedIsu),
+                // Failed, or its claim was dropped: the UUID is free again (the claim left `pending` first).
                 Ok(_) => continue,
                 Err(_) => return Err(ApiError::Internal(format!("registration of {uuid} still in flight"))),
             }

@@ -33,6 +33,11 @@ impl WorkerCallError {
             WorkerCallError::Transport { .. } => None,
         }
     }
+
+    /// Worth retrying: the worker was unreachable or failed, rather than refused.
+    fn is_transient(&self) -> bool {
+        self.status().is_none_or(|status| status.is_server_error())
+    }
 }
 
 #[derive(Clone)]
@@ -45,6 +50,9 @@ pub struct WorkerClient {
 /// Long enough for a large reset; short calls finish in microseconds on a LAN.
 const RESET_TIMEOUT: Duration = Duration::from_secs(15);
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Attempts of an idempotent call, and the first pause between them (doubling).
+const RETRY_ATTEMPTS: u32 = 5;
+const RETRY_FIRST_DELAY: Duration = Duration::from_millis(20);
 
 impl WorkerClient {
     pub fn new(worker_a_url: &str, worker_b_url: &str, secret: &str) -> anyhow::Result<WorkerClient> {
@@ -120,11 +128,37 @@ impl WorkerClient {
         self.post(shard, WORKER_PROVISIONAL, isu, CALL_TIMEOUT).await
     }
 
+    /// Idempotent, so retried: once JIA has activated an ISU, giving up on a
+    /// passing network fault would cost the registration.
     pub async fn publish(&self, shard: Shard, isu: &PublishIsu) -> Result<(), WorkerCallError> {
-        self.post(shard, WORKER_PUBLISH, isu, CALL_TIMEOUT).await
+        self.post_retrying(shard, WORKER_PUBLISH, isu).await
     }
 
+    /// Idempotent, so retried: a leftover provisional ISU would accept posts nobody can read.
     pub async fn rollback(&self, shard: Shard, isu: &RollbackIsu) -> Result<(), WorkerCallError> {
-        self.post(shard, WORKER_ROLLBACK, isu, CALL_TIMEOUT).await
+        self.post_retrying(shard, WORKER_ROLLBACK, isu).await
+    }
+
+    /// Retries transport errors and 5xx answers with a short backoff; a 4xx is final.
+    async fn post_retrying<T: Serialize + ?Sized>(
+        &self,
+        shard: Shard,
+        path: &'static str,
+        body: &T,
+    ) -> Result<(), WorkerCallError> {
+        let mut delay = RETRY_FIRST_DELAY;
+        let mut attempt = 1;
+        loop {
+            match self.post(shard, path, body, CALL_TIMEOUT).await {
+                Ok(()) => return Ok(()),
+                Err(error) if attempt < RETRY_ATTEMPTS && error.is_transient() => {
+                    tracing::warn!(%error, attempt, "worker call failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 }

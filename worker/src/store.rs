@@ -333,11 +333,19 @@ impl Shard {
         self.isus.len()
     }
 
+    /// Registers `uuid` provisionally. The coordinator runs one registration per
+    /// UUID at a time, so an unpublished entry here is a leftover of a failed
+    /// one (its rollback lost): it is replaced, with whatever was posted to it.
     pub fn provisional(&self, uuid: &str, owner: &str, name: &str) -> Result<(), ProvisionalError> {
+        let entry = Arc::new(IsuEntry::new(uuid, owner, name));
         match self.isus.entry(uuid.into()) {
-            dashmap::Entry::Occupied(_) => Err(ProvisionalError::AlreadyExists),
+            dashmap::Entry::Occupied(occupied) if occupied.get().is_published() => Err(ProvisionalError::AlreadyExists),
+            dashmap::Entry::Occupied(mut occupied) => {
+                occupied.insert(entry);
+                Ok(())
+            }
             dashmap::Entry::Vacant(vacant) => {
-                vacant.insert(Arc::new(IsuEntry::new(uuid, owner, name)));
+                vacant.insert(entry);
                 Ok(())
             }
         }
@@ -354,9 +362,11 @@ impl Shard {
         true
     }
 
-    /// Forgets a provisional ISU and what was posted to it; published ISUs stay.
+    /// Forgets an ISU and what was posted to it. The coordinator asks only for
+    /// ISUs it has not registered: provisional ones, or one whose publish reached
+    /// this worker while the answer was lost.
     pub fn rollback(&self, uuid: &str) -> bool {
-        self.isus.remove_if(uuid, |_, entry| !entry.is_published()).is_some()
+        self.isus.remove(uuid).is_some()
     }
 
     /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were new.
@@ -518,17 +528,36 @@ mod tests {
         }];
         assert_eq!(shard.post("nope", &batch), Err(PostError::UnknownIsu));
         shard.provisional("p", "alice", "chair").unwrap();
-        assert_eq!(shard.provisional("p", "bob", "x"), Err(ProvisionalError::AlreadyExists));
         shard.post("p", &batch).unwrap();
         assert!(shard.owned_isu("p", "alice").is_none());
         assert!(shard.take_changed().0.is_empty(), "provisional ISUs are not pushed");
         assert!(shard.publish("p", 7));
         assert_eq!(shard.owned_isu("p", "alice").unwrap().id(), 7);
         assert!(shard.owned_isu("p", "bob").is_none());
+        assert_eq!(shard.provisional("p", "bob", "x"), Err(ProvisionalError::AlreadyExists));
         let (changed, oldest) = shard.take_changed();
         assert_eq!(changed.len(), 1);
         assert!(oldest.is_some());
-        assert!(!shard.rollback("p"), "published ISUs are not rolled back");
+        assert!(
+            shard.rollback("p"),
+            "a publish whose answer was lost can be rolled back"
+        );
+        assert!(shard.isu("p").is_none());
+    }
+
+    #[test]
+    fn a_leftover_provisional_isu_is_replaced_with_its_conditions() {
+        let shard = Shard::new(1);
+        shard.provisional("p", "alice", "old").unwrap();
+        let batch = [NewCondition {
+            timestamp: 5,
+            flags: flags(false, INFO),
+            message: "x",
+        }];
+        shard.post("p", &batch).unwrap();
+        shard.provisional("p", "bob", "new").unwrap();
+        let entry = shard.isu("p").unwrap();
+        assert_eq!((&*entry.owner, entry.condition_count()), ("bob", 0));
     }
 
     #[test]

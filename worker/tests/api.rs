@@ -427,11 +427,12 @@ async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
             .await,
         StatusCode::CREATED
     );
+    // A second provisional registration replaces an unpublished leftover.
     assert_eq!(
         worker
             .internal(shared::protocol::WORKER_PROVISIONAL, &provisional)
             .await,
-        StatusCode::CONFLICT
+        StatusCode::CREATED
     );
     assert_eq!(
         worker.post_conditions(uuid, &batch(&[(100, INFO)])).await,
@@ -447,6 +448,13 @@ async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
     let (status, _, body) = worker.get(&list, Some("alice")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()[0]["timestamp"], 100);
+    assert_eq!(
+        worker
+            .internal(shared::protocol::WORKER_PROVISIONAL, &provisional)
+            .await,
+        StatusCode::CONFLICT,
+        "a published ISU is never replaced"
+    );
 
     let doomed = "4b000000-0000-4000-8000-000000000000";
     let provisional = json!({"generation": GENERATION, "uuid": doomed, "owner": "alice", "name": "gone"});

@@ -100,8 +100,8 @@ async fn register(
         match field.name() {
             Some("jia_isu_uuid") => uuid = field.text().await.map_err(|_| bad_form())?,
             Some("isu_name") => name = field.text().await.map_err(|_| bad_form())?,
-            // Like the reference, an `image` part without a filename is not a file.
-            Some("image") if field.file_name().is_some() => {
+            // Like the reference, an `image` part without a (non-empty) filename is not a file.
+            Some("image") if field.file_name().is_some_and(|name| !name.is_empty()) => {
                 image = Some(field.bytes().await.map_err(|_| bad_form())?);
             }
             _ => {}
