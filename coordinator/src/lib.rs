@@ -93,13 +93,17 @@ impl Application {
     }
 
     /// Serves until `shutdown` resolves. Brings the workers to this node's
-    /// generation in the background; `/healthz` is 200 once that is done.
+    /// generation in the background (`/healthz` is 200 once that is done), then
+    /// keeps watching them and resets a worker that restarted.
     pub async fn run_until_stopped(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let state = self.state.state.clone();
-        let sync = tokio::spawn(async move { state.sync_workers_until_ready().await });
+        let sync = tokio::spawn(async move {
+            state.sync_workers_until_ready().await;
+            state.watch_workers().await;
+        });
         let router = routes::router(self.state)?;
         let served = axum::serve(self.listener, router)
             .with_graceful_shutdown(shutdown)

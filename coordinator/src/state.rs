@@ -382,6 +382,9 @@ impl Drop for Claim {
     }
 }
 
+/// How often the coordinator checks that the workers still hold the current generation.
+const WORKER_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How long a registration of a UUID waits for a concurrent one of the same UUID.
 const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
 
@@ -471,18 +474,53 @@ impl State {
         Ok(())
     }
 
-    async fn reset_workers(&self, generation: &Generation) -> anyhow::Result<()> {
-        let dataset = self.dataset.clone();
-        let generation_id = generation.id;
-        let bodies = tokio::task::spawn_blocking(move || reset_bodies(&dataset, generation_id)).await??;
-        let [body_a, body_b] = bodies;
+    async fn reset_workers(&self, generation: &Arc<Generation>) -> anyhow::Result<()> {
         let (a, b) = tokio::join!(
-            self.workers.reset(Shard::A, body_a),
-            self.workers.reset(Shard::B, body_b)
+            self.reset_worker(generation, Shard::A),
+            self.reset_worker(generation, Shard::B)
         );
-        a?;
-        b?;
-        Ok(())
+        a.and(b)
+    }
+
+    /// Sends a worker its shard of `generation` as the coordinator knows it now.
+    async fn reset_worker(&self, generation: &Arc<Generation>, shard: Shard) -> anyhow::Result<()> {
+        let (dataset, generation) = (self.dataset.clone(), generation.clone());
+        let body = tokio::task::spawn_blocking(move || reset_body(&dataset, &generation, shard)).await??;
+        Ok(self.workers.reset(shard, body).await?)
+    }
+
+    /// Watches the workers' generation and resets a worker that lost its state
+    /// (restarted) with its shard as the coordinator knows it: the dataset's
+    /// conditions, every registered ISU, and the latest condition of each. Reads
+    /// then work again at once; conditions posted since the dataset are gone with
+    /// the worker's memory, except each ISU's latest.
+    pub async fn watch_workers(&self) {
+        let mut ticker = tokio::time::interval(WORKER_WATCH_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            if !self.is_ready() {
+                continue;
+            }
+            for shard in Shard::ALL {
+                let Ok(health) = self.workers.health(shard).await else {
+                    continue; // down: it is reset when it answers again
+                };
+                let _resetting = self.reset_lock.lock().await;
+                let generation = self.generation();
+                if health.generation == generation.id {
+                    continue;
+                }
+                tracing::warn!(
+                    shard = shard.name(),
+                    worker_generation = health.generation,
+                    "worker lost its state; resetting it"
+                );
+                if let Err(error) = self.reset_worker(&generation, shard).await {
+                    tracing::error!(%error, shard = shard.name(), "resetting a worker failed");
+                }
+            }
+        }
     }
 
     /// Signs a user in (creating it if needed) and returns the `Set-Cookie` value.
@@ -633,32 +671,49 @@ fn new_generation_id() -> u64 {
     rand::random::<u64>() | 1
 }
 
-/// The reset body of each worker: its shard of the dataset.
-fn reset_bodies(dataset: &Dataset, generation: u64) -> anyhow::Result<[Bytes; 2]> {
-    let mut shards: [Vec<ShardIsu>; 2] = [Vec::new(), Vec::new()];
-    for isu in &dataset.isus {
-        shards[shard_of(&isu.uuid).index()].push(ShardIsu {
-            id: isu.id,
-            uuid: isu.uuid.clone(),
-            owner: isu.owner.clone(),
-            name: isu.name.clone(),
-            character: isu.character.clone(),
-            conditions: isu.conditions.clone(),
-        });
-    }
-    let mut users: Vec<String> = dataset.users.clone();
-    users.extend(dataset.isus.iter().map(|isu| isu.owner.clone()));
+/// A worker's reset body: the ISUs of its shard in `generation`, with the
+/// dataset's conditions and each ISU's latest known condition, and every user.
+fn reset_body(dataset: &Dataset, generation: &Generation, shard: Shard) -> anyhow::Result<Bytes> {
+    let dataset_conditions: HashMap<&str, &[WireCondition]> = dataset
+        .isus
+        .iter()
+        .map(|isu| (isu.uuid.as_str(), isu.conditions.as_slice()))
+        .collect();
+    let isus: Vec<ShardIsu> = generation
+        .all
+        .read()
+        .iter()
+        .filter(|isu| shard_of(&isu.uuid) == shard)
+        .map(|isu| {
+            let mut conditions = dataset_conditions
+                .get(isu.uuid.as_str())
+                .map_or_else(Vec::new, |known| known.to_vec());
+            if let Some(latest) = isu.latest() {
+                if conditions.last().is_none_or(|last| last.timestamp < latest.timestamp) {
+                    conditions.push(WireCondition {
+                        timestamp: latest.timestamp,
+                        flags: latest.flags,
+                        message: latest.message.into_string(),
+                    });
+                }
+            }
+            ShardIsu {
+                id: isu.id,
+                uuid: isu.uuid.clone(),
+                owner: isu.owner.clone(),
+                name: isu.name.clone(),
+                character: isu.character.clone(),
+                conditions,
+            }
+        })
+        .collect();
+    let mut users: Vec<String> = generation.users.read().iter().cloned().collect();
     users.sort();
-    users.dedup();
-    let [a, b] = shards;
-    let body = |isus| -> anyhow::Result<Bytes> {
-        Ok(Bytes::from(serde_json::to_vec(&ResetShard {
-            generation,
-            users: users.clone(),
-            isus,
-        })?))
-    };
-    Ok([body(a)?, body(b)?])
+    Ok(Bytes::from(serde_json::to_vec(&ResetShard {
+        generation: generation.id,
+        users,
+        isus,
+    })?))
 }
 
 #[cfg(test)]

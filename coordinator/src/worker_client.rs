@@ -6,8 +6,8 @@ use reqwest::StatusCode;
 use serde::Serialize;
 use shared::placement::Shard;
 use shared::protocol::{
-    ProvisionalIsu, PublishIsu, RollbackIsu, UserSync, SECRET_HEADER, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESET,
-    WORKER_ROLLBACK, WORKER_USERS,
+    Health, ProvisionalIsu, PublishIsu, RollbackIsu, UserSync, HEALTH, SECRET_HEADER, WORKER_PROVISIONAL,
+    WORKER_PUBLISH, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +114,29 @@ impl WorkerClient {
                 status,
             }),
         }
+    }
+
+    /// A worker's `/healthz` (its generation tells whether it lost its state).
+    pub async fn health(&self, shard: Shard) -> Result<Health, WorkerCallError> {
+        let response = self
+            .client
+            .get(format!("{}{HEALTH}", self.base_urls[shard.index()]))
+            .timeout(CALL_TIMEOUT)
+            .send()
+            .await
+            .map_err(|source| WorkerCallError::Transport { shard, source })?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(WorkerCallError::Status {
+                shard,
+                path: HEALTH,
+                status,
+            });
+        }
+        response
+            .json()
+            .await
+            .map_err(|source| WorkerCallError::Transport { shard, source })
     }
 
     pub async fn sync_users(&self, sync: &UserSync) -> Result<(), WorkerCallError> {

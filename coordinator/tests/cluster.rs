@@ -1278,3 +1278,64 @@ async fn trend_is_gzip_compressed_for_clients_that_accept_it_and_equal_to_the_pl
     assert_eq!(decoded, plain);
     assert_eq!(parse_trend(&decoded).len(), 1000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_worker_is_reset_with_its_shard_and_serves_reads_again() {
+    let mut cluster = spawn_cluster().await;
+    let alice = cluster.sign_in("alice").await;
+    let uuid = cluster.known_uuid('2', 1); // worker A
+    alice.register(&uuid, "survivor", None).await.json(201);
+    let isucon1 = cluster.sign_in("isucon1").await;
+    let initial = dataset_isus_of("isucon1")
+        .into_iter()
+        .find(|isu| shard_index(&isu.uuid) == 0)
+        .unwrap();
+    let end_time = VIRTUAL_START + 100 * 86_400;
+    let before = isucon1.condition_items(&initial.uuid, end_time).await;
+    assert!(!before.is_empty());
+    // The device's latest condition reaches the coordinator through the 10 ms push.
+    let latest = wait_until(
+        "the registered ISU has a latest condition",
+        Duration::from_secs(3),
+        || async {
+            let list = alice.isu_list().await.json(200);
+            let latest = list[0]["latest_isu_condition"].clone();
+            (!latest.is_null()).then_some(latest)
+        },
+    )
+    .await;
+
+    cluster.restart_worker(0);
+    // The coordinator notices the new worker's empty state and resets it.
+    let items = wait_until(
+        "the restarted worker serves the dataset again",
+        Duration::from_secs(5),
+        || async {
+            let reply = isucon1
+                .conditions(
+                    &initial.uuid,
+                    &format!("end_time={end_time}&condition_level=info,warning,critical"),
+                )
+                .await;
+            (reply.status.as_u16() == 200).then(|| reply.json(200))
+        },
+    )
+    .await;
+    assert_eq!(items.as_array().unwrap(), &before, "the dataset's conditions are back");
+    let end_time = latest["timestamp"].as_i64().unwrap() + 1;
+    let survivor = alice.condition_items(&uuid, end_time).await;
+    assert_eq!(
+        survivor.first(),
+        Some(&latest),
+        "a registered ISU keeps its latest condition"
+    );
+    // The restarted worker accepts device posts for registered ISUs again.
+    let newer = sent(
+        latest["timestamp"].as_i64().unwrap() + 60,
+        true,
+        "is_dirty=false,is_overweight=false,is_broken=false",
+        "",
+    );
+    cluster.post_conditions(&uuid, &[newer]).await.assert_empty(202);
+    cluster.assert_processes_alive();
+}

@@ -480,6 +480,30 @@ impl Cluster {
         }
     }
 
+    /// Kills worker `index` (0 = A, 1 = B) and starts a fresh one on the same
+    /// address: a worker that lost its memory.
+    pub fn restart_worker(&mut self, index: usize) {
+        let (name, shard) = [("worker-a", "a"), ("worker-b", "b")][index];
+        let process = &mut self.processes[index];
+        assert_eq!(process.name, name);
+        let _ = process.child.kill();
+        let _ = process.child.wait();
+        let listen = self.workers[index].trim_start_matches("http://").to_owned();
+        let mut command = Command::new(worker_binary());
+        command.args(["--shard", shard, "--listen", &listen]);
+        command.args(["--coordinator-url", &self.coordinator, "--cluster-secret", &self.secret]);
+        self.processes[index] = NodeProcess::spawn(name, command, &self.scratch.path);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while std::net::TcpStream::connect(&listen).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the restarted {name} never listened on {listen}"
+            );
+            self.assert_processes_alive();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Panics if a node process has exited.
     #[track_caller]
     pub fn assert_processes_alive(&mut self) {
