@@ -261,7 +261,9 @@ impl Generation {
     /// Builds the trend of the current version into the cache; returns that version.
     fn rebuild_trend(&self) -> u64 {
         let version = self.trend_version.load(Ordering::SeqCst);
-        let json = build_trend(&self.all.read());
+        // Serialise outside the lock: registrations wait for its write side.
+        let isus = self.all.read().clone();
+        let json = build_trend(&isus);
         let trend = Trend {
             gzip: gzip(&json).map(Bytes::from),
             json: Bytes::from(json),
@@ -437,21 +439,28 @@ impl State {
 
     /// Brings the workers to the current generation (at start-up), retrying until both answer.
     pub async fn sync_workers_until_ready(&self) {
-        let _resetting = self.reset_lock.lock().await;
-        let generation = self.generation();
         let mut delay = Duration::from_millis(50);
         loop {
+            // Locked per attempt, so an early `/initialize` need not wait for slow workers.
+            let resetting = self.reset_lock.lock().await;
+            if self.is_ready() {
+                return; // an `/initialize` reached every worker first
+            }
+            let generation = self.generation();
             match self.reset_workers(&generation).await {
-                Ok(()) => break,
+                Ok(()) => {
+                    self.ready.store(true, Ordering::Release);
+                    tracing::info!(generation = generation.id, "cluster ready");
+                    return;
+                }
                 Err(error) => {
+                    drop(resetting);
                     tracing::info!(%error, "waiting for workers");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(1));
                 }
             }
         }
-        self.ready.store(true, Ordering::Release);
-        tracing::info!(generation = generation.id, "cluster ready");
     }
 
     /// `POST /initialize`: a new generation from the dataset, on every node.
@@ -499,14 +508,12 @@ impl State {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            if !self.is_ready() {
-                continue;
-            }
             for shard in Shard::ALL {
+                // Asked under the lock, so an `/initialize` in progress is not mistaken for a restart.
+                let _resetting = self.reset_lock.lock().await;
                 let Ok(health) = self.workers.health(shard).await else {
                     continue; // down: it is reset when it answers again
                 };
-                let _resetting = self.reset_lock.lock().await;
                 let generation = self.generation();
                 if health.generation == generation.id {
                     continue;
@@ -563,17 +570,16 @@ impl State {
     }
 
     /// Claims `uuid` for this registration: 409 when registered, waits for a
-    /// registration of the same UUID in flight. Returns the outcome sender and the new id.
+    /// registration of the same UUID in flight. Returns the claim and the new id.
     async fn claim(&self, generation: &Arc<Generation>, uuid: &str) -> Result<(Claim, i64), ApiError> {
         let deadline = tokio::time::Instant::now() + CONCURRENT_REGISTRATION_WAIT;
         loop {
             let mut in_flight = {
                 let mut pending = generation.pending.lock();
-                if generation.by_uuid.contains_key(uuid) {
-                    return Err(ApiError::DuplicatedIsu);
-                }
+                // In flight first: an ISU being published may still fail and be removed.
                 match pending.get(uuid) {
                     Some(receiver) => receiver.clone(),
+                    None if generation.by_uuid.contains_key(uuid) => return Err(ApiError::DuplicatedIsu),
                     None => {
                         let (sender, receiver) = watch::channel(Outcome::Pending);
                         pending.insert(uuid.to_owned(), receiver);
@@ -607,6 +613,7 @@ impl State {
         let shard = shard_of(&registration.uuid);
         let provisional = ProvisionalIsu {
             generation: generation.id,
+            id,
             uuid: registration.uuid.clone(),
             owner: registration.owner.clone(),
             name: registration.name.clone(),
@@ -620,6 +627,7 @@ impl State {
             })?;
         let rollback = RollbackIsu {
             generation: generation.id,
+            id,
             uuid: registration.uuid.clone(),
         };
         let service_url = self.jia_service_url.read().clone();

@@ -47,11 +47,12 @@ pub struct WorkerClient {
     secret: String,
 }
 
-/// Long enough for a large reset; short calls finish in microseconds on a LAN.
+/// Long enough for a large reset; other calls finish in microseconds on a LAN,
+/// and a registration must answer within the bench's 1 s request timeout.
 const RESET_TIMEOUT: Duration = Duration::from_secs(15);
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// Attempts of an idempotent call, and the first pause between them (doubling).
-const RETRY_ATTEMPTS: u32 = 5;
+const CALL_TIMEOUT: Duration = Duration::from_millis(500);
+/// Idempotent calls are retried (first pause 20 ms, doubling) until this much time has passed.
+const RETRY_BUDGET: Duration = Duration::from_millis(1500);
 const RETRY_FIRST_DELAY: Duration = Duration::from_millis(20);
 
 impl WorkerClient {
@@ -94,7 +95,7 @@ impl WorkerClient {
         }
     }
 
-    /// Sends a pre-serialised reset body (datasets are serialised once, at start).
+    /// Sends a reset body (serialised off the async threads by the caller).
     pub async fn reset(&self, shard: Shard, body: bytes::Bytes) -> Result<(), WorkerCallError> {
         let response = self
             .client
@@ -169,16 +170,16 @@ impl WorkerClient {
         path: &'static str,
         body: &T,
     ) -> Result<(), WorkerCallError> {
+        let deadline = tokio::time::Instant::now() + RETRY_BUDGET;
         let mut delay = RETRY_FIRST_DELAY;
-        let mut attempt = 1;
         loop {
-            match self.post(shard, path, body, CALL_TIMEOUT).await {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.post(shard, path, body, CALL_TIMEOUT.min(left)).await {
                 Ok(()) => return Ok(()),
-                Err(error) if attempt < RETRY_ATTEMPTS && error.is_transient() => {
-                    tracing::warn!(%error, attempt, "worker call failed; retrying");
+                Err(error) if error.is_transient() && left > delay => {
+                    tracing::warn!(%error, "worker call failed; retrying");
                     tokio::time::sleep(delay).await;
                     delay *= 2;
-                    attempt += 1;
                 }
                 Err(error) => return Err(error),
             }

@@ -71,12 +71,14 @@ pub struct UserSync {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProvisionalIsu {
     pub generation: u64,
+    /// The id the registration will publish; ties later messages to this registration.
+    pub id: i64,
     pub uuid: String,
     pub owner: String,
     pub name: String,
 }
 
-/// Body of [`WORKER_PUBLISH`].
+/// Body of [`WORKER_PUBLISH`]: applies only to the provisional entry of registration `id`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PublishIsu {
     pub generation: u64,
@@ -89,6 +91,9 @@ pub struct PublishIsu {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RollbackIsu {
     pub generation: u64,
+    /// Only the entry of this registration is removed (a late rollback of an
+    /// earlier attempt must not remove a newer registration of the UUID).
+    pub id: i64,
     pub uuid: String,
 }
 

@@ -333,13 +333,16 @@ impl Shard {
         self.isus.len()
     }
 
-    /// Registers `uuid` provisionally. The coordinator runs one registration per
-    /// UUID at a time, so an unpublished entry here is a leftover of a failed
-    /// one (its rollback lost): it is replaced, with whatever was posted to it.
-    pub fn provisional(&self, uuid: &str, owner: &str, name: &str) -> Result<(), ProvisionalError> {
+    /// Registers `uuid` provisionally for registration `id`. An unpublished
+    /// entry of an earlier registration (its rollback lost) is replaced, with
+    /// whatever was posted to it; a published one, or a newer registration's, is kept.
+    pub fn provisional(&self, uuid: &str, owner: &str, name: &str, id: i64) -> Result<(), ProvisionalError> {
         let entry = Arc::new(IsuEntry::new(uuid, owner, name));
+        entry.id.store(id, Ordering::Relaxed);
         match self.isus.entry(uuid.into()) {
-            dashmap::Entry::Occupied(occupied) if occupied.get().is_published() => Err(ProvisionalError::AlreadyExists),
+            dashmap::Entry::Occupied(occupied) if occupied.get().is_published() || occupied.get().id() >= id => {
+                Err(ProvisionalError::AlreadyExists)
+            }
             dashmap::Entry::Occupied(mut occupied) => {
                 occupied.insert(entry);
                 Ok(())
@@ -351,10 +354,13 @@ impl Shard {
         }
     }
 
-    /// Makes a provisional ISU visible; returns false when it is unknown.
+    /// Makes registration `id`'s provisional ISU visible (idempotent); false when
+    /// the UUID is unknown or belongs to another registration.
     pub fn publish(&self, uuid: &str, id: i64) -> bool {
         let Some(entry) = self.isu(uuid) else { return false };
-        entry.id.store(id, Ordering::Relaxed);
+        if entry.id() != id {
+            return false;
+        }
         entry.published.store(true, Ordering::Release);
         if entry.latest().is_some() {
             self.enqueue(&entry);
@@ -362,11 +368,11 @@ impl Shard {
         true
     }
 
-    /// Forgets an ISU and what was posted to it. The coordinator asks only for
-    /// ISUs it has not registered: provisional ones, or one whose publish reached
-    /// this worker while the answer was lost.
-    pub fn rollback(&self, uuid: &str) -> bool {
-        self.isus.remove(uuid).is_some()
+    /// Forgets registration `id`'s ISU and what was posted to it: a provisional
+    /// one, or one whose publish reached this worker while the answer was lost
+    /// (the coordinator has not registered it).
+    pub fn rollback(&self, uuid: &str, id: i64) -> bool {
+        self.isus.remove_if(uuid, |_, entry| entry.id() == id).is_some()
     }
 
     /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were new.
@@ -466,7 +472,7 @@ mod tests {
 
     fn shard_with(uuid: &str, conditions: &[(i64, &str)]) -> Shard {
         let shard = Shard::new(1);
-        shard.provisional(uuid, "alice", "chair").unwrap();
+        shard.provisional(uuid, "alice", "chair", 1).unwrap();
         shard.publish(uuid, 1);
         let batch: Vec<NewCondition> = conditions
             .iter()
@@ -527,19 +533,23 @@ mod tests {
             message: "",
         }];
         assert_eq!(shard.post("nope", &batch), Err(PostError::UnknownIsu));
-        shard.provisional("p", "alice", "chair").unwrap();
+        shard.provisional("p", "alice", "chair", 7).unwrap();
         shard.post("p", &batch).unwrap();
         assert!(shard.owned_isu("p", "alice").is_none());
         assert!(shard.take_changed().0.is_empty(), "provisional ISUs are not pushed");
         assert!(shard.publish("p", 7));
         assert_eq!(shard.owned_isu("p", "alice").unwrap().id(), 7);
         assert!(shard.owned_isu("p", "bob").is_none());
-        assert_eq!(shard.provisional("p", "bob", "x"), Err(ProvisionalError::AlreadyExists));
+        assert_eq!(
+            shard.provisional("p", "bob", "x", 8),
+            Err(ProvisionalError::AlreadyExists)
+        );
         let (changed, oldest) = shard.take_changed();
         assert_eq!(changed.len(), 1);
         assert!(oldest.is_some());
+        assert!(!shard.rollback("p", 6), "another registration's rollback is ignored");
         assert!(
-            shard.rollback("p"),
+            shard.rollback("p", 7),
             "a publish whose answer was lost can be rolled back"
         );
         assert!(shard.isu("p").is_none());
@@ -548,29 +558,35 @@ mod tests {
     #[test]
     fn a_leftover_provisional_isu_is_replaced_with_its_conditions() {
         let shard = Shard::new(1);
-        shard.provisional("p", "alice", "old").unwrap();
+        shard.provisional("p", "alice", "old", 1).unwrap();
         let batch = [NewCondition {
             timestamp: 5,
             flags: flags(false, INFO),
             message: "x",
         }];
         shard.post("p", &batch).unwrap();
-        shard.provisional("p", "bob", "new").unwrap();
+        assert_eq!(
+            shard.provisional("p", "late", "stale", 1),
+            Err(ProvisionalError::AlreadyExists)
+        );
+        shard.provisional("p", "bob", "new", 2).unwrap();
         let entry = shard.isu("p").unwrap();
         assert_eq!((&*entry.owner, entry.condition_count()), ("bob", 0));
+        assert!(!shard.publish("p", 1), "the old registration's publish is ignored");
+        assert!(shard.publish("p", 2));
     }
 
     #[test]
     fn rollback_forgets_provisional_conditions() {
         let shard = Shard::new(1);
-        shard.provisional("p", "alice", "chair").unwrap();
+        shard.provisional("p", "alice", "chair", 7).unwrap();
         let batch = [NewCondition {
             timestamp: 5,
             flags: flags(false, INFO),
             message: "x",
         }];
         shard.post("p", &batch).unwrap();
-        assert!(shard.rollback("p"));
+        assert!(shard.rollback("p", 7));
         assert_eq!(shard.post("p", &batch), Err(PostError::UnknownIsu));
     }
 

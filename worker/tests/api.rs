@@ -419,19 +419,25 @@ async fn graph_has_twenty_four_hours_from_the_truncated_datetime() {
 #[tokio::test]
 async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
     let worker = TestWorker::spawn().await;
+    let provisional = |uuid: &str, id: i64| json!({"generation": GENERATION, "id": id, "uuid": uuid, "owner": "alice", "name": "new"});
+    let call = |path: &'static str, body: Value| {
+        let worker = &worker;
+        async move { worker.internal(path, &body).await }
+    };
+    use shared::protocol::{WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_ROLLBACK};
     let uuid = "2a000000-0000-4000-8000-000000000000";
-    let provisional = json!({"generation": GENERATION, "uuid": uuid, "owner": "alice", "name": "new"});
     assert_eq!(
-        worker
-            .internal(shared::protocol::WORKER_PROVISIONAL, &provisional)
-            .await,
+        call(WORKER_PROVISIONAL, provisional(uuid, 29)).await,
         StatusCode::CREATED
     );
-    // A second provisional registration replaces an unpublished leftover.
     assert_eq!(
-        worker
-            .internal(shared::protocol::WORKER_PROVISIONAL, &provisional)
-            .await,
+        call(WORKER_PROVISIONAL, provisional(uuid, 29)).await,
+        StatusCode::CONFLICT,
+        "a repeated message"
+    );
+    // A later registration replaces the unpublished leftover of an earlier one.
+    assert_eq!(
+        call(WORKER_PROVISIONAL, provisional(uuid, 30)).await,
         StatusCode::CREATED
     );
     assert_eq!(
@@ -440,48 +446,45 @@ async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
     );
     let list = format!("/api/condition/{uuid}?end_time=999&condition_level=info");
     assert_eq!(worker.get(&list, Some("alice")).await.0, StatusCode::NOT_FOUND);
-    let publish = json!({"generation": GENERATION, "uuid": uuid, "id": 29, "character": "すなお"});
+    let publish = |id: i64| json!({"generation": GENERATION, "uuid": uuid, "id": id, "character": "すなお"});
     assert_eq!(
-        worker.internal(shared::protocol::WORKER_PUBLISH, &publish).await,
-        StatusCode::OK
+        call(WORKER_PUBLISH, publish(29)).await,
+        StatusCode::NOT_FOUND,
+        "the replaced registration"
     );
+    assert_eq!(call(WORKER_PUBLISH, publish(30)).await, StatusCode::OK);
     let (status, _, body) = worker.get(&list, Some("alice")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()[0]["timestamp"], 100);
     assert_eq!(
-        worker
-            .internal(shared::protocol::WORKER_PROVISIONAL, &provisional)
-            .await,
+        call(WORKER_PROVISIONAL, provisional(uuid, 31)).await,
         StatusCode::CONFLICT,
-        "a published ISU is never replaced"
+        "a published ISU stays"
     );
 
     let doomed = "4b000000-0000-4000-8000-000000000000";
-    let provisional = json!({"generation": GENERATION, "uuid": doomed, "owner": "alice", "name": "gone"});
     assert_eq!(
-        worker
-            .internal(shared::protocol::WORKER_PROVISIONAL, &provisional)
-            .await,
+        call(WORKER_PROVISIONAL, provisional(doomed, 40)).await,
         StatusCode::CREATED
     );
     assert_eq!(
         worker.post_conditions(doomed, &batch(&[(100, INFO)])).await,
         StatusCode::ACCEPTED
     );
-    let rollback = json!({"generation": GENERATION, "uuid": doomed});
+    let rollback = |id: i64| json!({"generation": GENERATION, "id": id, "uuid": doomed});
+    assert_eq!(call(WORKER_ROLLBACK, rollback(39)).await, StatusCode::OK);
     assert_eq!(
-        worker.internal(shared::protocol::WORKER_ROLLBACK, &rollback).await,
-        StatusCode::OK
+        worker.post_conditions(doomed, &batch(&[(150, INFO)])).await,
+        StatusCode::ACCEPTED,
+        "another registration's rollback is ignored"
     );
+    assert_eq!(call(WORKER_ROLLBACK, rollback(40)).await, StatusCode::OK);
     assert_eq!(
         worker.post_conditions(doomed, &batch(&[(200, INFO)])).await,
         StatusCode::NOT_FOUND
     );
-    let stale = json!({"generation": GENERATION + 1, "uuid": "6c", "owner": "alice", "name": "x"});
-    assert_eq!(
-        worker.internal(shared::protocol::WORKER_PROVISIONAL, &stale).await,
-        StatusCode::PRECONDITION_FAILED
-    );
+    let stale = json!({"generation": GENERATION + 1, "id": 50, "uuid": "6c", "owner": "alice", "name": "x"});
+    assert_eq!(call(WORKER_PROVISIONAL, stale).await, StatusCode::PRECONDITION_FAILED);
 }
 
 #[tokio::test]

@@ -70,7 +70,7 @@ async fn provisional(
     State(state): State<AppState>,
     Json(isu): Json<ProvisionalIsu>,
 ) -> Result<StatusCode, WorkerError> {
-    match current_shard(&state, isu.generation)?.provisional(&isu.uuid, &isu.owner, &isu.name) {
+    match current_shard(&state, isu.generation)?.provisional(&isu.uuid, &isu.owner, &isu.name, isu.id) {
         Ok(()) => Ok(StatusCode::CREATED),
         Err(ProvisionalError::AlreadyExists) => Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU)),
     }
@@ -93,7 +93,7 @@ async fn rollback(
     State(state): State<AppState>,
     Json(isu): Json<RollbackIsu>,
 ) -> Result<StatusCode, WorkerError> {
-    current_shard(&state, isu.generation)?.rollback(&isu.uuid);
+    current_shard(&state, isu.generation)?.rollback(&isu.uuid, isu.id);
     Ok(StatusCode::OK)
 }
 
