@@ -1339,3 +1339,63 @@ async fn a_restarted_worker_is_reset_with_its_shard_and_serves_reads_again() {
     cluster.post_conditions(&uuid, &[newer]).await.assert_empty(202);
     cluster.assert_processes_alive();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_by_route_and_status_and_measure_batches_and_push_lag() {
+    let cluster = spawn_cluster().await;
+    let alice = cluster.sign_in("alice").await;
+    let uuid = cluster.known_uuid('4', 1); // worker A
+    alice.register(&uuid, "measured", None).await.json(201);
+    let condition = sent(
+        VIRTUAL_START + 600,
+        true,
+        "is_dirty=false,is_overweight=false,is_broken=false",
+        "",
+    );
+    cluster.post_conditions(&uuid, &[condition]).await.assert_empty(202);
+    cluster.agent().trend().await.json(200);
+    let client = cluster.raw_client();
+    let metrics = |base: String| {
+        let (client, secret) = (client.clone(), cluster.secret.clone());
+        async move {
+            let response = client
+                .get(format!("{base}/metrics"))
+                .header("x-cluster-secret", secret)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status().as_u16(), 200);
+            response.text().await.unwrap()
+        }
+    };
+    // The push of the device's condition is measured once it reaches the coordinator.
+    let worker = wait_until(
+        "the worker has measured a latest push",
+        Duration::from_secs(3),
+        || async {
+            let text = metrics(cluster.workers[0].clone()).await;
+            text.contains("latest_push_lag_seconds_count").then_some(text)
+        },
+    )
+    .await;
+    for expected in [
+        r#"http_requests_total{route="/api/condition/{uuid}",status="202"}"#,
+        r#"http_request_duration_seconds_bucket{route="/api/condition/{uuid}",status="202",le="#,
+        "latest_batch_items_bucket",
+        "latest_push_lag_seconds_bucket",
+        "conditions_stored_total",
+    ] {
+        assert!(worker.contains(expected), "worker metrics lack {expected}:\n{worker}");
+    }
+    let coordinator = metrics(cluster.coordinator.clone()).await;
+    for expected in [
+        r#"http_requests_total{route="/api/isu",status="201"}"#,
+        r#"http_requests_total{route="/api/trend",status="200"}"#,
+        r#"http_request_duration_seconds_bucket{route="/api/auth",status="200",le="#,
+    ] {
+        assert!(
+            coordinator.contains(expected),
+            "coordinator metrics lack {expected}:\n{coordinator}"
+        );
+    }
+}
