@@ -161,7 +161,6 @@ impl Generation {
         let position = all.partition_point(|other| other.id < isu.id);
         all.insert(position, isu.clone());
         drop(all);
-        self.trend_version.fetch_add(1, Ordering::SeqCst);
         isu
     }
 
@@ -180,7 +179,6 @@ impl Generation {
             owned.retain(|other| other.uuid != uuid);
         }
         self.all.write().retain(|other| other.uuid != uuid);
-        self.trend_version.fetch_add(1, Ordering::SeqCst);
         self.changed();
     }
 
@@ -212,10 +210,6 @@ impl Generation {
             .unwrap_or_default()
     }
 
-    pub fn isu_count(&self) -> usize {
-        self.by_uuid.len()
-    }
-
     /// Applies a worker's batch; returns how many ISUs got a newer latest condition.
     pub fn apply_latest(self: &Arc<Self>, batch: &LatestBatch) -> usize {
         let changed = batch
@@ -228,16 +222,16 @@ impl Generation {
             })
             .count();
         if changed > 0 {
-            self.trend_version.fetch_add(1, Ordering::SeqCst);
             self.changed();
         }
         changed
     }
 
-    /// Rebuilds the trend in the background after a change (the version was
-    /// bumped before this call). One rebuild runs at a time; it loops while
-    /// changes keep arriving, so the cached trend is at most one build behind.
+    /// Records that the trend changed and rebuilds it in the background. One
+    /// rebuild runs at a time; it loops while changes keep arriving, so the
+    /// cached trend is at most one build behind.
     fn changed(self: &Arc<Self>) {
+        self.trend_version.fetch_add(1, Ordering::SeqCst);
         // SeqCst on the flag and the version: the builder's "clear flag, then
         // re-read version" must not pass a writer's "bump version, then test flag".
         if self.trend_rebuilding.swap(true, Ordering::SeqCst) {

@@ -475,16 +475,9 @@ async fn posts_for_unregistered_isus_are_refused_and_never_stored() {
         assert!(points[..2].iter().all(|point| point["data"].is_null()), "{graph}");
 
         // The device's own conditions arrive, all after the registration started.
-        let (alice_ref, uuid_ref) = (&alice, uuid.as_str());
-        let items = wait_until(
-            "device conditions are listed",
-            Duration::from_secs(2),
-            move || async move {
-                let items = alice_ref.condition_items(uuid_ref, FAR_FUTURE).await;
-                (!items.is_empty()).then_some(items)
-            },
-        )
-        .await;
+        let items = alice
+            .first_conditions(&uuid, "device conditions are listed", Duration::from_secs(2))
+            .await;
         assert!(
             timestamps_of(&items).iter().all(|timestamp| *timestamp > registered_at),
             "{items:?}"
@@ -850,16 +843,9 @@ async fn initialize_again_while_devices_post_restores_the_dataset_exactly() {
     let isucon1 = cluster.sign_in("isucon1").await;
     let registered_at = cluster.jia.clock().now();
     assert_eq!(isucon1.register(&old[1], "reborn", None).await.json(201)["id"], 29);
-    let (isucon1_ref, uuid) = (&isucon1, old[1].as_str());
-    let items = wait_until(
-        "the re-registered ISU gets conditions",
-        Duration::from_secs(2),
-        move || async move {
-            let items = isucon1_ref.condition_items(uuid, FAR_FUTURE).await;
-            (!items.is_empty()).then_some(items)
-        },
-    )
-    .await;
+    let items = isucon1
+        .first_conditions(&old[1], "the re-registered ISU gets conditions", Duration::from_secs(2))
+        .await;
     for item in &items {
         let timestamp = item["timestamp"].as_i64().unwrap();
         assert!(
@@ -868,9 +854,9 @@ async fn initialize_again_while_devices_post_restores_the_dataset_exactly() {
         );
         let sent = cluster
             .jia
-            .find_sent(uuid, timestamp)
+            .find_sent(&old[1], timestamp)
             .expect("listed conditions were sent");
-        assert_eq!(*item, condition_item(uuid, "reborn", &sent));
+        assert_eq!(*item, condition_item(&old[1], "reborn", &sent));
     }
     cluster.assert_no_crash();
 }
@@ -1066,16 +1052,13 @@ async fn public_nginx_routes_by_parity_and_hides_internal_routes() {
             .conditions(uuid, &format!("end_time={FAR_FUTURE}&condition_level={ALL_LEVELS}"))
             .await
             .assert_error(401, NOT_SIGNED_IN);
-        let (alice, uuid) = (&alice, uuid.as_str());
-        let items = wait_until(
-            "device conditions are listed through nginx",
-            Duration::from_secs(3),
-            move || async move {
-                let items = alice.condition_items(uuid, FAR_FUTURE).await;
-                (!items.is_empty()).then_some(items)
-            },
-        )
-        .await;
+        let items = alice
+            .first_conditions(
+                uuid,
+                "device conditions are listed through nginx",
+                Duration::from_secs(3),
+            )
+            .await;
         let newest = items[0]["timestamp"].as_i64().unwrap();
         let sent = cluster
             .jia

@@ -151,6 +151,33 @@ impl LevelSet {
     }
 }
 
+/// One condition as the API shows it: an item of `GET /api/condition/:uuid`
+/// and the `latest_isu_condition` of `GET /api/isu` (the same shape, by contract).
+#[derive(Debug, Clone, Serialize)]
+pub struct ConditionView<'a> {
+    pub jia_isu_uuid: &'a str,
+    pub isu_name: &'a str,
+    pub timestamp: i64,
+    pub is_sitting: bool,
+    pub condition: &'static str,
+    pub condition_level: &'static str,
+    pub message: &'a str,
+}
+
+impl<'a> ConditionView<'a> {
+    pub fn new(jia_isu_uuid: &'a str, isu_name: &'a str, timestamp: i64, flags: Flags, message: &'a str) -> Self {
+        ConditionView {
+            jia_isu_uuid,
+            isu_name,
+            timestamp,
+            is_sitting: flags.is_sitting(),
+            condition: flags.condition_string(),
+            condition_level: flags.level().as_str(),
+            message,
+        }
+    }
+}
+
 /// The 25 ISU characters, spelled exactly as JIA spells them.
 pub const CHARACTERS: [&str; 25] = [
     "いじっぱり",

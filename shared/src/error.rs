@@ -13,7 +13,6 @@ pub const BAD_FORMAT_DATETIME: &str = "bad format: datetime";
 pub const BAD_FORMAT_END_TIME: &str = "bad format: end_time";
 pub const MISSING_CONDITION_LEVEL: &str = "missing: condition_level";
 pub const BAD_FORMAT_START_TIME: &str = "bad format: start_time";
-pub const MISSING_JIA_ISU_UUID: &str = "missing: jia_isu_uuid";
 pub const INTERNAL: &str = "internal server error";
 pub const UNAUTHORIZED_INTERNAL: &str = "cluster secret required";
 

@@ -54,12 +54,12 @@ impl Pusher {
         }
     }
 
-    /// Pushes one batch; returns the number of ISUs pushed.
-    pub async fn push_changed(&self) -> usize {
+    /// Pushes one batch of what changed since the last one.
+    async fn push_changed(&self) {
         let shard = self.store.shard();
         let (changed, oldest) = shard.take_changed();
         if changed.is_empty() {
-            return 0;
+            return;
         }
         let items: Vec<LatestCondition> = {
             let messages = shard.messages.view();
@@ -93,12 +93,10 @@ impl Pusher {
                 if let Some(oldest) = oldest {
                     metrics::histogram!(PUSH_LAG_SECONDS).record(oldest.elapsed().as_secs_f64());
                 }
-                count
             }
             Ok(response) if response.status() == reqwest::StatusCode::PRECONDITION_FAILED => {
                 // The coordinator moved to another generation: this shard is stale, drop the batch.
                 tracing::debug!("latest batch refused as stale");
-                0
             }
             failed => {
                 let reason = match failed {
@@ -107,7 +105,6 @@ impl Pusher {
                 };
                 tracing::warn!(%reason, "latest push failed; will retry");
                 shard.requeue(changed.into_iter().map(|(entry, _)| entry));
-                0
             }
         }
     }

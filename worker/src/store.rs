@@ -15,7 +15,7 @@ use dashmap::{DashMap, DashSet};
 use parking_lot::{Mutex, RwLock};
 use shared::domain::{Flags, Level, LevelSet};
 use shared::graph::{hour_of, DataPoint, HourTotals, GRAPH_HOURS, HOUR};
-use shared::protocol::{ShardIsu, WireCondition};
+use shared::protocol::ShardIsu;
 
 /// One stored condition. `Copy` and free of heap pointers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,7 +293,11 @@ impl Shard {
             {
                 let mut history = entry.history.write();
                 for condition in &isu.conditions {
-                    history.insert(shard.compact(condition));
+                    history.insert(shard.compact(NewCondition {
+                        timestamp: condition.timestamp,
+                        flags: condition.flags,
+                        message: &condition.message,
+                    }));
                 }
             }
             shard.isus.insert(isu.uuid.as_str().into(), Arc::new(entry));
@@ -301,10 +305,11 @@ impl Shard {
         shard
     }
 
-    fn compact(&self, condition: &WireCondition) -> Condition {
+    /// The stored form of a condition: its message interned in this shard.
+    fn compact(&self, condition: NewCondition<'_>) -> Condition {
         Condition {
             timestamp: condition.timestamp,
-            message: self.messages.intern(&condition.message),
+            message: self.messages.intern(condition.message),
             flags: condition.flags,
         }
     }
@@ -327,10 +332,6 @@ impl Shard {
 
     pub fn isu(&self, uuid: &str) -> Option<Arc<IsuEntry>> {
         self.isus.get(uuid).map(|entry| entry.clone())
-    }
-
-    pub fn isu_count(&self) -> usize {
-        self.isus.len()
     }
 
     /// Registers `uuid` provisionally for registration `id`. An unpublished
@@ -378,14 +379,7 @@ impl Shard {
     /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were new.
     pub fn post(&self, uuid: &str, batch: &[NewCondition<'_>]) -> Result<usize, PostError> {
         let entry = self.isu(uuid).ok_or(PostError::UnknownIsu)?;
-        let compacted: Vec<Condition> = batch
-            .iter()
-            .map(|condition| Condition {
-                timestamp: condition.timestamp,
-                message: self.messages.intern(condition.message),
-                flags: condition.flags,
-            })
-            .collect();
+        let compacted: Vec<Condition> = batch.iter().map(|condition| self.compact(*condition)).collect();
         let inserted = {
             let mut history = entry.history.write();
             compacted
@@ -648,7 +642,7 @@ mod tests {
             owner: "alice".into(),
             name: "n".into(),
             character: "c".into(),
-            conditions: vec![WireCondition {
+            conditions: vec![shared::protocol::WireCondition {
                 timestamp: 9,
                 flags: flags(true, CRIT),
                 message: "hi".into(),

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::Serialize;
+use shared::domain::ConditionView;
 use shared::error as messages;
 
 use super::{json, SignedIn};
@@ -52,35 +53,20 @@ impl<'a> From<&'a Isu> for IsuBody<'a> {
 struct ListItem<'a> {
     #[serde(flatten)]
     isu: IsuBody<'a>,
-    latest_isu_condition: Option<LatestBody<'a>>,
-}
-
-#[derive(Serialize)]
-struct LatestBody<'a> {
-    jia_isu_uuid: &'a str,
-    isu_name: &'a str,
-    timestamp: i64,
-    is_sitting: bool,
-    condition: &'static str,
-    condition_level: &'static str,
-    message: String,
+    latest_isu_condition: Option<ConditionView<'a>>,
 }
 
 /// The user's ISUs, most recently registered first, each with its latest condition.
 async fn list(user: SignedIn, State(app): State<AppState>) -> Result<Response, ApiError> {
     let isus = app.state.generation().isus_of(&user.0);
+    let latest: Vec<_> = isus.iter().map(|isu| isu.latest()).collect();
     let items: Vec<ListItem<'_>> = isus
         .iter()
-        .map(|isu| ListItem {
+        .zip(&latest)
+        .map(|(isu, latest)| ListItem {
             isu: IsuBody::from(&**isu),
-            latest_isu_condition: isu.latest().map(|latest| LatestBody {
-                jia_isu_uuid: &isu.uuid,
-                isu_name: &isu.name,
-                timestamp: latest.timestamp,
-                is_sitting: latest.flags.is_sitting(),
-                condition: latest.flags.condition_string(),
-                condition_level: latest.flags.level().as_str(),
-                message: latest.message.into_string(),
+            latest_isu_condition: latest.as_ref().map(|latest| {
+                ConditionView::new(&isu.uuid, &isu.name, latest.timestamp, latest.flags, &latest.message)
             }),
         })
         .collect();

@@ -278,6 +278,15 @@ impl Agent {
             .expect("a condition list is an array")
             .clone()
     }
+
+    /// Waits until the ISU's condition list (all levels, before `FAR_FUTURE`) is not empty.
+    pub async fn first_conditions(&self, uuid: &str, what: &str, timeout: Duration) -> Vec<Value> {
+        wait_until(what, timeout, || async {
+            let items = self.condition_items(uuid, FAR_FUTURE).await;
+            (!items.is_empty()).then_some(items)
+        })
+        .await
+    }
 }
 
 async fn read_reply(request: String, response: reqwest::Response) -> Reply {

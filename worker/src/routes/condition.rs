@@ -6,8 +6,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use serde::{Deserialize, Serialize};
-use shared::domain::{parse_condition, Flags, LevelSet};
+use serde::Deserialize;
+use shared::domain::{parse_condition, ConditionView, Flags, LevelSet};
 use shared::error as messages;
 
 use super::{json_response, query_param, SignedIn};
@@ -71,17 +71,6 @@ async fn post_conditions(
     }
 }
 
-#[derive(Serialize)]
-struct ConditionItem<'a> {
-    jia_isu_uuid: &'a str,
-    isu_name: &'a str,
-    timestamp: i64,
-    is_sitting: bool,
-    condition: &'static str,
-    condition_level: &'static str,
-    message: &'a str,
-}
-
 /// Validation order: `end_time`, `condition_level`, `start_time`, then ownership.
 async fn list_conditions(
     user: SignedIn,
@@ -107,16 +96,11 @@ async fn list_conditions(
     let conditions = isu.conditions_desc(start_time, end_time, LevelSet::parse(&levels), PAGE_SIZE);
     let body = {
         let messages = shard.messages.view();
-        let items: Vec<ConditionItem<'_>> = conditions
+        let items: Vec<ConditionView<'_>> = conditions
             .iter()
-            .map(|condition| ConditionItem {
-                jia_isu_uuid: &isu.uuid,
-                isu_name: &isu.name,
-                timestamp: condition.timestamp,
-                is_sitting: condition.flags.is_sitting(),
-                condition: condition.flags.condition_string(),
-                condition_level: condition.flags.level().as_str(),
-                message: messages.text(condition.message),
+            .map(|condition| {
+                let message = messages.text(condition.message);
+                ConditionView::new(&isu.uuid, &isu.name, condition.timestamp, condition.flags, message)
             })
             .collect();
         serde_json::to_vec(&items)
