@@ -35,6 +35,7 @@ use tokio_util::task::TaskTracker;
 use crate::clock::VirtualClock;
 use crate::device::{Device, DeviceTiming};
 use crate::model::{character_for_uuid, SentCondition};
+use crate::signin::{self, SignIn};
 
 /// The hosts the official JIA accepts in a `target_base_url`.
 pub const OFFICIAL_HOSTS: [&str; 3] = [
@@ -44,6 +45,8 @@ pub const OFFICIAL_HOSTS: [&str; 3] = [
 ];
 /// User-Agent of the official devices.
 pub const DEVICE_USER_AGENT: &str = "JIA-Members-Client/1.2";
+/// The UUID the official bench registers to see JIA's 404 passed through; never activated.
+pub const UNKNOWN_ISU_UUID: &str = "9e5c1109-beff-4598-b8f1-658d1994d55f";
 
 /// Which `target_base_url`s the simulator accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -104,6 +107,10 @@ pub struct JiaConfig {
     pub run_for: Duration,
     /// Seed of the devices' random streams (each device also mixes in its UUID).
     pub seed: u64,
+    /// Serve the browser sign-in page (`GET /`, `GET /login`) with this signer.
+    pub sign_in: Option<SignIn>,
+    /// Host name → address overrides for device posts (no DNS needed for device FQDNs).
+    pub resolve: Vec<(String, SocketAddr)>,
 }
 
 impl Default for JiaConfig {
@@ -118,6 +125,8 @@ impl Default for JiaConfig {
             clock: VirtualClock::default(),
             run_for: Duration::from_secs(300),
             seed: 0x15c0_4d17,
+            sign_in: None,
+            resolve: Vec::new(),
         }
     }
 }
@@ -140,11 +149,14 @@ impl JiaSimulator {
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let stop = CancellationToken::new();
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             .timeout(config.timing.post_timeout)
             .user_agent(DEVICE_USER_AGENT)
-            .no_proxy()
-            .build()?;
+            .no_proxy();
+        for (host, addr) in &config.resolve {
+            client = client.resolve(host, *addr);
+        }
+        let client = client.build()?;
         let shared = Arc::new(Shared {
             catalog: Mutex::new(config.catalog.clone()),
             devices: Mutex::new(HashMap::new()),
@@ -156,9 +168,12 @@ impl JiaSimulator {
             client,
             config,
         });
-        let router = Router::new()
+        let mut router = Router::new()
             .route("/api/activate", post(activate))
             .with_state(shared.clone());
+        if let Some(sign_in) = &shared.config.sign_in {
+            router = router.merge(signin::routes(sign_in.clone()));
+        }
         let server_stop = stop.clone();
         shared.tracker.spawn(async move {
             let serving = axum::serve(listener, router).with_graceful_shutdown(server_stop.cancelled_owned());
@@ -322,6 +337,9 @@ async fn activate(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
 
 impl Shared {
     fn character_of(&self, isu_uuid: &str) -> Option<String> {
+        if isu_uuid == UNKNOWN_ISU_UUID {
+            return None;
+        }
         if let Some(character) = self.catalog.lock().expect("catalog poisoned").get(isu_uuid) {
             return Some(character.clone());
         }

@@ -3,6 +3,7 @@
 //! Layout:
 //! - [`jia`]: the JIA simulator (`POST /api/activate`) and its posting devices ([`device`]),
 //!   with an in-memory log of every condition sent;
+//! - [`signin`]: the browser sign-in page of the simulator (`GET /`, `GET /login`);
 //! - [`jwt`]: ES256 sign-in tokens and the invalid ones of the compatibility check;
 //! - [`model`]: the bench's own model (characters, levels, graph maths), independent of the
 //!   nodes' `shared` maths;
@@ -17,3 +18,4 @@ pub mod jia;
 pub mod jwt;
 pub mod model;
 pub mod scenario;
+pub mod signin;

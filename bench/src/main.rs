@@ -1,8 +1,9 @@
-//! `bench`: runs the short verifying load against a running cluster and prints `score: <N>` last.
+//! `bench`: runs a verifying load against a running cluster and prints `score: <N>` last,
+//! or (`bench jia`) runs the JIA simulator alone for browser users of a local cluster.
 
 use std::process::ExitCode;
 
-use bench::cli::Cli;
+use bench::cli::{Cli, Command, JiaArgs};
 use clap::Parser;
 
 #[tokio::main]
@@ -14,7 +15,16 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let outcome = match cli.into_config() {
+    if let Some(Command::Jia(args)) = cli.command {
+        return match serve_jia(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("bench jia failed: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let outcome = match cli.run.into_config() {
         Ok(config) => bench::scenario::run(config).await,
         Err(error) => Err(error),
     };
@@ -30,4 +40,13 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn serve_jia(args: JiaArgs) -> anyhow::Result<()> {
+    let config = args.into_config()?;
+    let jia = bench::jia::JiaSimulator::start(config).await?;
+    tracing::info!(url = %jia.url(), "jia simulator listening; sign-in page at /");
+    shared::shutdown_signal().await;
+    jia.shutdown().await;
+    Ok(())
 }

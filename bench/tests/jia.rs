@@ -11,13 +11,15 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
-use bench::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy, DEVICE_USER_AGENT};
+use bench::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy, DEVICE_USER_AGENT, UNKNOWN_ISU_UUID};
+use bench::jwt::JwtSigner;
 use bench::model::{character_for_uuid, is_valid_condition_string, CHARACTERS};
+use bench::signin::SignIn;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 const UUID: &str = "0694e4d7-dfce-4aec-b7ca-887ac42cfb8f";
-const OTHER_UUID: &str = "9e5c1109-beff-4598-b8f1-658d1994d55f";
+const OTHER_UUID: &str = "5f4dcc3b-5aa7-4e0c-9a1d-2c6f1e8b7d3a";
 
 /// One element of a posted batch, exactly the four wire fields.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -376,4 +378,87 @@ async fn stays_quiet(sink: Sink, period: Duration) -> bool {
     let before = sink.batch_count();
     tokio::time::sleep(period).await;
     sink.batch_count() == before
+}
+
+#[tokio::test]
+async fn the_unknown_uuid_of_the_official_bench_is_refused_even_in_any_uuid_mode() {
+    let jia = start_jia(JiaConfig {
+        accept_any_uuid: true,
+        ..JiaConfig::default()
+    })
+    .await;
+    let answer = activate(&jia, "http://127.0.0.1:9", UNKNOWN_ISU_UUID).await;
+    assert_eq!(answer.status, 404);
+    assert!(jia.activations().is_empty());
+}
+
+#[tokio::test]
+async fn devices_reach_resolved_host_names_without_dns() {
+    let (sink, sink_url) = Sink::spawn().await;
+    let sink_addr: SocketAddr = sink_url.trim_start_matches("http://").parse().unwrap();
+    let jia = start_jia(JiaConfig {
+        resolve: vec![("isucondition-2.t.isucon.dev".to_owned(), sink_addr)],
+        ..config_knowing(UUID, "いじっぱり")
+    })
+    .await;
+    let target = format!("http://isucondition-2.t.isucon.dev:{}", sink_addr.port());
+    assert_eq!(activate(&jia, &target, UUID).await.status, 202);
+    assert!(wait_until(Duration::from_secs(2), || async { !sink.batches(UUID).is_empty() }).await);
+}
+
+#[tokio::test]
+async fn the_sign_in_page_redirects_back_with_a_token_the_project_key_verifies() {
+    let jia = start_jia(JiaConfig {
+        sign_in: Some(SignIn {
+            signer: JwtSigner::project_default(),
+            default_app_url: "http://127.0.0.2:8080/".to_owned(),
+        }),
+        ..JiaConfig::default()
+    })
+    .await;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = client
+        .get(format!("{}/?redirect=http://app.test/welcome?x=1", jia.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(html.contains(r#"action="/login""#), "{html}");
+    assert!(html.contains(r#"value="http://app.test/welcome?x=1""#), "{html}");
+
+    let login = client
+        .get(format!(
+            "{}/login?user=alice&redirect=http://app.test/welcome?x=1",
+            jia.url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 302);
+    let location = login.headers()["location"].to_str().unwrap().to_owned();
+    let (base, token) = location.split_once("&jwt=").expect("jwt appended to the query");
+    assert_eq!(base, "http://app.test/welcome?x=1");
+    let key = jsonwebtoken::DecodingKey::from_ec_pem(include_bytes!("../../keys/jwt-public.pem")).unwrap();
+    let claims = jsonwebtoken::decode::<Value>(
+        token,
+        &key,
+        &jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256),
+    )
+    .unwrap()
+    .claims;
+    assert_eq!(claims["jia_user_id"], "alice");
+
+    for bad in [
+        "/login?redirect=http://app.test/",
+        "/login?user=alice&redirect=javascript:x",
+        "/?redirect=ftp://x/",
+    ] {
+        let answer = client.get(format!("{}{bad}", jia.url())).send().await.unwrap();
+        assert_eq!(answer.status(), 400, "{bad}");
+    }
 }

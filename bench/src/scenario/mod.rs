@@ -37,6 +37,8 @@ pub struct ScenarioConfig {
     pub isus_per_user: usize,
     pub signer: JwtSigner,
     pub url_policy: UrlPolicy,
+    /// Host → address overrides for device posts.
+    pub resolve: Vec<(String, SocketAddr)>,
     /// Timeout of every request but `POST /initialize` (official: 1 s).
     pub request_timeout: Duration,
     /// Timeout of `POST /initialize` (official: 20 s).
@@ -56,6 +58,7 @@ impl ScenarioConfig {
             isus_per_user: 3,
             signer: JwtSigner::project_default(),
             url_policy: UrlPolicy::AnyUrl,
+            resolve: Vec::new(),
             request_timeout: Duration::from_secs(1),
             initialize_timeout: Duration::from_secs(20),
             progress_interval: Duration::from_secs(5),
@@ -116,6 +119,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     let jia = JiaSimulator::start(JiaConfig {
         listen: config.jia_listen,
         url_policy: config.url_policy,
+        resolve: config.resolve.clone(),
         run_for: config.duration + setup_allowance,
         ..JiaConfig::default()
     })
