@@ -1,0 +1,22 @@
+/// <reference types="vitest/config" />
+// Build and unit-test configuration of the ISUCONDITION front end.
+// The build output (dist/index.html + dist/assets/) matches what nginx serves:
+// /assets/<file> from STATIC_DIR/assets, every other page path as index.html.
+import { defineConfig } from 'vite';
+
+export default defineConfig({
+  oxc: {
+    jsx: { runtime: 'automatic', importSource: 'preact' },
+  },
+  build: {
+    outDir: 'dist',
+    assetsDir: 'assets',
+    emptyOutDir: true,
+    target: 'es2022',
+    sourcemap: false,
+  },
+  test: {
+    environment: 'happy-dom',
+    include: ['src/**/*.test.{ts,tsx}'],
+  },
+});
