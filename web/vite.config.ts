@@ -8,6 +8,10 @@ export default defineConfig({
   oxc: {
     jsx: { runtime: 'automatic', importSource: 'preact' },
   },
+  // `npx vite` (development): the API of a running cluster, same origin for the cookie.
+  server: {
+    proxy: { '/api': { target: process.env.ISU_WEB_API ?? 'http://127.0.0.2:8080', changeOrigin: false } },
+  },
   build: {
     outDir: 'dist',
     assetsDir: 'assets',

@@ -86,7 +86,7 @@ describe('IsuList', () => {
     expect(screen.getByRole('link', { name: 'いす１' }).getAttribute('href')).toBe(`/isu/${UUID}`);
     expect(screen.getByText('ようき')).toBeTruthy();
     expect(screen.getByText('Warning')).toBeTruthy();
-    expect(screen.getByText('Warning: dirty (sitting)')).toBeTruthy();
+    expect(screen.getByText('dirty, sitting')).toBeTruthy();
     expect(document.querySelector('img.isu-icon')!.getAttribute('src')).toBe(`/api/isu/${UUID}/icon`);
   });
 
@@ -160,6 +160,38 @@ describe('App', () => {
     expect(await screen.findByText('Your session has ended. Please sign in again.')).toBeTruthy();
     expect(window.location.pathname).toBe('/');
     expect(screen.getAllByRole('link', { name: 'Sign in with JIA' }).length).toBeGreaterThan(0);
+  });
+
+  it('condition history: asks for the filtered window and pages with end_time = the oldest row', async () => {
+    history.replaceState(null, '', `/isu/${UUID}/condition?level=warning,critical&end=5000`);
+    const rows = (from: number) =>
+      Array.from({ length: 20 }, (_, i) => ({ ...ISU.latest_isu_condition!, timestamp: from - i * 10 }));
+    const calls = fakeApi(({ url }) => {
+      if (url.pathname === '/api/user/me') return json({ jia_user_id: 'isucon1' });
+      if (url.pathname === `/api/isu/${UUID}`) return json(ISU);
+      if (url.pathname === `/api/condition/${UUID}`) return json(rows(Number(url.searchParams.get('end_time')) - 1));
+      return text('', 404);
+    });
+    render(<App />);
+    await waitFor(() => expect(document.querySelectorAll('table.conditions tbody tr')).toHaveLength(20));
+    const conditionCalls = () => calls.filter((c) => c.path.startsWith('/api/condition/')).map((c) => c.path);
+    expect(conditionCalls()).toEqual([`/api/condition/${UUID}?end_time=5000&condition_level=warning%2Ccritical`]);
+    expect((screen.getByRole('checkbox', { name: 'Info' }) as HTMLInputElement).checked).toBe(false);
+    fireEvent.click(screen.getByRole('button', { name: 'Older' }));
+    await waitFor(() =>
+      expect(conditionCalls().at(-1)).toBe(`/api/condition/${UUID}?end_time=4809&condition_level=warning%2Ccritical`),
+    );
+    expect(window.location.search).toBe('?level=warning%2Ccritical&end=4809');
+  });
+
+  it('says an ISU that is missing or not yours is not found', async () => {
+    history.replaceState(null, '', `/isu/${UUID}/graph`);
+    fakeApi(({ url }) => {
+      if (url.pathname === '/api/user/me') return json({ jia_user_id: 'isucon1' });
+      return text('not found: isu', 404);
+    });
+    render(<App />);
+    expect(await screen.findByText('ISU not found')).toBeTruthy();
   });
 
   it('shows the not-found page for unknown paths', () => {

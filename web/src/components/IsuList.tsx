@@ -1,6 +1,6 @@
 // The signed-in user's ISUs with their latest condition.
 import { api, type IsuWithLatest } from '../api';
-import { formatDateTime, isoTime, summarizeCondition } from '../format';
+import { describeConditionFlags, formatDateTime, isoTime } from '../format';
 import { usePolling } from '../hooks';
 import { paths } from '../router';
 import { Link } from './Link';
@@ -57,11 +57,16 @@ function LatestCondition({ isu }: { isu: IsuWithLatest }) {
   const latest = isu.latest_isu_condition;
   if (!latest) return <p class="latest hint">No condition reported yet.</p>;
   return (
-    <p class="latest">
-      <LevelBadge level={latest.condition_level} /> <span>{summarizeCondition(latest)}</span>{' '}
-      <time class="hint" dateTime={isoTime(latest.timestamp)}>
-        {formatDateTime(latest.timestamp)}
-      </time>
-    </p>
+    <div class="latest">
+      <p>
+        <LevelBadge level={latest.condition_level} />{' '}
+        <span>
+          {describeConditionFlags(latest.condition)}, {latest.is_sitting ? 'sitting' : 'not sitting'}
+        </span>
+      </p>
+      <p class="hint">
+        <time dateTime={isoTime(latest.timestamp)}>{formatDateTime(latest.timestamp)}</time>
+      </p>
+    </div>
   );
 }
