@@ -5,7 +5,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { launch, required } from './browser';
+import { accessibilityProblems, launch, required } from './browser';
 
 const BASE = required('ISU_WEB_BASE_URL');
 const JIA = required('ISU_WEB_JIA_URL');
@@ -24,8 +24,12 @@ let page: Page;
 let isuUuid = '';
 const pageErrors: string[] = [];
 
+const a11yProblems: string[] = [];
+
+/** Saves a screenshot and notes what axe-core finds wrong on the page. */
 async function shot(name: string) {
   await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+  for (const problem of await accessibilityProblems(page)) a11yProblems.push(`${name}: ${problem}`);
 }
 
 /** Timestamps of the condition rows shown, in page order. */
@@ -212,5 +216,9 @@ describe('ISUCONDITION in a browser', () => {
     await page.getByRole('heading', { name: 'Page not found' }).waitFor();
     await shot('12-not-found');
     expect(pageErrors).toEqual([]);
+  });
+
+  it('no serious accessibility problem (axe-core, WCAG 2.1 A/AA) on any page shown above', () => {
+    expect(a11yProblems).toEqual([]);
   });
 });
