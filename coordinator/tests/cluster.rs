@@ -1382,3 +1382,170 @@ async fn metrics_count_requests_by_route_and_status_and_measure_batches_and_push
         );
     }
 }
+
+/// Starts the project's public nginx in front of `cluster`, serving `static_dir`; returns
+/// it and its base URL once it answers `GET /`.
+async fn public_nginx(cluster: &Cluster, nginx: &std::path::Path, static_dir: &std::path::Path) -> (Nginx, String) {
+    let [public_port, device_a_port, device_b_port] = free_ports::<3>();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let run_dir = cluster.scratch.path.join("nginx");
+    let host_port = |url: &str| url.trim_start_matches("http://").to_owned();
+    let rendered = std::process::Command::new(repo.join("scripts/render-nginx"))
+        .arg("--run-dir")
+        .arg(&run_dir)
+        .arg("--static-dir")
+        .arg(static_dir)
+        .args(["--public-listen", &format!("127.0.0.1:{public_port}")])
+        .args(["--coordinator", &host_port(&cluster.coordinator)])
+        .args(["--worker-a", &host_port(&cluster.workers[0])])
+        .args(["--worker-b", &host_port(&cluster.workers[1])])
+        .args(["--device-a-listen", &format!("127.0.0.1:{device_a_port}")])
+        .args(["--device-b-listen", &format!("127.0.0.1:{device_b_port}")])
+        .args(["--worker-processes", "1", "--access-log", "off"])
+        .env("ISU_NGINX_BIN", nginx)
+        .output()
+        .expect("running scripts/render-nginx");
+    assert!(
+        rendered.status.success(),
+        "render-nginx failed: {}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let config = std::path::PathBuf::from(String::from_utf8(rendered.stdout).unwrap().trim());
+    let mut server = Nginx::start(nginx, &run_dir, &config);
+    let public = format!("http://127.0.0.1:{public_port}");
+    let root = format!("{public}/");
+    let root = &root;
+    wait_until(
+        "nginx serves the public server",
+        Duration::from_secs(10),
+        move || async move {
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let response = client.get(root).timeout(Duration::from_secs(1)).send().await.ok()?;
+            (response.status() == 200).then_some(())
+        },
+    )
+    .await;
+    server.assert_running();
+    (server, public)
+}
+
+/// The bench's compatibility check (§13.2) and its error checks, against the real cluster
+/// behind the real nginx, with the project's dataset: not a single error or timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_compatibility_check_and_error_checks_pass_through_nginx() {
+    use bench::scenario::expected::ExpectedData;
+    use bench::scenario::prepare::{
+        compatibility_check, run_error_checks, ErrorCheckConfig, ErrorCheckUser, PrepareContext,
+        LOAD_ERROR_CHECK_TIMEOUT,
+    };
+    use bench::scenario::stats::Stats;
+    use std::sync::Arc;
+
+    let Some(nginx) = nginx_binary() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("nginx is not installed (apt-get install -y nginx-light) and CI is set");
+        }
+        eprintln!("skipping: nginx is not installed (apt-get install -y nginx-light)");
+        return;
+    };
+    let cluster = spawn_cluster().await;
+    // The built front end when there is one (its index.html references /assets/ files).
+    let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
+    let static_dir = if web.join("dist/index.html").is_file() {
+        web.join("dist")
+    } else {
+        web
+    };
+    let (mut server, public) = public_nginx(&cluster, &nginx, &static_dir).await;
+
+    let stats = Arc::new(Stats::default());
+    let expected = Arc::new(ExpectedData::load("project").expect("the project's dataset"));
+    let ctx = PrepareContext {
+        signer: cluster.signer.clone(),
+        ..PrepareContext::new(&public, cluster.jia.clone(), stats.clone(), expected.clone())
+    };
+    let outcome = compatibility_check(&ctx).await;
+    let snapshot = stats.snapshot();
+    assert!(outcome.passed, "{snapshot}\n{}", snapshot.error_samples.join("\n"));
+    assert_eq!(outcome.registered.len(), 3);
+    println!("compatibility check: {snapshot}");
+    assert!(snapshot.requests > 100, "only {} requests", snapshot.requests);
+    if static_dir.ends_with("dist") {
+        assert!(snapshot.latencies.contains_key("GET /assets/*"), "no asset fetched");
+    }
+
+    // The load's error checks: 1 s timeout, every 500 ms, with isucon1's ISUs old and new.
+    let isucon1 = expected.user("isucon1").unwrap();
+    let mut isu_uuids: Vec<String> = expected.isus_of(isucon1).map(|isu| isu.uuid.clone()).collect();
+    isu_uuids.extend(outcome.registered.iter().map(|isu| isu.isu.uuid.clone()));
+    let user = ErrorCheckUser {
+        jia_user_id: "isucon1".into(),
+        isu_uuids,
+    };
+    let config = ErrorCheckConfig {
+        target: public.clone(),
+        timeout: LOAD_ERROR_CHECK_TIMEOUT,
+        signer: cluster.signer.clone(),
+        clock: cluster.jia.clock(),
+        stats: stats.clone(),
+    };
+    let requests_before = stats.snapshot().requests;
+    let checks = run_error_checks(config, move || Some(user.clone()), Duration::from_millis(500));
+    let _ = tokio::time::timeout(Duration::from_millis(2200), checks).await;
+    let snapshot = stats.snapshot();
+    assert_eq!(snapshot.error_count(), 0, "{:?}", snapshot.error_samples);
+    assert_eq!(snapshot.timeouts, 0);
+    println!("with the error checks: {snapshot}");
+    assert!(
+        snapshot.requests - requests_before > 80,
+        "{} requests in the error checks",
+        snapshot.requests - requests_before
+    );
+    server.assert_running();
+}
+
+/// The same compatibility check with the contest's data: the official dump, key and default
+/// icon on the cluster, and the official `initialize.json` as the bench's expectation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_compatibility_check_passes_on_the_official_data_shared_data() {
+    use bench::scenario::expected::ExpectedData;
+    use bench::scenario::prepare::{compatibility_check, PrepareContext};
+    use bench::scenario::stats::Stats;
+    use std::sync::Arc;
+
+    let Some(dir) = official_data_dir() else { return };
+    let Some(nginx) = nginx_binary() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("nginx is not installed (apt-get install -y nginx-light) and CI is set");
+        }
+        eprintln!("skipping: nginx is not installed (apt-get install -y nginx-light)");
+        return;
+    };
+    let arg = |name: &str| dir.join(name).display().to_string();
+    let cluster = spawn_cluster_with(ClusterOptions {
+        coordinator_args: vec![
+            "--dataset".into(),
+            arg("1_InitData.sql"),
+            "--jwt-public-key".into(),
+            arg("ec256-public.pem"),
+            "--default-icon".into(),
+            arg("NoImage.jpg"),
+        ],
+        signer: Some(bench::jwt::JwtSigner::from_file(&dir.join("ec256-private.pem")).unwrap()),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
+    let (mut server, public) = public_nginx(&cluster, &nginx, &web).await;
+    let stats = Arc::new(Stats::default());
+    let expected = ExpectedData::load(&arg("initialize.json")).expect("the official initialize.json");
+    let ctx = PrepareContext {
+        signer: cluster.signer.clone(),
+        ..PrepareContext::new(&public, cluster.jia.clone(), stats.clone(), Arc::new(expected))
+    };
+    let outcome = compatibility_check(&ctx).await;
+    let snapshot = stats.snapshot();
+    assert!(outcome.passed, "{snapshot}\n{}", snapshot.error_samples.join("\n"));
+    assert!(outcome.registered.iter().all(|isu| isu.isu.id > 28));
+    server.assert_running();
+}
