@@ -236,4 +236,16 @@ describe('usePolling', () => {
     expect(load).toHaveBeenCalledTimes(4);
     await waitFor(() => expect(screen.getByText('value 4')).toBeTruthy());
   });
+
+  it('never shows the answer for the previous ISU or filter while the new one loads', async () => {
+    function Keyed({ id }: { id: string }) {
+      const { data } = usePolling(() => (id === 'a' ? Promise.resolve('answer a') : new Promise<string>(() => {})), [id], null);
+      return <p>{data.state === 'ready' ? data.value : data.state}</p>;
+    }
+    const { rerender } = render(<Keyed id="a" />);
+    expect(await screen.findByText('answer a')).toBeTruthy();
+    rerender(<Keyed id="b" />);
+    expect(screen.queryByText('answer a')).toBeNull();
+    expect(screen.getByText('loading')).toBeTruthy();
+  });
 });

@@ -16,25 +16,30 @@ export function usePolling<T>(
   deps: readonly unknown[],
   intervalMs: number | null,
 ): { data: Loadable<T>; reload: () => void } {
-  const [data, setData] = useState<Loadable<T>>({ state: 'loading' });
+  // Answers are kept with the deps they were loaded for, so a page never shows
+  // data of the previous ISU, filter or day, not even for one frame.
+  const key = JSON.stringify(deps);
+  const [loaded, setLoaded] = useState<{ key: string; data: Loadable<T> } | null>(null);
   const generation = useRef(0);
   const loadRef = useRef(load);
   loadRef.current = load;
+  const keyRef = useRef(key);
+  keyRef.current = key;
 
   const run = useCallback(() => {
     const mine = ++generation.current;
+    const forKey = keyRef.current;
     loadRef.current().then(
       (value) => {
-        if (mine === generation.current) setData({ state: 'ready', value });
+        if (mine === generation.current) setLoaded({ key: forKey, data: { state: 'ready', value } });
       },
       (error: unknown) => {
-        if (mine === generation.current) setData({ state: 'failed', error });
+        if (mine === generation.current) setLoaded({ key: forKey, data: { state: 'failed', error } });
       },
     );
   }, []);
 
   useEffect(() => {
-    setData({ state: 'loading' });
     run();
     if (intervalMs === null) return () => void ++generation.current;
     let timer: ReturnType<typeof setInterval> | undefined;
@@ -60,9 +65,9 @@ export function usePolling<T>(
       document.removeEventListener('visibilitychange', onVisibility);
       ++generation.current;
     };
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [...deps, intervalMs]);
+  }, [key, intervalMs, run]);
 
+  const data: Loadable<T> = loaded !== null && loaded.key === key ? loaded.data : { state: 'loading' };
   return { data, reload: run };
 }
 
