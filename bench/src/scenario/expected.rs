@@ -233,6 +233,19 @@ impl ExpectedData {
         })
     }
 
+    /// The service runs with another default icon (coordinator `--default-icon PATH`): ISUs
+    /// registered without an image, and initial ISUs without one, must show these bytes.
+    pub fn with_default_icon(mut self, icon: &[u8]) -> ExpectedData {
+        let md5 = md5::compute(icon).0;
+        for isu in &mut self.isus {
+            if isu.icon_md5 == self.default_icon_md5 {
+                isu.icon_md5 = md5;
+            }
+        }
+        self.default_icon_md5 = md5;
+        self
+    }
+
     pub fn isu(&self, uuid: &str) -> Option<&InitialIsu> {
         self.by_uuid.get(uuid).map(|index| &self.isus[*index])
     }
@@ -347,6 +360,14 @@ mod tests {
         let newest = isu.newest().unwrap();
         assert_eq!(data.find(&isu.uuid, newest.timestamp), Some(*newest));
         assert_eq!(data.find(&isu.uuid, newest.timestamp + 1), None);
+    }
+
+    #[test]
+    fn another_default_icon_replaces_the_project_one() {
+        let data = ExpectedData::load("project").unwrap().with_default_icon(b"other icon");
+        assert_eq!(data.default_icon_md5, md5::compute(b"other icon").0);
+        assert_eq!(data.isus[6].icon_md5, data.default_icon_md5);
+        assert_ne!(data.isus[0].icon_md5, data.default_icon_md5);
     }
 
     #[test]
