@@ -9,13 +9,19 @@ use clap::{Args, Parser, Subcommand};
 use crate::clock::{VirtualClock, DEFAULT_VIRTUAL_START};
 use crate::jia::{JiaConfig, UrlPolicy};
 use crate::jwt::JwtSigner;
+use crate::nodes::Nodes;
 use crate::scenario::ScenarioConfig;
 use crate::signin::SignIn;
+use anyhow::Context;
 
 /// The ISUCONDITION bench: verifying load runs against a cluster, and a standalone JIA simulator.
 #[derive(Debug, Parser)]
 #[command(name = "bench", version, args_conflicts_with_subcommands = true)]
 pub struct Cli {
+    /// Threads of the bench's async runtime (1 = single-threaded: least overhead, and leaves
+    /// the other cores to the service on a shared machine).
+    #[arg(long, global = true, env = "BENCH_THREADS", default_value_t = 1)]
+    pub threads: usize,
     #[command(subcommand)]
     pub command: Option<Command>,
     /// Without a subcommand: one bench run (initialize, compatibility check, load, score).
@@ -39,15 +45,38 @@ pub struct RunArgs {
     /// Address the JIA simulator binds; `http://<it>` is sent as `jia_service_url`.
     #[arg(long, env = "BENCH_JIA_LISTEN", default_value = "127.0.0.1:5000")]
     pub jia_listen: SocketAddr,
-    /// Length of the load phase (e.g. `20s`, `1500ms`, `2m`).
-    #[arg(long, env = "BENCH_DURATION", default_value = "20s", value_parser = parse_duration)]
+    /// Length of the load phase (e.g. `60s`, `1500ms`, `2m`).
+    #[arg(long, env = "BENCH_DURATION", default_value = "60s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Number of users signed in concurrently.
-    #[arg(long, env = "BENCH_USERS", default_value_t = 4)]
+    /// Users signed in when load starts; more join while the service keeps up.
+    #[arg(long, env = "BENCH_USERS", default_value_t = 6)]
     pub users: usize,
-    /// ISUs each user registers.
-    #[arg(long, env = "BENCH_ISUS_PER_USER", default_value_t = 3)]
-    pub isus_per_user: usize,
+    /// Each user registers between 1 and this many ISUs.
+    #[arg(long, env = "BENCH_MAX_ISUS_PER_USER", default_value_t = 9, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub max_isus_per_user: u16,
+    /// Keep the number of users fixed (no load growth).
+    #[arg(long)]
+    pub no_growth: bool,
+    /// Internal URL of a node, for its CPU time and profiles (repeatable), e.g.
+    /// `coordinator=http://127.0.0.2:3000`.
+    #[arg(long = "node", value_name = "NAME=URL", value_parser = crate::nodes::parse_node)]
+    pub nodes: Vec<crate::nodes::Node>,
+    /// File holding the cluster secret that the nodes' internal routes require.
+    #[arg(long, env = "BENCH_CLUSTER_SECRET_FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Profile every `--node` at once for this many seconds during load (flamegraph SVG +
+    /// pprof protobuf per node, in OUT/profiles/).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub profile: Option<u64>,
+    /// Folder for the run's files (profiles).
+    #[arg(long, env = "BENCH_OUT", default_value = "run/bench")]
+    pub out: PathBuf,
+    /// Also write the whole report as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
     /// PEM private key that signs sign-in JWTs (PKCS#8 or SEC1); default: the project's key.
     #[arg(long, env = "BENCH_PRIVATE_KEY")]
     pub private_key: Option<PathBuf>,
@@ -100,13 +129,33 @@ fn url_policy(official: bool) -> UrlPolicy {
 
 impl RunArgs {
     pub fn into_config(self) -> anyhow::Result<ScenarioConfig> {
+        if self.profile.is_some() && self.nodes.is_empty() {
+            anyhow::bail!("--profile needs the nodes: --node NAME=URL (and --cluster-secret-file)");
+        }
+        let nodes = if self.nodes.is_empty() {
+            None
+        } else {
+            let secret = match &self.cluster_secret_file {
+                Some(path) => std::fs::read_to_string(path)
+                    .with_context(|| format!("reading the cluster secret {}", path.display()))?
+                    .trim()
+                    .to_owned(),
+                None => anyhow::bail!("--node needs --cluster-secret-file"),
+            };
+            Some(Nodes::new(self.nodes, secret)?)
+        };
         Ok(ScenarioConfig {
             duration: self.duration,
             users: self.users,
-            isus_per_user: self.isus_per_user,
+            max_isus_per_user: usize::from(self.max_isus_per_user),
+            grow: !self.no_growth,
             signer: load_signer(self.private_key.as_deref())?,
             url_policy: url_policy(self.official_urls),
             resolve: self.resolve,
+            nodes,
+            profile_seconds: self.profile,
+            out_dir: self.out,
+            progress: !self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
             ..ScenarioConfig::new(&self.target, self.jia_listen)
         })
     }

@@ -106,6 +106,13 @@ impl DeviceState {
         }
     }
 
+    /// A user repaired the ISU: it is clean, light and whole again from the next slot.
+    pub fn repair(&mut self) {
+        self.dirty = false;
+        self.overweight = false;
+        self.broken = false;
+    }
+
     /// The condition describing the current slot, with a jittered timestamp.
     pub fn condition(&self, rng: &mut impl Rng, jitter_seconds: i64) -> SentCondition {
         let messages: &[&'static str] = if self.broken {
@@ -138,6 +145,8 @@ pub(crate) struct Device {
     pub stop: CancellationToken,
     pub deadline: Instant,
     pub running: Arc<std::sync::atomic::AtomicUsize>,
+    /// Set by [`crate::jia::JiaHandle::repair`]; the device clears its bad flags and this.
+    pub repair: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Device {
@@ -154,6 +163,9 @@ impl Device {
                 _ = self.stop.cancelled() => return,
                 _ = tokio::time::sleep_until(self.deadline) => return,
                 _ = ticker.tick() => {}
+            }
+            if self.repair.swap(false, Ordering::Relaxed) {
+                state.repair();
             }
             let batch = self.next_batch(&mut state);
             if batch.is_empty() {

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use rand::rngs::StdRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use reqwest::Url;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -162,6 +162,7 @@ impl JiaSimulator {
             devices: Mutex::new(HashMap::new()),
             activations: Mutex::new(Vec::new()),
             running_devices: Arc::new(AtomicUsize::new(0)),
+            error_posts: AtomicUsize::new(0),
             tracker: TaskTracker::new(),
             deadline: Instant::now() + config.run_for,
             stop: stop.clone(),
@@ -237,7 +238,7 @@ impl JiaHandle {
             .lock()
             .expect("devices poisoned")
             .get(isu_uuid)
-            .cloned()?;
+            .map(|device| device.log.clone())?;
         let log = log.lock().expect("sent log poisoned");
         Some(inspect(&log))
     }
@@ -260,7 +261,7 @@ impl JiaHandle {
             .lock()
             .expect("devices poisoned")
             .values()
-            .cloned()
+            .map(|device| device.log.clone())
             .collect();
         logs.iter()
             .map(|log| log.lock().expect("sent log poisoned").len())
@@ -277,6 +278,48 @@ impl JiaHandle {
         self.shared.running_devices.load(Ordering::SeqCst)
     }
 
+    /// Repairs the ISU: its later conditions are clean again (a user saw a bad one).
+    pub fn repair(&self, isu_uuid: &str) {
+        if let Some(device) = self.shared.devices.lock().expect("devices poisoned").get(isu_uuid) {
+            device.repair.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Once per `interval` until the simulator stops: posts, for a random activated ISU, a
+    /// batch whose conditions each have one character altered and one element surely
+    /// invalid (§13.3). The service must reject such batches whole; their timestamps are
+    /// never in the sent log, so if one is ever stored, the validator finds an invented
+    /// condition. Returns the number of batches posted, readable through [`Self::error_posts`].
+    pub fn start_error_poster(&self, interval: Duration) {
+        let shared = self.shared.clone();
+        let stop = self.shared.stop.clone();
+        self.shared.tracker.spawn(async move {
+            let mut rng = StdRng::seed_from_u64(shared.config.seed ^ 0xe7707);
+            let mut ticker = tokio::time::interval(interval);
+            ticker.tick().await;
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep_until(shared.deadline) => return,
+                    _ = ticker.tick() => {}
+                }
+                let Some(post) = shared.error_batch(&mut rng) else {
+                    continue;
+                };
+                shared.error_posts.fetch_add(1, Ordering::Relaxed);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = post => {}
+                }
+            }
+        });
+    }
+
+    /// Malformed batches posted so far.
+    pub fn error_posts(&self) -> usize {
+        self.shared.error_posts.load(Ordering::Relaxed)
+    }
+
     /// Stops the server and every device, and waits until they have stopped.
     /// The sent logs stay readable afterwards.
     pub async fn shutdown(&self) {
@@ -291,14 +334,23 @@ impl JiaHandle {
 struct Shared {
     config: JiaConfig,
     catalog: Mutex<HashMap<String, String>>,
-    /// Sent log per activated ISU; each log has its own lock so devices do not contend.
-    devices: Mutex<HashMap<String, Arc<Mutex<Vec<SentCondition>>>>>,
+    /// Per activated ISU: the sent log (its own lock, so devices do not contend), the device's
+    /// repair flag and where it posts.
+    devices: Mutex<HashMap<String, DeviceEntry>>,
     activations: Mutex<Vec<Activation>>,
     running_devices: Arc<AtomicUsize>,
+    error_posts: AtomicUsize,
     tracker: TaskTracker,
     deadline: Instant,
     stop: CancellationToken,
     client: reqwest::Client,
+}
+
+#[derive(Clone)]
+struct DeviceEntry {
+    log: Arc<Mutex<Vec<SentCondition>>>,
+    repair: Arc<AtomicBool>,
+    post_url: Url,
 }
 
 #[derive(Deserialize)]
@@ -336,6 +388,29 @@ async fn activate(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
 }
 
 impl Shared {
+    /// A malformed batch for a random activated ISU, as a request ready to send.
+    fn error_batch(&self, rng: &mut StdRng) -> Option<impl std::future::Future<Output = ()>> {
+        let (post_url, after) = {
+            let devices = self.devices.lock().expect("devices poisoned");
+            if devices.is_empty() {
+                return None;
+            }
+            let device = devices.values().nth(rng.gen_range(0..devices.len()))?.clone();
+            let after = device
+                .log
+                .lock()
+                .expect("sent log poisoned")
+                .last()
+                .map(|c| c.timestamp);
+            (device.post_url, after.unwrap_or_else(|| self.config.clock.now()))
+        };
+        let batch = malformed_batch(rng, after);
+        let request = self.client.post(post_url).json(&batch).send();
+        Some(async move {
+            let _ignored = request.await;
+        })
+    }
+
     fn character_of(&self, isu_uuid: &str) -> Option<String> {
         if isu_uuid == UNKNOWN_ISU_UUID {
             return None;
@@ -364,7 +439,16 @@ impl Shared {
             return Err(refusal);
         }
         let log = Arc::new(Mutex::new(Vec::new()));
-        devices.insert(isu_uuid.to_owned(), log.clone());
+        let repair = Arc::new(AtomicBool::new(false));
+        let post_url = condition_url(target_base_url, isu_uuid);
+        devices.insert(
+            isu_uuid.to_owned(),
+            DeviceEntry {
+                log: log.clone(),
+                repair: repair.clone(),
+                post_url: post_url.clone(),
+            },
+        );
         drop(devices);
         self.activations.lock().expect("activations poisoned").push(Activation {
             isu_uuid: isu_uuid.to_owned(),
@@ -372,7 +456,7 @@ impl Shared {
             character: character.to_owned(),
         });
         let device = Device {
-            post_url: condition_url(target_base_url, isu_uuid),
+            post_url,
             clock: self.config.clock,
             timing: self.config.timing,
             rng: StdRng::seed_from_u64(self.config.seed ^ crate::model::stable_hash(isu_uuid)),
@@ -381,10 +465,35 @@ impl Shared {
             stop: self.stop.clone(),
             deadline: self.deadline,
             running: self.running_devices.clone(),
+            repair,
         };
         self.tracker.spawn(device.run());
         Ok(())
     }
+}
+
+/// Conditions a few (odd) seconds after `after`, each with one character of its condition
+/// string altered, and the middle one surely invalid.
+fn malformed_batch(rng: &mut StdRng, after: i64) -> Vec<serde_json::Value> {
+    const LENGTH: usize = 5;
+    (0..LENGTH)
+        .map(|index| {
+            let valid = crate::model::condition_string(rng.gen(), rng.gen(), rng.gen());
+            let mut condition: Vec<u8> = valid.as_bytes().to_vec();
+            let at = rng.gen_range(0..condition.len());
+            condition[at] = b"xyz=,_"[rng.gen_range(0..6)];
+            let mut condition = String::from_utf8(condition).expect("ASCII stays UTF-8");
+            if index == LENGTH / 2 {
+                condition = valid.replace("false", "flase").replace("true", "ture");
+            }
+            serde_json::json!({
+                "is_sitting": rng.gen::<bool>(),
+                "condition": condition,
+                "message": "",
+                "timestamp": after + 1 + 2 * index as i64,
+            })
+        })
+        .collect()
 }
 
 /// `<target_base_url>/api/condition/<uuid>`, joined onto whatever path the base has.
@@ -411,6 +520,20 @@ mod tests {
         assert!(!check("https://user@isucondition-2.t.isucon.dev:8443/x"));
         let local = "http://127.0.0.3:8080";
         assert!(UrlPolicy::AnyUrl.refusal(local, &Url::parse(local).unwrap()).is_none());
+    }
+
+    #[test]
+    fn malformed_batches_always_hold_an_invalid_condition() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for _ in 0..1000 {
+            let batch = malformed_batch(&mut rng, 100);
+            let invalid = batch
+                .iter()
+                .filter(|c| !crate::model::is_valid_condition_string(c["condition"].as_str().unwrap()))
+                .count();
+            assert!(invalid >= 1);
+            assert!(batch.iter().all(|c| c["timestamp"].as_i64().unwrap() > 100));
+        }
     }
 
     #[test]

@@ -17,5 +17,7 @@ pub mod device;
 pub mod jia;
 pub mod jwt;
 pub mod model;
+pub mod nodes;
+pub mod report;
 pub mod scenario;
 pub mod signin;

@@ -6,9 +6,27 @@ use std::process::ExitCode;
 use bench::cli::{Cli, Command, JiaArgs};
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    let threads = cli.threads;
+    let runtime = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    };
+    match runtime {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(error) => {
+            eprintln!("bench: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,hyper=warn".into()),
@@ -24,21 +42,34 @@ async fn main() -> ExitCode {
             }
         };
     }
+    let json_path = cli.run.json.clone();
     let outcome = match cli.run.into_config() {
         Ok(config) => bench::scenario::run(config).await,
         Err(error) => Err(error),
     };
-    match outcome {
-        Ok(report) => {
-            println!("{report}");
-            println!("score: {}", report.score.total);
-            ExitCode::SUCCESS
-        }
+    let report = match outcome {
+        Ok(report) => report,
         Err(error) => {
             eprintln!("bench failed: {error:#}");
             println!("score: 0");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
+    };
+    println!("{report}");
+    if let Some(path) = json_path {
+        let written = serde_json::to_vec_pretty(&report.to_json())
+            .map_err(anyhow::Error::from)
+            .and_then(|json| std::fs::write(&path, json).map_err(anyhow::Error::from));
+        match written {
+            Ok(()) => println!("report: {}", path.display()),
+            Err(error) => eprintln!("bench: cannot write {}: {error:#}", path.display()),
+        }
+    }
+    println!("score: {}", report.final_score());
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

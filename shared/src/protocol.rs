@@ -27,6 +27,9 @@ pub const COORDINATOR_LATEST: &str = "/internal/latest";
 pub const HEALTH: &str = "/healthz";
 /// Every node: CPU profile (`?seconds=N&format=svg|pb`).
 pub const PPROF_PROFILE: &str = "/debug/pprof/profile";
+/// The last profile taken by [`PPROF_PROFILE`], in either format (`?format=pb|svg`): one
+/// sampling period gives both a flamegraph and a protobuf.
+pub const PPROF_LAST: &str = "/debug/pprof/last";
 /// Every node: Prometheus text metrics.
 pub const METRICS: &str = "/metrics";
 

@@ -105,23 +105,72 @@ pub async fn cpu_profile(seconds: u64, format: ProfileFormat) -> Result<Vec<u8>,
         .build()
         .map_err(|error| ProfileError::Failed(error.to_string()))?;
     drop(guard);
-    let mut out = Vec::new();
-    match format {
-        ProfileFormat::Svg if report.data.is_empty() => out.extend_from_slice(EMPTY_FLAMEGRAPH.as_bytes()),
-        ProfileFormat::Svg => report
-            .flamegraph(&mut out)
-            .map_err(|error| ProfileError::Failed(error.to_string()))?,
-        ProfileFormat::Protobuf => {
-            use pprof::protos::Message;
-            let profile = report
-                .pprof()
-                .map_err(|error| ProfileError::Failed(error.to_string()))?;
-            profile
-                .encode(&mut out)
-                .map_err(|error| ProfileError::Failed(error.to_string()))?;
+    let rendered = RenderedProfile::of(&report)?;
+    let requested = rendered.get(format).to_vec();
+    *LAST_PROFILE.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(rendered);
+    Ok(requested)
+}
+
+/// One profile in both formats.
+struct RenderedProfile {
+    svg: Vec<u8>,
+    protobuf: Vec<u8>,
+}
+
+impl RenderedProfile {
+    fn of(report: &pprof::Report) -> Result<RenderedProfile, ProfileError> {
+        let failed = |error: pprof::Error| ProfileError::Failed(error.to_string());
+        let mut svg = Vec::new();
+        if report.data.is_empty() {
+            svg.extend_from_slice(EMPTY_FLAMEGRAPH.as_bytes());
+        } else {
+            report.flamegraph(&mut svg).map_err(failed)?;
+        }
+        use pprof::protos::Message;
+        let mut protobuf = Vec::new();
+        report
+            .pprof()
+            .map_err(failed)?
+            .encode(&mut protobuf)
+            .map_err(|error| ProfileError::Failed(error.to_string()))?;
+        Ok(RenderedProfile { svg, protobuf })
+    }
+
+    fn get(&self, format: ProfileFormat) -> &[u8] {
+        match format {
+            ProfileFormat::Svg => &self.svg,
+            ProfileFormat::Protobuf => &self.protobuf,
         }
     }
-    Ok(out)
+}
+
+/// The last profile taken; a std mutex is fine (held for a swap or a copy, never across `.await`).
+static LAST_PROFILE: std::sync::Mutex<Option<RenderedProfile>> = std::sync::Mutex::new(None);
+
+/// Serves `GET /debug/pprof/last?format=pb|svg`: the last profile taken, 404 when none.
+pub fn last_profile_from_query(query: Option<&str>) -> ProfileReply {
+    let format = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(key, _)| key == "format")
+        .map(|(_, value)| value.into_owned());
+    let Some(format) = ProfileFormat::parse(format.as_deref()) else {
+        return ProfileReply {
+            status: 400,
+            content_type: crate::error::TEXT_PLAIN,
+            body: b"bad format: format (expected pb or svg)".to_vec(),
+        };
+    };
+    match &*LAST_PROFILE.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+        Some(rendered) => ProfileReply {
+            status: 200,
+            content_type: format.content_type(),
+            body: rendered.get(format).to_vec(),
+        },
+        None => ProfileReply {
+            status: 404,
+            content_type: crate::error::TEXT_PLAIN,
+            body: b"no profile has been taken on this node".to_vec(),
+        },
+    }
 }
 
 /// What a profiling endpoint answers, independent of the web framework.
@@ -169,3 +218,21 @@ pub fn record_request(route: String, status: u16, elapsed: std::time::Duration) 
     metrics::counter!(REQUESTS_TOTAL, &labels).increment(1);
     metrics::histogram!(REQUEST_SECONDS, &labels).record(elapsed.as_secs_f64());
 }
+
+/// User + system CPU seconds of this process so far (all threads), to the microsecond.
+pub fn process_cpu_seconds() -> Option<f64> {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).ok()?;
+    let seconds = |time: nix::sys::time::TimeVal| time.tv_sec() as f64 + time.tv_usec() as f64 / 1e6;
+    Some(seconds(usage.user_time()) + seconds(usage.system_time()))
+}
+
+/// The Prometheus text of every metric, process metrics refreshed first.
+pub fn render_metrics(handle: &PrometheusHandle) -> String {
+    if let Some(seconds) = process_cpu_seconds() {
+        metrics::gauge!(PROCESS_CPU_SECONDS).set(seconds);
+    }
+    handle.render()
+}
+
+/// CPU time of the node process (what the bench reads before and after a load).
+pub const PROCESS_CPU_SECONDS: &str = "process_cpu_seconds_total";

@@ -9,7 +9,7 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use super::stats::Stats;
+use super::stats::{ErrorKind, Stats};
 use crate::model::GraphData;
 
 /// `POST /initialize`.
@@ -130,10 +130,14 @@ impl Agent {
 
     /// Sends, and accepts only the `expected` statuses. `label` names the call in error reports.
     pub async fn send(&self, label: &str, request: RequestBuilder, expected: &[u16]) -> Result<Reply, Failure> {
-        self.stats.count_request();
-        let response = match request.send().await {
+        let started = std::time::Instant::now();
+        let response = request.send().await;
+        let response = match response {
             Ok(response) => response,
-            Err(error) => return self.transport_failure(label, &error),
+            Err(error) => {
+                self.stats.record_request(label, started.elapsed());
+                return self.transport_failure(label, &error);
+            }
         };
         let status = response.status();
         let headers = response.headers().clone();
@@ -142,16 +146,21 @@ impl Agent {
             .and_then(|value| value.to_str().ok())
             .unwrap_or_default()
             .to_owned();
-        let body = match response.bytes().await {
+        let body = response.bytes().await;
+        self.stats.record_request(label, started.elapsed());
+        let body = match body {
             Ok(body) => body,
             Err(error) => return self.transport_failure(label, &error),
         };
         if !expected.contains(&status.as_u16()) {
             let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
-            self.stats.error(format!(
-                "{label}: status {} (expected {expected:?}), body {excerpt:?}",
-                status.as_u16()
-            ));
+            self.stats.error(
+                ErrorKind::Status,
+                format!(
+                    "{label}: status {} (expected {expected:?}), body {excerpt:?}",
+                    status.as_u16()
+                ),
+            );
             return Err(Failure::Error);
         }
         Ok(Reply {
@@ -176,16 +185,20 @@ impl Agent {
     /// Checks the JSON content type of a reply and decodes its body.
     pub fn decode<T: DeserializeOwned>(&self, label: &str, reply: &Reply) -> Option<T> {
         if !reply.content_type.starts_with("application/json") {
-            self.stats.error(format!(
-                "{label}: content-type {:?}, expected application/json",
-                reply.content_type
-            ));
+            self.stats.error(
+                ErrorKind::ContentType,
+                format!(
+                    "{label}: content-type {:?}, expected application/json",
+                    reply.content_type
+                ),
+            );
             return None;
         }
         match serde_json::from_slice(&reply.body) {
             Ok(value) => Some(value),
             Err(error) => {
-                self.stats.error(format!("{label}: undecodable JSON: {error}"));
+                self.stats
+                    .error(ErrorKind::Json, format!("{label}: undecodable JSON: {error}"));
                 None
             }
         }
@@ -194,14 +207,14 @@ impl Agent {
     /// Checks a `text/plain` error body byte for byte.
     pub fn expect_text(&self, label: &str, reply: &Reply, expected_body: &str) -> bool {
         if !reply.content_type.starts_with("text/plain") {
-            self.stats.error(format!(
-                "{label}: content-type {:?}, expected text/plain",
-                reply.content_type
-            ));
+            self.stats.error(
+                ErrorKind::ContentType,
+                format!("{label}: content-type {:?}, expected text/plain", reply.content_type),
+            );
             return false;
         }
         if reply.body != expected_body.as_bytes() {
-            self.stats.error(format!(
+            self.stats.data_error(format!(
                 "{label}: body {:?}, expected {expected_body:?}",
                 String::from_utf8_lossy(&reply.body)
             ));
@@ -222,7 +235,8 @@ impl Agent {
             description = format!("{description}: {cause}");
             source = cause.source();
         }
-        self.stats.error(format!("{label}: {description}"));
+        self.stats
+            .error(ErrorKind::Connection, format!("{label}: {description}"));
         Err(Failure::Error)
     }
 }

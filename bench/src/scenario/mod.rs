@@ -1,28 +1,48 @@
-//! A short smoke/load run against a running cluster: initialize, sign users in, register ISUs,
-//! then read, verify and score until the duration ends.
+//! A bench run (§13): initialize, the compatibility check, then the timed load — users that
+//! register ISUs and read them, viewers that poll the trend, load that grows while the service
+//! keeps up — verified throughout and scored at the end.
 
 pub mod api;
+pub mod expected;
+pub mod prepare;
 pub mod stats;
 mod user;
 pub mod validate;
+mod viewer;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
 use reqwest::Method;
 use serde_json::json;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use self::api::{Agent, InitializeResponse, TrendEntry};
-use self::stats::{Score, Snapshot, Stats};
-use self::validate::{check_trend, TrendIsu, TrendMemory};
+use self::api::{Agent, InitializeResponse};
+use self::stats::{Stats, Tag};
+use self::validate::TrendIsu;
 use crate::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
 use crate::jwt::JwtSigner;
+use crate::nodes::{own_cpu_seconds, Nodes};
+use crate::report::{CpuUse, Report};
+
+/// How often load may grow (§13.4).
+const GROWTH_INTERVAL: Duration = Duration::from_secs(5);
+/// Fresh trend entries needed per started user for one more user (§13.4).
+const FRESH_ENTRIES_PER_USER: u64 = 500;
+/// More timeouts than this many per started user stop growth for good and end the viewers.
+const TIMEOUTS_PER_USER_LIMIT: u64 = 20;
+/// Viewer slots each user grants.
+const VIEWERS_PER_USER: usize = 3;
+/// Malformed device batches are posted this often (§13.3).
+const ERROR_POST_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Everything a run needs.
 #[derive(Clone)]
@@ -31,20 +51,30 @@ pub struct ScenarioConfig {
     pub target: String,
     /// Where the JIA simulator listens; its `http://` URL is sent in `POST /initialize`.
     pub jia_listen: SocketAddr,
-    /// Length of the load phase, after `POST /initialize`.
+    /// Length of the load phase.
     pub duration: Duration,
+    /// Users signed in when load starts (more join as load grows).
     pub users: usize,
-    pub isus_per_user: usize,
+    /// Each user registers between 1 and this many ISUs.
+    pub max_isus_per_user: usize,
+    /// Add users as the service keeps up (§13.4).
+    pub grow: bool,
     pub signer: JwtSigner,
     pub url_policy: UrlPolicy,
     /// Host → address overrides for device posts.
     pub resolve: Vec<(String, SocketAddr)>,
-    /// Timeout of every request but `POST /initialize` (official: 1 s).
+    /// Timeout of every load request (official: 1 s).
     pub request_timeout: Duration,
     /// Timeout of `POST /initialize` (official: 20 s).
     pub initialize_timeout: Duration,
-    /// Interval of the progress log lines.
-    pub progress_interval: Duration,
+    /// The nodes' internal URLs and secret, for CPU time and profiles (optional).
+    pub nodes: Option<Nodes>,
+    /// Profile every node for this long during load, into `out_dir`.
+    pub profile_seconds: Option<u64>,
+    /// Where profiles are written.
+    pub out_dir: PathBuf,
+    /// Show a progress bar on stderr (when it is a terminal).
+    pub progress: bool,
 }
 
 impl ScenarioConfig {
@@ -53,69 +83,82 @@ impl ScenarioConfig {
         ScenarioConfig {
             target: target.trim_end_matches('/').to_owned(),
             jia_listen,
-            duration: Duration::from_secs(20),
-            users: 4,
-            isus_per_user: 3,
+            duration: Duration::from_secs(60),
+            users: 6,
+            max_isus_per_user: 9,
+            grow: true,
             signer: JwtSigner::project_default(),
             url_policy: UrlPolicy::AnyUrl,
             resolve: Vec::new(),
             request_timeout: Duration::from_secs(1),
             initialize_timeout: Duration::from_secs(20),
-            progress_interval: Duration::from_secs(5),
+            nodes: None,
+            profile_seconds: None,
+            out_dir: PathBuf::from("run/bench"),
+            progress: false,
         }
     }
 }
 
-/// State shared by the users of one run.
+/// State shared by the users and viewers of one run.
 pub(crate) struct RunContext {
     target: String,
     request_timeout: Duration,
-    isus_per_user: usize,
+    max_isus_per_user: usize,
     signer: JwtSigner,
     jia: JiaHandle,
     stats: Arc<Stats>,
     /// Every ISU registered so far (id → uuid, character), for trend checks.
     registered: Mutex<HashMap<i64, TrendIsu>>,
+    /// Free viewer slots (each user adds some).
+    viewer_slots: Arc<Semaphore>,
+    /// Trend entries fresher than 2 real seconds, first seen by a viewer since the last growth check.
+    fresh_trend_entries: AtomicU64,
+    users_started: AtomicUsize,
+    viewers_started: AtomicUsize,
+    /// Set when timeouts stopped growth: viewers quit.
+    viewers_stopped: AtomicBool,
+    /// Where new users' and viewers' tasks go.
+    tasks: Mutex<JoinSet<()>>,
+    deadline: Instant,
 }
 
-/// The outcome of a run.
-#[derive(Debug, Clone)]
-pub struct Report {
-    pub language: String,
-    pub elapsed: Duration,
-    pub stats: Snapshot,
-    pub score: Score,
-    pub activations: usize,
-    pub sent_conditions: usize,
-}
+impl RunContext {
+    /// Whether the load phase must end now.
+    fn over(&self) -> bool {
+        Instant::now() >= self.deadline || self.stats.failed()
+    }
 
-impl fmt::Display for Report {
-    fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(out, "language: {}", self.language)?;
-        writeln!(out, "elapsed: {:.1}s", self.elapsed.as_secs_f64())?;
-        writeln!(out, "activations: {}", self.activations)?;
-        writeln!(out, "conditions sent by devices: {}", self.sent_conditions)?;
-        writeln!(out, "{}", self.stats)?;
-        for (number, sample) in self.stats.error_samples.iter().enumerate() {
-            writeln!(out, "error #{}: {sample}", number + 1)?;
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let deadline = self.deadline;
+        self.tasks.lock().expect("tasks poisoned").spawn(until(deadline, task));
+    }
+
+    fn start_user(self: &Arc<Self>) {
+        let index = self.users_started.fetch_add(1, Ordering::Relaxed);
+        self.stats.add(Tag::UserInit);
+        self.viewer_slots.add_permits(VIEWERS_PER_USER);
+        self.spawn(user::run_user(self.clone(), index));
+    }
+
+    /// Starts a viewer if a slot is free (called when a user moves on to its next ISU).
+    fn offer_viewer(self: &Arc<Self>) {
+        if self.viewers_stopped.load(Ordering::Relaxed) {
+            return;
         }
-        let score = &self.score;
-        write!(
-            out,
-            "score breakdown (approximation of the official scoring): base {} + reads {} + graphs {} - deductions {}{}",
-            score.base,
-            score.reads,
-            score.graphs,
-            score.deductions,
-            if score.failed { " => FAILED" } else { "" }
-        )
+        let Ok(slot) = self.viewer_slots.clone().try_acquire_owned() else {
+            return;
+        };
+        self.viewers_started.fetch_add(1, Ordering::Relaxed);
+        self.stats.add(Tag::ViewerInit);
+        self.spawn(viewer::run_viewer(self.clone(), slot));
     }
 }
 
-/// Runs the scenario. Fails only when the run cannot start: the simulator cannot bind, or
-/// `POST /initialize` does not answer 200 with a non-empty `language`.
+/// Runs the whole scenario. `Err` only when the run cannot start (the simulator cannot bind);
+/// a service that fails initialize or the compatibility check gets a failed report.
 pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
-    let setup_allowance = config.initialize_timeout + Duration::from_secs(10);
+    let setup_allowance = config.initialize_timeout + Duration::from_secs(30);
     let jia = JiaSimulator::start(JiaConfig {
         listen: config.jia_listen,
         url_policy: config.url_policy,
@@ -127,48 +170,71 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     .with_context(|| format!("starting the JIA simulator on {}", config.jia_listen))?;
     tracing::info!(jia = %jia.url(), target = %config.target, "jia simulator listening");
 
-    let stats = Arc::new(Stats::default());
-    let language = initialize(&config, &jia, &stats).await?;
+    let setup_stats = Arc::new(Stats::default());
+    let language = match initialize(&config, &jia, &setup_stats).await {
+        Ok(language) => language,
+        Err(problem) => return Ok(failed_before_load(&config, &jia, setup_stats, problem).await),
+    };
     tracing::info!(%language, "initialized");
 
+    let stats = Arc::new(Stats::default());
     let started = Instant::now();
-    let deadline = started + config.duration;
     let ctx = Arc::new(RunContext {
         target: config.target.clone(),
         request_timeout: config.request_timeout,
-        isus_per_user: config.isus_per_user,
+        max_isus_per_user: config.max_isus_per_user.max(1),
         signer: config.signer.clone(),
         jia: jia.clone(),
         stats: stats.clone(),
         registered: Mutex::new(HashMap::new()),
+        viewer_slots: Arc::new(Semaphore::new(0)),
+        fresh_trend_entries: AtomicU64::new(0),
+        users_started: AtomicUsize::new(0),
+        viewers_started: AtomicUsize::new(0),
+        viewers_stopped: AtomicBool::new(false),
+        tasks: Mutex::new(JoinSet::new()),
+        deadline: started + config.duration,
     });
-
-    let mut tasks = JoinSet::new();
-    let viewer = ctx.clone();
-    tasks.spawn(until(deadline, async move { first_trend(&viewer).await }));
-    for index in 0..config.users {
-        tasks.spawn(until(deadline, user::run_user(ctx.clone(), index)));
+    let cpu_before = cpu_seconds(config.nodes.as_ref()).await;
+    stats.add(Tag::StartBenchmark);
+    jia.start_error_poster(ERROR_POST_INTERVAL);
+    for _ in 0..config.users {
+        ctx.start_user();
     }
-    let reporter = tokio::spawn(until(
-        deadline,
-        report_progress(ctx.clone(), started, config.progress_interval),
-    ));
-    while let Some(joined) = tasks.join_next().await {
-        if let Err(error) = joined {
-            stats.error(format!("bench task failed: {error}"));
+    let profiles = tokio::spawn(take_profiles(config.clone(), config.duration));
+    let progress = progress_bar(&config);
+    let mut growth = tokio::time::interval_at(started + GROWTH_INTERVAL, GROWTH_INTERVAL);
+    let mut redraw = tokio::time::interval(Duration::from_millis(250));
+    while !ctx.over() {
+        tokio::select! {
+            _ = growth.tick() => grow(&ctx, config.grow),
+            _ = redraw.tick() => show_progress(&progress, &ctx, started),
         }
     }
-    reporter.abort();
+    progress.finish_and_clear();
+    let load_time = started.elapsed();
+    // Abandon what is in flight, as the official bench does at the deadline.
+    let mut tasks = std::mem::take(&mut *ctx.tasks.lock().expect("tasks poisoned"));
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    let cpu_after = cpu_seconds(config.nodes.as_ref()).await;
+    let profiles = profiles.await.unwrap_or_default();
     jia.shutdown().await;
 
     let snapshot = stats.snapshot();
     Ok(Report {
+        target: config.target.clone(),
         language,
-        elapsed: started.elapsed(),
+        failed_phase: None,
+        load_time,
         score: snapshot.score(),
         stats: snapshot,
+        users: ctx.users_started.load(Ordering::Relaxed),
+        viewers: ctx.viewers_started.load(Ordering::Relaxed),
         activations: jia.activations().len(),
         sent_conditions: jia.sent_total(),
+        cpu: cpu_difference(&cpu_before, &cpu_after),
+        profiles,
     })
 }
 
@@ -180,15 +246,98 @@ async fn until(deadline: Instant, work: impl std::future::Future<Output = ()>) {
     }
 }
 
-async fn initialize(config: &ScenarioConfig, jia: &JiaHandle, stats: &Arc<Stats>) -> anyhow::Result<String> {
-    let agent = Agent::new(&config.target, config.initialize_timeout, stats.clone())?;
+/// §13.4: stop growing (and end the viewers) once timeouts pile up; otherwise add one user per
+/// 500 fresh trend entries per user seen since the last check.
+fn grow(ctx: &Arc<RunContext>, enabled: bool) {
+    let fresh = ctx.fresh_trend_entries.swap(0, Ordering::Relaxed);
+    if !enabled || ctx.viewers_stopped.load(Ordering::Relaxed) {
+        return;
+    }
+    let users = ctx.users_started.load(Ordering::Relaxed).max(1) as u64;
+    if ctx.stats.timeouts() > TIMEOUTS_PER_USER_LIMIT * users {
+        tracing::info!(users, "timeouts pile up: load stops growing");
+        ctx.viewers_stopped.store(true, Ordering::Relaxed);
+        return;
+    }
+    let added = fresh / (FRESH_ENTRIES_PER_USER * users);
+    for _ in 0..added {
+        ctx.start_user();
+    }
+    if added > 0 {
+        tracing::debug!(added, fresh, "load grows");
+    }
+}
+
+fn progress_bar(config: &ScenarioConfig) -> ProgressBar {
+    if !config.progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(config.duration.as_millis() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} load [{bar:30}] {elapsed:>3}/{duration} {msg}")
+            .expect("valid progress template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+fn show_progress(bar: &ProgressBar, ctx: &RunContext, started: Instant) {
+    bar.set_position(started.elapsed().as_millis() as u64);
+    let snapshot = ctx.stats.snapshot();
+    bar.set_message(format!(
+        "score≈{} users {} viewers {} read {} errors {} timeouts {}",
+        snapshot.score().points,
+        ctx.users_started.load(Ordering::Relaxed),
+        ctx.viewer_slots.available_permits(),
+        snapshot.conditions_read(),
+        snapshot.error_count(),
+        snapshot.timeouts,
+    ));
+}
+
+/// Profiles all nodes at once, starting a quarter into the load (once users are busy).
+async fn take_profiles(config: ScenarioConfig, load: Duration) -> Vec<PathBuf> {
+    let (Some(nodes), Some(seconds)) = (config.nodes, config.profile_seconds) else {
+        return Vec::new();
+    };
+    tokio::time::sleep(load / 4).await;
+    let out = config.out_dir.join("profiles");
+    tracing::info!(seconds, out = %out.display(), "profiling every node");
+    nodes.profile_all(seconds, &out).await
+}
+
+/// Node and bench CPU seconds so far.
+async fn cpu_seconds(nodes: Option<&Nodes>) -> Vec<(String, Option<f64>)> {
+    let mut readings = match nodes {
+        Some(nodes) => nodes.cpu_seconds().await,
+        None => Vec::new(),
+    };
+    readings.push(("bench".to_owned(), own_cpu_seconds()));
+    readings
+}
+
+fn cpu_difference(before: &[(String, Option<f64>)], after: &[(String, Option<f64>)]) -> Vec<CpuUse> {
+    before
+        .iter()
+        .zip(after)
+        .map(|((name, before), (_, after))| CpuUse {
+            name: name.clone(),
+            seconds: before.zip(*after).map(|(before, after)| after - before),
+        })
+        .collect()
+}
+
+/// `POST /initialize` with the simulator's URL; its `language`, or why it failed.
+async fn initialize(config: &ScenarioConfig, jia: &JiaHandle, stats: &Arc<Stats>) -> Result<String, String> {
+    let agent = Agent::new(&config.target, config.initialize_timeout, stats.clone())
+        .map_err(|error| format!("building the HTTP client: {error}"))?;
     let request = agent
         .request(Method::POST, "/initialize")
         .json(&json!({"jia_service_url": jia.url()}));
     let response = agent.json::<InitializeResponse>("POST /initialize", request, 200).await;
     match response {
         Some(InitializeResponse { language }) if !language.is_empty() => Ok(language),
-        Some(_) => bail!("POST /initialize answered an empty language"),
+        Some(_) => Err("POST /initialize answered an empty language".to_owned()),
         None => {
             let snapshot = stats.snapshot();
             let cause = snapshot
@@ -196,36 +345,26 @@ async fn initialize(config: &ScenarioConfig, jia: &JiaHandle, stats: &Arc<Stats>
                 .last()
                 .cloned()
                 .unwrap_or_else(|| "timed out".to_owned());
-            bail!("POST /initialize failed: {cause}")
+            Err(format!("POST /initialize failed: {cause}"))
         }
     }
 }
 
-/// The trend right after initialize, as an anonymous viewer sees it.
-async fn first_trend(ctx: &RunContext) {
-    let Ok(viewer) = Agent::new(&ctx.target, ctx.request_timeout, ctx.stats.clone()) else {
-        return;
-    };
-    let request = viewer.request(Method::GET, "/api/trend");
-    let Some(entries) = viewer.json::<Vec<TrendEntry>>("GET /api/trend", request, 200).await else {
-        return;
-    };
-    let known = HashMap::new();
-    if let Err(problem) = check_trend(&entries, &known, &ctx.jia, &mut TrendMemory::default()) {
-        ctx.stats.error(problem);
-    }
-}
-
-async fn report_progress(ctx: Arc<RunContext>, started: Instant, interval: Duration) {
-    let mut ticker = tokio::time::interval_at(started + interval, interval);
-    loop {
-        ticker.tick().await;
-        tracing::info!(
-            elapsed_s = started.elapsed().as_secs(),
-            isus = ctx.jia.activations().len(),
-            sent = ctx.jia.sent_total(),
-            "progress: {}",
-            ctx.stats.snapshot()
-        );
+async fn failed_before_load(config: &ScenarioConfig, jia: &JiaHandle, stats: Arc<Stats>, problem: String) -> Report {
+    jia.shutdown().await;
+    let snapshot = stats.snapshot();
+    Report {
+        target: config.target.clone(),
+        language: String::new(),
+        failed_phase: Some(problem),
+        load_time: Duration::ZERO,
+        score: snapshot.score(),
+        stats: snapshot,
+        users: 0,
+        viewers: 0,
+        activations: jia.activations().len(),
+        sent_conditions: jia.sent_total(),
+        cpu: Vec::new(),
+        profiles: Vec::new(),
     }
 }

@@ -1,19 +1,166 @@
-//! Counters of a run and the approximate score computed from them.
+//! Counters of a run — errors by kind, timeouts, score tags, latencies per endpoint — and the
+//! score computed from them (spec §13.6–13.7).
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
 
 use crate::model::Level;
 
 /// How many error descriptions are kept for the report.
-const KEPT_ERROR_SAMPLES: usize = 10;
-/// More non-timeout errors than this fail the run, as in the official bench.
+const KEPT_ERROR_SAMPLES: usize = 20;
+/// More non-timeout errors than this fail the run (and stop it), as in the official bench.
 pub const MAX_ERRORS: u64 = 100;
-/// Conditions are scored per batch of this many newly read ones.
-const READ_SCORE_STEP: u64 = 50;
+/// Conditions are scored per this many newly read ones (remainders pooled over the run).
+pub const READ_SCORE_STEP: u64 = 50;
+/// Every this many timeouts cost one point.
+const TIMEOUTS_PER_DEDUCTION: u64 = 10;
+/// Latencies above this are clamped in the histograms (they are timeouts anyway).
+const MAX_RECORDED_MICROS: u64 = 60_000_000;
 
-/// Graph grades, from the fewest conditions in any of a graph's 24 hours.
+/// What went wrong with one response (each costs one point; timeouts are counted apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// An unexpected HTTP status.
+    Status,
+    /// A wrong `Content-Type`.
+    ContentType,
+    /// A body that is not the JSON shape of the endpoint.
+    Json,
+    /// Wrong, invented, missing or misordered data, or a wrong error message.
+    Data,
+    /// A connection error other than a timeout (refused, reset, …).
+    Connection,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 5] = [
+        ErrorKind::Status,
+        ErrorKind::ContentType,
+        ErrorKind::Json,
+        ErrorKind::Data,
+        ErrorKind::Connection,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Status => "status",
+            ErrorKind::ContentType => "content_type",
+            ErrorKind::Json => "json",
+            ErrorKind::Data => "data",
+            ErrorKind::Connection => "connection",
+        }
+    }
+}
+
+/// Score tags (official names). Read tags are derived from the raw read counts at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tag {
+    StartBenchmark,
+    ReadInfoCondition,
+    ReadWarningCondition,
+    ReadCriticalCondition,
+    TodayGraphGood,
+    TodayGraphNormal,
+    TodayGraphBad,
+    TodayGraphWorst,
+    GraphGood,
+    GraphNormal,
+    GraphBad,
+    GraphWorst,
+    // Zero-point bookkeeping.
+    UserInit,
+    IsuInit,
+    ViewerInit,
+    ViewerLoop,
+    ViewerDropout,
+    RepairIsu,
+    SignOut,
+    ErrorPost,
+}
+
+impl Tag {
+    pub const ALL: [Tag; 20] = [
+        Tag::StartBenchmark,
+        Tag::ReadInfoCondition,
+        Tag::ReadWarningCondition,
+        Tag::ReadCriticalCondition,
+        Tag::TodayGraphGood,
+        Tag::TodayGraphNormal,
+        Tag::TodayGraphBad,
+        Tag::TodayGraphWorst,
+        Tag::GraphGood,
+        Tag::GraphNormal,
+        Tag::GraphBad,
+        Tag::GraphWorst,
+        Tag::UserInit,
+        Tag::IsuInit,
+        Tag::ViewerInit,
+        Tag::ViewerLoop,
+        Tag::ViewerDropout,
+        Tag::RepairIsu,
+        Tag::SignOut,
+        Tag::ErrorPost,
+    ];
+
+    pub fn points(self) -> i64 {
+        match self {
+            Tag::StartBenchmark => 1000,
+            Tag::ReadInfoCondition => 20,
+            Tag::ReadWarningCondition => 8,
+            Tag::ReadCriticalCondition => 4,
+            Tag::TodayGraphGood => 60,
+            Tag::TodayGraphNormal => 40,
+            Tag::TodayGraphBad => 24,
+            Tag::TodayGraphWorst => 4,
+            Tag::GraphGood => 150,
+            Tag::GraphNormal => 100,
+            Tag::GraphBad => 60,
+            Tag::GraphWorst => 10,
+            _ => 0,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tag::StartBenchmark => "StartBenchmark",
+            Tag::ReadInfoCondition => "ReadInfoCondition",
+            Tag::ReadWarningCondition => "ReadWarningCondition",
+            Tag::ReadCriticalCondition => "ReadCriticalCondition",
+            Tag::TodayGraphGood => "TodayGraphGood",
+            Tag::TodayGraphNormal => "TodayGraphNormal",
+            Tag::TodayGraphBad => "TodayGraphBad",
+            Tag::TodayGraphWorst => "TodayGraphWorst",
+            Tag::GraphGood => "GraphGood",
+            Tag::GraphNormal => "GraphNormal",
+            Tag::GraphBad => "GraphBad",
+            Tag::GraphWorst => "GraphWorst",
+            Tag::UserInit => "UserInit",
+            Tag::IsuInit => "IsuInit",
+            Tag::ViewerInit => "ViewerInit",
+            Tag::ViewerLoop => "ViewerLoop",
+            Tag::ViewerDropout => "ViewerDropout",
+            Tag::RepairIsu => "RepairIsu",
+            Tag::SignOut => "SignOut",
+            Tag::ErrorPost => "ErrorPost",
+        }
+    }
+
+    fn index(self) -> usize {
+        Tag::ALL
+            .iter()
+            .position(|tag| *tag == self)
+            .expect("every tag is in ALL")
+    }
+}
+
+/// Graph grades, from the fewest conditions in any of a graph's hourly points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GraphGrade {
     Good,
@@ -23,8 +170,6 @@ pub enum GraphGrade {
 }
 
 impl GraphGrade {
-    pub const ALL: [GraphGrade; 4] = [GraphGrade::Good, GraphGrade::Normal, GraphGrade::Bad, GraphGrade::Worst];
-
     /// Grade of a graph whose sparsest hour holds `fewest` conditions.
     pub fn of(fewest: usize) -> GraphGrade {
         match fewest {
@@ -35,35 +180,55 @@ impl GraphGrade {
         }
     }
 
-    /// Points of a complete past day's graph (official `Graph*` tags).
-    pub fn points(self) -> i64 {
+    /// The tag of a complete past day's graph.
+    pub fn past_tag(self) -> Tag {
         match self {
-            GraphGrade::Good => 150,
-            GraphGrade::Normal => 100,
-            GraphGrade::Bad => 60,
-            GraphGrade::Worst => 10,
+            GraphGrade::Good => Tag::GraphGood,
+            GraphGrade::Normal => Tag::GraphNormal,
+            GraphGrade::Bad => Tag::GraphBad,
+            GraphGrade::Worst => Tag::GraphWorst,
         }
     }
 
-    fn index(self) -> usize {
-        self as usize
+    /// The tag of the first graph of a graph step ("today", in the bench's sense).
+    pub fn today_tag(self) -> Tag {
+        match self {
+            GraphGrade::Good => Tag::TodayGraphGood,
+            GraphGrade::Normal => Tag::TodayGraphNormal,
+            GraphGrade::Bad => Tag::TodayGraphBad,
+            GraphGrade::Worst => Tag::TodayGraphWorst,
+        }
     }
 }
 
-/// Lock-free counters shared by every agent of a run.
+/// Counters shared by every agent of a run. Atomics for the counters; the histograms and
+/// samples sit behind std mutexes held only for a map lookup and a record (never across
+/// an `.await`).
 #[derive(Default)]
 pub struct Stats {
     requests: AtomicU64,
-    errors: AtomicU64,
+    errors: [AtomicU64; 5],
     timeouts: AtomicU64,
     read: [AtomicU64; 3],
-    graphs: [AtomicU64; 4],
+    tags: [AtomicU64; Tag::ALL.len()],
+    critical: AtomicBool,
     error_samples: Mutex<Vec<String>>,
+    latencies: Mutex<HashMap<String, Histogram<u64>>>,
 }
 
 impl Stats {
-    pub fn count_request(&self) {
+    /// Counts one request and its latency under `label` (e.g. `GET /api/isu/:uuid`).
+    pub fn record_request(&self, label: &str, elapsed: Duration) {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        let micros = (elapsed.as_micros() as u64).clamp(1, MAX_RECORDED_MICROS);
+        let mut latencies = self.latencies.lock().expect("latencies poisoned");
+        if let Some(histogram) = latencies.get_mut(label) {
+            histogram.saturating_record(micros);
+            return;
+        }
+        let mut histogram = Histogram::new_with_bounds(1, MAX_RECORDED_MICROS, 2).expect("valid histogram bounds");
+        histogram.saturating_record(micros);
+        latencies.insert(label.to_owned(), histogram);
     }
 
     pub fn timeout(&self) {
@@ -71,15 +236,28 @@ impl Stats {
     }
 
     /// Records one non-timeout error; the first few descriptions are kept and logged.
-    pub fn error(&self, description: String) {
-        let count = self.errors.fetch_add(1, Ordering::Relaxed) + 1;
-        if count as usize <= KEPT_ERROR_SAMPLES {
-            tracing::warn!(error = %description, "bench error");
-            self.error_samples
-                .lock()
-                .expect("error samples poisoned")
-                .push(description);
+    pub fn error(&self, kind: ErrorKind, description: String) {
+        let index = ErrorKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .expect("every kind is in ALL");
+        self.errors[index].fetch_add(1, Ordering::Relaxed);
+        let mut samples = self.error_samples.lock().expect("error samples poisoned");
+        if samples.len() < KEPT_ERROR_SAMPLES {
+            tracing::debug!(kind = kind.name(), error = %description, "bench error");
+            samples.push(format!("[{}] {description}", kind.name()));
         }
+    }
+
+    /// Wrong data (the most common kind, found by the validator).
+    pub fn data_error(&self, description: String) {
+        self.error(ErrorKind::Data, description);
+    }
+
+    /// An error that fails the run whatever the score (e.g. data of another user).
+    pub fn critical(&self, description: String) {
+        self.critical.store(true, Ordering::Relaxed);
+        self.error(ErrorKind::Data, format!("CRITICAL: {description}"));
     }
 
     /// Counts one newly read condition.
@@ -92,24 +270,75 @@ impl Stats {
         self.read[index].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts one scored graph.
-    pub fn graph(&self, grade: GraphGrade) {
-        self.graphs[grade.index()].fetch_add(1, Ordering::Relaxed);
+    pub fn add(&self, tag: Tag) {
+        self.tags[tag.index()].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Non-timeout errors so far.
     pub fn errors(&self) -> u64 {
-        self.errors.load(Ordering::Relaxed)
+        self.errors.iter().map(|count| count.load(Ordering::Relaxed)).sum()
+    }
+
+    pub fn timeouts(&self) -> u64 {
+        self.timeouts.load(Ordering::Relaxed)
+    }
+
+    /// Whether the run must stop: too many errors, or a critical one.
+    pub fn failed(&self) -> bool {
+        self.errors() > MAX_ERRORS || self.critical.load(Ordering::Relaxed)
     }
 
     pub fn snapshot(&self) -> Snapshot {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let errors = ErrorKind::ALL
+            .iter()
+            .zip(&self.errors)
+            .map(|(kind, count)| (*kind, load(count)))
+            .collect();
+        let tags = Tag::ALL
+            .iter()
+            .zip(&self.tags)
+            .map(|(tag, count)| (*tag, load(count)))
+            .collect();
+        let latencies = self
+            .latencies
+            .lock()
+            .expect("latencies poisoned")
+            .iter()
+            .map(|(label, histogram)| (label.clone(), Latency::of(histogram)))
+            .collect();
         Snapshot {
             requests: load(&self.requests),
-            errors: load(&self.errors),
+            errors,
             timeouts: load(&self.timeouts),
             read: self.read.each_ref().map(load),
-            graphs: self.graphs.each_ref().map(load),
+            tags,
+            critical: self.critical.load(Ordering::Relaxed),
             error_samples: self.error_samples.lock().expect("error samples poisoned").clone(),
+            latencies,
+        }
+    }
+}
+
+/// Latency percentiles of one endpoint, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Latency {
+    fn of(histogram: &Histogram<u64>) -> Latency {
+        let ms = |micros: u64| micros as f64 / 1000.0;
+        Latency {
+            count: histogram.len(),
+            p50_ms: ms(histogram.value_at_quantile(0.50)),
+            p90_ms: ms(histogram.value_at_quantile(0.90)),
+            p99_ms: ms(histogram.value_at_quantile(0.99)),
+            max_ms: ms(histogram.max()),
         }
     }
 }
@@ -118,54 +347,80 @@ impl Stats {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub requests: u64,
-    pub errors: u64,
+    pub errors: BTreeMap<ErrorKind, u64>,
     pub timeouts: u64,
     /// Newly read conditions: info, warning, critical.
     pub read: [u64; 3],
-    /// Scored graphs: good, normal, bad, worst.
-    pub graphs: [u64; 4],
+    pub tags: BTreeMap<Tag, u64>,
+    pub critical: bool,
     pub error_samples: Vec<String>,
+    /// Endpoint label → latency percentiles.
+    pub latencies: BTreeMap<String, Latency>,
 }
 
 /// How the score came about.
 #[derive(Debug, Clone, Default)]
 pub struct Score {
-    pub base: i64,
-    pub reads: i64,
-    pub graphs: i64,
+    /// Tag name → (count, points).
+    pub breakdown: BTreeMap<&'static str, (u64, i64)>,
+    /// Sum of the tags' points.
+    pub points: i64,
+    /// One per non-timeout error, one per 10 timeouts.
     pub deductions: i64,
     pub total: i64,
-    pub failed: bool,
+    pub passed: bool,
+    /// Why the run failed (empty when it passed).
+    pub fail_reasons: Vec<String>,
 }
 
 impl Snapshot {
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
     pub fn conditions_read(&self) -> u64 {
         self.read.iter().sum()
     }
 
-    /// An approximation of the official score (§13.6–13.7), not a reproduction of it:
-    /// 1000 for starting, 20 / 8 / 4 per 50 newly read info / warning / critical conditions,
-    /// 150 / 100 / 60 / 10 per good / normal / bad / worst graph of a complete past day (each
-    /// ISU-day once), minus one per error and one per 10 timeouts. More than 100 errors, or a
-    /// total ≤ 0, fails the run with score 0. The official bench also scores "today" graphs,
-    /// adds users as the service keeps up, and runs checks this short run does not.
+    fn tag(&self, tag: Tag) -> u64 {
+        self.tags.get(&tag).copied().unwrap_or_default()
+    }
+
+    /// The official scoring: every tag's points (read tags per 50 newly read conditions of a
+    /// level, pooled over the run), minus one per non-timeout error and one per 10 timeouts.
+    /// More than 100 errors, a critical error, or a total ≤ 0 fail the run (score 0).
     pub fn score(&self) -> Score {
-        let [info, warning, critical] = self.read.map(|count| (count / READ_SCORE_STEP) as i64);
-        let reads = info * 20 + warning * 8 + critical * 4;
-        let graphs = GraphGrade::ALL
+        let mut counts: BTreeMap<Tag, u64> = Tag::ALL.iter().map(|tag| (*tag, self.tag(*tag))).collect();
+        let [info, warning, critical] = self.read.map(|count| count / READ_SCORE_STEP);
+        counts.insert(Tag::ReadInfoCondition, info);
+        counts.insert(Tag::ReadWarningCondition, warning);
+        counts.insert(Tag::ReadCriticalCondition, critical);
+        let breakdown: BTreeMap<&'static str, (u64, i64)> = counts
             .iter()
-            .map(|grade| grade.points() * self.graphs[grade.index()] as i64)
-            .sum();
-        let deductions = self.errors as i64 + self.timeouts as i64 / 10;
-        let raw = 1000 + reads + graphs - deductions;
-        let failed = self.errors > MAX_ERRORS || raw <= 0;
+            .map(|(tag, count)| (tag.name(), (*count, tag.points() * *count as i64)))
+            .collect();
+        let points = breakdown.values().map(|(_, points)| points).sum::<i64>();
+        let errors = self.error_count();
+        let deductions = errors as i64 + (self.timeouts / TIMEOUTS_PER_DEDUCTION) as i64;
+        let raw = points - deductions;
+        let mut fail_reasons = Vec::new();
+        if errors > MAX_ERRORS {
+            fail_reasons.push(format!("{errors} errors (more than {MAX_ERRORS})"));
+        }
+        if self.critical {
+            fail_reasons.push("a critical error".to_owned());
+        }
+        if raw <= 0 {
+            fail_reasons.push(format!("score {raw} ≤ 0"));
+        }
+        let passed = fail_reasons.is_empty();
         Score {
-            base: 1000,
-            reads,
-            graphs,
+            breakdown,
+            points,
             deductions,
-            total: if failed { 0 } else { raw },
-            failed,
+            total: if passed { raw } else { 0 },
+            passed,
+            fail_reasons,
         }
     }
 }
@@ -173,13 +428,11 @@ impl Snapshot {
 impl fmt::Display for Snapshot {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
         let [info, warning, critical] = self.read;
-        let [good, normal, bad, worst] = self.graphs;
         write!(
             out,
-            "requests={} errors={} timeouts={} read={} (info={info} warning={warning} critical={critical}) \
-             graphs(good={good} normal={normal} bad={bad} worst={worst})",
+            "requests={} errors={} timeouts={} read={} (info={info} warning={warning} critical={critical})",
             self.requests,
-            self.errors,
+            self.error_count(),
             self.timeouts,
             self.conditions_read(),
         )
@@ -202,31 +455,72 @@ mod tests {
     }
 
     #[test]
-    fn score_adds_reads_and_graphs_and_deducts_errors() {
-        let snapshot = Snapshot {
-            errors: 3,
-            timeouts: 25,
-            read: [120, 50, 49],
-            graphs: [1, 0, 0, 2],
-            ..Snapshot::default()
-        };
-        let score = snapshot.score();
-        assert_eq!(score.reads, 2 * 20 + 8);
-        assert_eq!(score.graphs, 150 + 20);
-        assert_eq!(score.deductions, 5);
-        assert_eq!(score.total, 1000 + 48 + 170 - 5);
-        assert!(!score.failed);
+    fn score_adds_tags_and_pooled_reads_and_deducts_errors() {
+        let stats = Stats::default();
+        stats.add(Tag::StartBenchmark);
+        stats.add(Tag::GraphGood);
+        stats.add(Tag::GraphWorst);
+        stats.add(Tag::GraphWorst);
+        stats.add(Tag::TodayGraphBad);
+        stats.add(Tag::UserInit);
+        for _ in 0..120 {
+            stats.read(Level::Info);
+        }
+        for _ in 0..50 {
+            stats.read(Level::Warning);
+        }
+        for _ in 0..49 {
+            stats.read(Level::Critical);
+        }
+        for kind in [ErrorKind::Status, ErrorKind::Data, ErrorKind::Connection] {
+            stats.error(kind, "x".to_owned());
+        }
+        for _ in 0..25 {
+            stats.timeout();
+        }
+        let score = stats.snapshot().score();
+        assert_eq!(score.breakdown["ReadInfoCondition"], (2, 40));
+        assert_eq!(score.breakdown["ReadWarningCondition"], (1, 8));
+        assert_eq!(score.breakdown["ReadCriticalCondition"], (0, 0));
+        assert_eq!(score.breakdown["UserInit"], (1, 0));
+        assert_eq!(score.points, 1000 + 40 + 8 + 150 + 20 + 24);
+        assert_eq!(score.deductions, 3 + 2);
+        assert_eq!(score.total, score.points - 5);
+        assert!(score.passed);
     }
 
     #[test]
-    fn too_many_errors_fail_the_run() {
-        let score = Snapshot {
-            errors: 101,
-            read: [100_000, 0, 0],
-            ..Snapshot::default()
+    fn too_many_errors_or_a_critical_one_fail_the_run() {
+        let stats = Stats::default();
+        stats.add(Tag::StartBenchmark);
+        for _ in 0..=MAX_ERRORS {
+            stats.error(ErrorKind::Status, "x".to_owned());
         }
-        .score();
-        assert!(score.failed);
+        assert!(stats.failed());
+        let score = stats.snapshot().score();
+        assert!(!score.passed);
         assert_eq!(score.total, 0);
+
+        let stats = Stats::default();
+        stats.add(Tag::StartBenchmark);
+        stats.critical("another user's ISU".to_owned());
+        assert!(stats.failed());
+        assert!(!stats.snapshot().score().passed);
+    }
+
+    #[test]
+    fn latencies_are_kept_per_endpoint() {
+        let stats = Stats::default();
+        for millis in 1..=100 {
+            stats.record_request("GET /api/trend", Duration::from_millis(millis));
+        }
+        stats.record_request("GET /api/isu", Duration::from_millis(5));
+        let snapshot = stats.snapshot();
+        assert_eq!(snapshot.requests, 101);
+        let trend = snapshot.latencies["GET /api/trend"];
+        assert_eq!(trend.count, 100);
+        assert!((49.0..=51.0).contains(&trend.p50_ms), "{trend:?}");
+        assert!((98.0..=100.5).contains(&trend.p99_ms), "{trend:?}");
+        assert_eq!(snapshot.latencies["GET /api/isu"].count, 1);
     }
 }

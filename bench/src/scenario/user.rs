@@ -10,11 +10,11 @@ use reqwest::header::{AUTHORIZATION, SET_COOKIE};
 use reqwest::multipart::{Form, Part};
 use reqwest::Method;
 
-use super::api::{Agent, ConditionItem, GraphPoint, Isu, IsuListItem, Me, TrendEntry};
-use super::stats::{GraphGrade, MAX_ERRORS};
+use super::api::{Agent, ConditionItem, GraphPoint, Isu, IsuListItem, Me};
+use super::stats::{GraphGrade, Tag};
 use super::validate::{
-    check_condition_page, check_graph, check_isu, check_isu_list, check_remembered, check_trend, ConditionQuery,
-    ExpectedIsu, TrendMemory, Window, CONDITION_PAGE_LIMIT,
+    check_condition_page, check_graph, check_isu, check_isu_list, check_remembered, ConditionQuery, ExpectedIsu,
+    Window, CONDITION_PAGE_LIMIT,
 };
 use super::RunContext;
 use crate::clock::jst_day_start;
@@ -30,6 +30,8 @@ const MAX_PAGES_PER_VISIT: usize = 5;
 const REGISTRATION_ATTEMPTS: usize = 3;
 /// One ISU in this many is registered without an image (default icon).
 const WITHOUT_IMAGE_EVERY: usize = 5;
+/// Past days' graphs one visit reads at most (the rest wait for the next visit).
+const MAX_PAST_GRAPHS_PER_VISIT: usize = 7;
 /// Pause between two loop iterations of a user.
 const LOOP_PAUSE: Duration = Duration::from_millis(10);
 const DAY: i64 = 86_400;
@@ -41,6 +43,12 @@ struct UserIsu {
     registered_at: i64,
     /// Newest condition timestamp read through the condition list.
     last_read: i64,
+    /// Newest bad (warning/critical) condition seen; a newer one makes the user repair the ISU.
+    last_bad_read: i64,
+    /// `latest_isu_condition` of the last ISU list.
+    latest_listed: i64,
+    /// Days (JST midnights) before this one have complete graphs (§13.6 "completion").
+    complete_before: i64,
     /// Timestamp → real time it was first returned (condition list or graph).
     remembered: BTreeMap<i64, Instant>,
     /// Virtual days whose graph was already scored.
@@ -64,7 +72,6 @@ pub(super) struct User {
     index: usize,
     jia_user_id: String,
     isus: Vec<UserIsu>,
-    trend: TrendMemory,
     rng: StdRng,
 }
 
@@ -75,7 +82,7 @@ pub(super) async fn run_user(ctx: Arc<RunContext>, index: usize) {
         Err(error) => {
             return ctx
                 .stats
-                .error(format!("user {index}: building the HTTP client: {error}"))
+                .data_error(format!("user {index}: building the HTTP client: {error}"))
         }
     };
     let mut rng = StdRng::from_entropy();
@@ -83,41 +90,127 @@ pub(super) async fn run_user(ctx: Arc<RunContext>, index: usize) {
         .map(|_| rng.sample(rand::distributions::Alphanumeric) as char)
         .collect();
     let jia_user_id = format!("bench{index:03}{}", suffix.to_lowercase());
+    let isu_count = rng.gen_range(1..=ctx.max_isus_per_user);
     let mut user = User {
         ctx,
         agent,
         index,
         jia_user_id,
         isus: Vec::new(),
-        trend: TrendMemory::default(),
         rng,
     };
+    // A browser's first visit: the top page, whose trend request nobody waits for.
+    user.top_page().await;
+    let trend = user.agent.request(Method::GET, "/api/trend");
+    let _ignored = user.agent.send("GET /api/trend", trend, &[200]).await;
     if !user.sign_in().await {
         return;
     }
-    for number in 0..user.ctx.isus_per_user {
+    for number in 0..isu_count {
         user.register_isu(number).await;
     }
-    let mut round = 0;
-    while user.ctx.stats.errors() <= MAX_ERRORS {
-        user.check_isu_list().await;
-        if !user.isus.is_empty() {
-            let which = round % user.isus.len();
-            user.read_conditions(which).await;
-            user.read_graphs(which).await;
-        }
-        user.check_trend().await;
-        round += 1;
-        tokio::time::sleep(LOOP_PAUSE).await;
+    if user.isus.is_empty() {
+        return;
+    }
+    let mut which = 0;
+    while !user.ctx.over() {
+        let started = Instant::now();
+        user.visit(which).await;
+        which = (which + 1) % user.isus.len();
+        user.ctx.offer_viewer();
+        tokio::time::sleep_until((started + LOOP_PAUSE).into()).await;
     }
 }
 
 impl User {
+    /// The three steps of one ISU (§13.4), each after the ISU list and the ISU's page, each
+    /// possibly followed by signing out and in again.
+    async fn visit(&mut self, which: usize) {
+        for step in 0..3 {
+            if self.ctx.over() {
+                return;
+            }
+            let Some(items) = self.check_isu_list().await else {
+                return;
+            };
+            let uuid = self.isus[which].expected.uuid.clone();
+            if let Some(latest) = items
+                .iter()
+                .find(|item| item.jia_isu_uuid == uuid)
+                .and_then(|item| item.latest_isu_condition.as_ref())
+            {
+                self.isus[which].latest_listed = latest.timestamp;
+            }
+            let Some(read_back) = self.get_isu(&uuid).await else {
+                return;
+            };
+            if self.problem(check_isu(&read_back, &self.isus[which].expected)) {
+                return;
+            }
+            self.check_icon(&uuid, None).await;
+            match step {
+                0 => {
+                    if self.isus[which].latest_listed <= self.isus[which].last_read {
+                        return;
+                    }
+                    self.read_conditions(which).await;
+                }
+                1 => self.read_bad_conditions(which).await,
+                _ => self.read_graphs(which).await,
+            }
+            if self.rng.gen_ratio(1, 5) && !self.sign_out_and_in().await {
+                return;
+            }
+        }
+    }
+
+    /// `GET /` as `text/html`.
+    async fn top_page(&self) -> bool {
+        let request = self.agent.request(Method::GET, "/");
+        let Ok(reply) = self.agent.send("GET /", request, &[200]).await else {
+            return false;
+        };
+        if !reply.content_type.starts_with("text/html") {
+            self.ctx.stats.error(
+                super::stats::ErrorKind::ContentType,
+                format!("GET /: content-type {:?}, expected text/html", reply.content_type),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// Signs out (200, or 401 if the session was already gone), checks the session is gone,
+    /// loads the top page and signs in again.
+    async fn sign_out_and_in(&mut self) -> bool {
+        let request = self.agent.request(Method::POST, "/api/signout");
+        if self
+            .agent
+            .send("POST /api/signout", request, &[200, 401])
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        self.ctx.stats.add(Tag::SignOut);
+        let request = self.agent.request(Method::GET, "/api/user/me");
+        let Ok(reply) = self.agent.send("GET /api/user/me", request, &[401]).await else {
+            return false;
+        };
+        if !self
+            .agent
+            .expect_text("GET /api/user/me", &reply, "you are not signed in")
+        {
+            return false;
+        }
+        self.top_page().await && self.sign_in().await
+    }
+
     fn problem(&self, result: Result<(), String>) -> bool {
         match result {
             Ok(()) => false,
             Err(problem) => {
-                self.ctx.stats.error(problem);
+                self.ctx.stats.data_error(problem);
                 true
             }
         }
@@ -134,7 +227,7 @@ impl User {
             return false;
         };
         if !reply.headers.contains_key(SET_COOKIE) {
-            self.ctx.stats.error("POST /api/auth: no Set-Cookie".to_owned());
+            self.ctx.stats.data_error("POST /api/auth: no Set-Cookie".to_owned());
             return false;
         }
         let request = self.agent.request(Method::GET, "/api/user/me");
@@ -146,7 +239,7 @@ impl User {
                 "GET /api/user/me: {:?}, expected {:?}",
                 me.jia_user_id, self.jia_user_id
             );
-            self.ctx.stats.error(problem);
+            self.ctx.stats.data_error(problem);
             return false;
         }
         self.check_isu_list().await;
@@ -218,10 +311,14 @@ impl User {
             .lock()
             .expect("registered poisoned")
             .insert(created.id, trend_isu);
+        self.ctx.stats.add(Tag::IsuInit);
         self.isus.push(UserIsu {
             expected,
             registered_at,
             last_read: i64::MIN,
+            last_bad_read: i64::MIN,
+            latest_listed: i64::MIN,
+            complete_before: i64::MIN,
             remembered: BTreeMap::new(),
             scored_days: HashSet::new(),
         });
@@ -255,17 +352,19 @@ impl User {
         if !matches {
             self.ctx
                 .stats
-                .error(format!("GET /api/isu/{uuid}/icon: not the registered image"));
+                .data_error(format!("GET /api/isu/{uuid}/icon: not the registered image"));
         }
     }
 
-    async fn check_isu_list(&self) {
+    /// `GET /api/isu`, checked against this user's registrations; the list if it was right.
+    async fn check_isu_list(&self) -> Option<Vec<IsuListItem>> {
         let request = self.agent.request(Method::GET, "/api/isu");
-        let Some(items) = self.agent.json::<Vec<IsuListItem>>("GET /api/isu", request, 200).await else {
-            return;
-        };
+        let items = self
+            .agent
+            .json::<Vec<IsuListItem>>("GET /api/isu", request, 200)
+            .await?;
         let registered: Vec<ExpectedIsu> = self.isus.iter().map(|isu| isu.expected.clone()).collect();
-        self.problem(check_isu_list(&items, &registered, &self.ctx.jia));
+        (!self.problem(check_isu_list(&items, &registered, &self.ctx.jia))).then_some(items)
     }
 
     /// Pages through the newest conditions until reaching already-read ones (or a short page),
@@ -308,7 +407,7 @@ impl User {
                 )
             });
             if let Err(problem) = checked {
-                return self.ctx.stats.error(problem);
+                return self.ctx.stats.data_error(problem);
             }
             for item in items.iter().filter(|item| item.timestamp > previously_read) {
                 self.ctx.stats.read(Level::of_condition(&item.condition));
@@ -323,23 +422,137 @@ impl User {
         }
     }
 
-    /// Today's graph (checked only), then yesterday's once (checked and scored).
-    async fn read_graphs(&mut self, which: usize) {
-        let today = jst_day_start(self.ctx.jia.clock().now());
-        self.graph(which, today).await;
-        let yesterday = today - DAY;
-        let isu = &self.isus[which];
-        if yesterday < jst_day_start(isu.registered_at) || isu.scored_days.contains(&yesterday) {
+    /// Step 1: the newest warning/critical conditions; a bad one newer than any seen before
+    /// makes the user repair the ISU (its later conditions are clean).
+    async fn read_bad_conditions(&mut self, which: usize) {
+        let query = ConditionQuery {
+            end_time: self.ctx.jia.clock().now(),
+            start_time: None,
+            levels: vec![Level::Warning, Level::Critical],
+        };
+        let Some(items) = self.condition_page(which, &query).await else {
             return;
-        }
-        if let Some(counts) = self.graph(which, yesterday).await {
-            let fewest = counts.iter().copied().min().unwrap_or_default();
-            self.ctx.stats.graph(GraphGrade::of(fewest));
-            self.isus[which].scored_days.insert(yesterday);
+        };
+        let isu = &mut self.isus[which];
+        if let Some(newest) = items.first().filter(|item| item.timestamp > isu.last_bad_read) {
+            isu.last_bad_read = newest.timestamp;
+            self.ctx.jia.repair(&isu.expected.uuid);
+            self.ctx.stats.add(Tag::RepairIsu);
         }
     }
 
-    async fn graph(&mut self, which: usize, datetime: i64) -> Option<[usize; 24]> {
+    /// Step 2 (§13.4, §13.6): the graph of the virtual day before today (scored as "today's"),
+    /// then earlier days back to the last scored one or the registration day, scoring those
+    /// judged complete; then the conditions of one hour of the first graph.
+    async fn read_graphs(&mut self, which: usize) {
+        let today = jst_day_start(self.ctx.jia.clock().now());
+        let first_day = jst_day_start(self.isus[which].registered_at);
+        let newest_day = today - DAY;
+        if newest_day < first_day {
+            return;
+        }
+        let Some(points) = self.graph(which, newest_day).await else {
+            return;
+        };
+        self.ctx.stats.add(GraphGrade::of(fewest(&points)).today_tag());
+        self.note_completion(which, newest_day, &points);
+        let hour_with_data = points.iter().rev().find(|point| !point.condition_timestamps.is_empty());
+        let window = hour_with_data.map(|point| (point.start_at, point.end_at));
+
+        let mut day = newest_day - DAY;
+        let mut fetched = 0;
+        while day >= first_day && fetched < MAX_PAST_GRAPHS_PER_VISIT && !self.ctx.over() {
+            let isu = &self.isus[which];
+            if isu.scored_days.contains(&day) {
+                break;
+            }
+            let Some(points) = self.graph(which, day).await else {
+                return;
+            };
+            fetched += 1;
+            self.note_completion(which, day, &points);
+            if day < self.isus[which].complete_before {
+                self.ctx.stats.add(GraphGrade::of(fewest(&points)).past_tag());
+                self.isus[which].scored_days.insert(day);
+            }
+            day -= DAY;
+        }
+        if let Some((start_at, end_at)) = window {
+            let query = ConditionQuery {
+                end_time: end_at,
+                start_time: Some(start_at),
+                levels: Level::ALL.to_vec(),
+            };
+            self.condition_page(which, &query).await;
+        }
+    }
+
+    /// Data in the afternoon of day `G` completes every day before `G`; data in its morning,
+    /// every day before `G − 1`.
+    fn note_completion(&mut self, which: usize, day: i64, points: &[GraphPoint]) {
+        let has_data = |range: std::ops::Range<usize>| points[range].iter().any(|point| point.data.is_some());
+        let isu = &mut self.isus[which];
+        if points.len() == 24 && has_data(12..24) {
+            isu.complete_before = isu.complete_before.max(day);
+        } else if points.len() == 24 && has_data(0..12) {
+            isu.complete_before = isu.complete_before.max(day - DAY);
+        }
+    }
+
+    /// One checked page of `GET /api/condition/:uuid` for `query`.
+    async fn condition_page(&mut self, which: usize, query: &ConditionQuery) -> Option<Vec<ConditionItem>> {
+        let isu = &mut self.isus[which];
+        let uuid = isu.expected.uuid.clone();
+        let levels: Vec<&str> = query.levels.iter().map(|level| level.as_str()).collect();
+        let mut params = vec![
+            ("end_time", query.end_time.to_string()),
+            ("condition_level", levels.join(",")),
+        ];
+        if let Some(start_time) = query.start_time {
+            params.push(("start_time", start_time.to_string()));
+        }
+        let requested_at = Instant::now();
+        let request = self
+            .agent
+            .request(Method::GET, &format!("/api/condition/{uuid}"))
+            .query(&params);
+        let items = self
+            .agent
+            .json::<Vec<ConditionItem>>("GET /api/condition/:uuid", request, 200)
+            .await?;
+        let returned: HashSet<i64> = items.iter().map(|item| item.timestamp).collect();
+        let checked = check_condition_page(&items, query, &isu.expected, &self.ctx.jia).and_then(|()| {
+            // Remembered conditions of the requested levels must be in the covered window.
+            let window = Window::of_condition_page(&items, query);
+            let wanted: BTreeMap<i64, Instant> = isu
+                .remembered
+                .range(window.from..window.to)
+                .filter(|(timestamp, _)| {
+                    self.ctx
+                        .jia
+                        .find_sent(&uuid, **timestamp)
+                        .is_some_and(|sent| query.levels.contains(&sent.level()))
+                })
+                .map(|(timestamp, at)| (*timestamp, *at))
+                .collect();
+            check_remembered(
+                &returned,
+                window,
+                &wanted,
+                requested_at,
+                CONSISTENCY_GRACE,
+                &format!("condition list of {uuid}"),
+            )
+        });
+        if let Err(problem) = checked {
+            self.ctx.stats.data_error(problem);
+            return None;
+        }
+        isu.remember(returned, Instant::now());
+        Some(items)
+    }
+
+    async fn graph(&mut self, which: usize, datetime: i64) -> Option<Vec<GraphPoint>> {
         let isu = &mut self.isus[which];
         let uuid = isu.expected.uuid.clone();
         let requested_at = Instant::now();
@@ -373,30 +586,28 @@ impl User {
             .map(|()| counts)
         });
         match checked {
-            Ok(counts) => {
+            Ok(_counts) => {
                 let mut newest: Vec<i64> = returned.into_iter().collect();
                 newest.sort_unstable();
                 let keep_from = newest.len().saturating_sub(CONDITION_PAGE_LIMIT);
                 isu.remember(newest.split_off(keep_from), Instant::now());
-                Some(counts)
+                Some(points)
             }
             Err(problem) => {
-                self.ctx.stats.error(problem);
+                self.ctx.stats.data_error(problem);
                 None
             }
         }
     }
+}
 
-    async fn check_trend(&mut self) {
-        let request = self.agent.request(Method::GET, "/api/trend");
-        let Some(entries) = self.agent.json::<Vec<TrendEntry>>("GET /api/trend", request, 200).await else {
-            return;
-        };
-        let known = self.ctx.registered.lock().expect("registered poisoned");
-        let result = check_trend(&entries, &known, &self.ctx.jia, &mut self.trend);
-        drop(known);
-        self.problem(result);
-    }
+/// Conditions in the sparsest hour of a graph (what grades it).
+fn fewest(points: &[GraphPoint]) -> usize {
+    points
+        .iter()
+        .map(|point| point.condition_timestamps.len())
+        .min()
+        .unwrap_or_default()
 }
 
 /// A small JPEG-looking blob (SOI marker, random bytes, EOI marker); the service stores icons as-is.

@@ -1,0 +1,180 @@
+//! The cluster's nodes as the bench sees them through their internal routes (cluster secret):
+//! CPU seconds from `/metrics`, and CPU profiles of all nodes taken at once.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use shared::protocol::{METRICS, PPROF_LAST, PPROF_PROFILE, SECRET_HEADER};
+
+/// The metric every node exports with its user + system CPU time.
+const CPU_METRIC: &str = shared::telemetry::PROCESS_CPU_SECONDS;
+/// Extra time a profile request may take beyond its sampling period (rendering, transfer).
+const PROFILE_SLACK: Duration = Duration::from_secs(30);
+
+/// One node's internal base URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub url: String,
+}
+
+/// The nodes of one cluster and the secret their internal routes require.
+#[derive(Clone)]
+pub struct Nodes {
+    nodes: Vec<Node>,
+    secret: String,
+    client: reqwest::Client,
+}
+
+impl Nodes {
+    pub fn new(nodes: Vec<Node>, secret: String) -> anyhow::Result<Nodes> {
+        let client = reqwest::Client::builder().no_proxy().build()?;
+        Ok(Nodes { nodes, secret, client })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// CPU seconds used so far by each node (`None` for a node that did not answer).
+    pub async fn cpu_seconds(&self) -> Vec<(String, Option<f64>)> {
+        let reads = self.nodes.iter().map(|node| async move {
+            let seconds = self.scrape_cpu(node).await;
+            if let Err(error) = &seconds {
+                tracing::warn!(node = %node.name, error = format!("{error:#}"), "cannot read node CPU time");
+            }
+            (node.name.clone(), seconds.ok())
+        });
+        futures::future::join_all(reads).await
+    }
+
+    async fn scrape_cpu(&self, node: &Node) -> anyhow::Result<f64> {
+        let text = self
+            .client
+            .get(format!("{}{METRICS}", node.url))
+            .header(SECRET_HEADER, &self.secret)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        parse_cpu_seconds(&text).with_context(|| format!("no {CPU_METRIC} in {}{METRICS}", node.url))
+    }
+
+    /// Profiles every node at once for `seconds` and writes `<node>.svg` (flamegraph) and
+    /// `<node>.pb` (pprof protobuf of the same sampling) into `out`. Returns the files written;
+    /// a node that fails is reported in the log and skipped.
+    pub async fn profile_all(&self, seconds: u64, out: &Path) -> Vec<PathBuf> {
+        let takes = self.nodes.iter().map(|node| async move {
+            match self.profile_one(node, seconds, out).await {
+                Ok(files) => files,
+                Err(error) => {
+                    tracing::warn!(node = %node.name, error = format!("{error:#}"), "profile failed");
+                    Vec::new()
+                }
+            }
+        });
+        futures::future::join_all(takes).await.into_iter().flatten().collect()
+    }
+
+    async fn profile_one(&self, node: &Node, seconds: u64, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
+        let svg = self
+            .fetch(
+                &format!("{}{PPROF_PROFILE}?seconds={seconds}&format=svg", node.url),
+                Duration::from_secs(seconds) + PROFILE_SLACK,
+            )
+            .await?;
+        let protobuf = self
+            .fetch(&format!("{}{PPROF_LAST}?format=pb", node.url), PROFILE_SLACK)
+            .await?;
+        tokio::fs::create_dir_all(out).await?;
+        let svg_path = out.join(format!("{}.svg", node.name));
+        let protobuf_path = out.join(format!("{}.pb", node.name));
+        tokio::fs::write(&svg_path, svg).await?;
+        tokio::fs::write(&protobuf_path, protobuf).await?;
+        Ok(vec![svg_path, protobuf_path])
+    }
+
+    async fn fetch(&self, url: &str, timeout: Duration) -> anyhow::Result<bytes::Bytes> {
+        let response = self
+            .client
+            .get(url)
+            .header(SECRET_HEADER, &self.secret)
+            .timeout(timeout)
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        let status = response.status();
+        let body = response.bytes().await?;
+        if !status.is_success() {
+            bail!("GET {url}: {status} {}", String::from_utf8_lossy(&body));
+        }
+        Ok(body)
+    }
+}
+
+/// The value of `process_cpu_seconds_total` in a Prometheus text exposition.
+pub fn parse_cpu_seconds(text: &str) -> Option<f64> {
+    text.lines().filter(|line| !line.starts_with('#')).find_map(|line| {
+        let rest = line.strip_prefix(CPU_METRIC)?;
+        let value = rest.trim_start_matches(|c: char| c != ' ').trim();
+        value.parse().ok()
+    })
+}
+
+/// CPU seconds this process (the bench) has used so far, user + system.
+pub fn own_cpu_seconds() -> Option<f64> {
+    shared::telemetry::process_cpu_seconds()
+}
+
+/// Parses `NAME=URL`.
+pub fn parse_node(text: &str) -> Result<Node, String> {
+    let (name, url) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=URL, got {text:?}"))?;
+    if name.is_empty() || !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!("expected NAME=http://HOST:PORT, got {text:?}"));
+    }
+    Ok(Node {
+        name: name.to_owned(),
+        url: url.trim_end_matches('/').to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_seconds_are_read_from_the_exposition() {
+        let text = "# HELP process_cpu_seconds_total Total user and system CPU time.\n\
+                    # TYPE process_cpu_seconds_total counter\n\
+                    process_cpu_seconds_total 12.34\n\
+                    process_threads 5\n";
+        assert_eq!(parse_cpu_seconds(text), Some(12.34));
+        assert_eq!(parse_cpu_seconds("process_threads 5\n"), None);
+    }
+
+    #[test]
+    fn nodes_parse_as_name_equals_url() {
+        let node = parse_node("worker-a=http://127.0.0.3:3000/").unwrap();
+        assert_eq!(node.name, "worker-a");
+        assert_eq!(node.url, "http://127.0.0.3:3000");
+        assert!(parse_node("worker-a").is_err());
+        assert!(parse_node("=http://x").is_err());
+        assert!(parse_node("a=ftp://x").is_err());
+    }
+
+    #[test]
+    fn the_bench_knows_its_own_cpu_time() {
+        let before = own_cpu_seconds().unwrap();
+        let mut spin = 0u64;
+        for value in 0..5_000_000u64 {
+            spin = spin.wrapping_add(value * value);
+        }
+        std::hint::black_box(spin);
+        assert!(own_cpu_seconds().unwrap() > before);
+    }
+}
