@@ -17,6 +17,7 @@ export function TopPage() {
           </a>
         </section>
       )}
+      {user && <h1 class="visually-hidden">Your ISUs and the trend</h1>}
       {user && <IsuListSection />}
       <TrendView />
     </>
