@@ -148,6 +148,31 @@ describe('App', () => {
     expect(window.location.pathname).toBe('/register');
   });
 
+  it('registers with the multipart fields the API reads, then opens the new ISU', async () => {
+    history.replaceState(null, '', '/register');
+    let sent: FormData | null = null;
+    fakeApi(({ method, url, body }) => {
+      if (url.pathname === '/api/user/me') return json({ jia_user_id: 'isucon1' });
+      if (method === 'POST' && url.pathname === '/api/isu') {
+        sent = body as FormData;
+        return json({ id: 7, jia_isu_uuid: UUID, name: 'いす', character: 'ようき' }, 201);
+      }
+      if (url.pathname === `/api/isu/${UUID}`) return json(ISU);
+      return json([]);
+    });
+    render(<App />);
+    const icon = new File([new Uint8Array([0xff, 0xd8, 0xff])], 'me.jpg', { type: 'image/jpeg' });
+    fireEvent.input(await screen.findByLabelText('JIA ISU ID'), { target: { value: ` ${UUID} ` } });
+    fireEvent.input(screen.getByLabelText('Name'), { target: { value: 'いす' } });
+    fireEvent.change(screen.getByLabelText('Icon (optional)'), { target: { files: [icon] } });
+    fireEvent.click(screen.getByRole('button', { name: 'Register' }));
+    await waitFor(() => expect(window.location.pathname).toBe(`/isu/${UUID}`));
+    const form = sent as FormData | null;
+    expect(form?.get('jia_isu_uuid')).toBe(UUID);
+    expect(form?.get('isu_name')).toBe('いす');
+    expect((form?.get('image') as File).name).toBe('me.jpg');
+  });
+
   it('goes back to sign-in when the session has ended (401)', async () => {
     history.replaceState(null, '', `/isu/${UUID}`);
     let me = 0;

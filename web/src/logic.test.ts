@@ -1,5 +1,5 @@
 // Routes, errors in words, the condition filter, sign-in URLs and form checks.
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ApiError, conditionSearch, FAR_FUTURE } from './api';
 import { filterSearch, mayHaveOlder, olderPage, parseFilter, toQuery } from './conditionFilter';
 import { describeError } from './errors';
@@ -88,6 +88,13 @@ describe('sign-in', () => {
     // happy-dom's default location is http://localhost:3000/
     expect(signInUrl('/')).toBe(`http://localhost:5000/?redirect=${encodeURIComponent('http://localhost:3000/')}`);
     expect(signInUrl('/isu/x/graph?day=1')).toContain(encodeURIComponent('http://localhost:3000/isu/x/graph?day=1'));
+  });
+  it('uses VITE_JIA_URL when the build sets it', () => {
+    vi.stubEnv('VITE_JIA_URL', 'https://jia.example.com/');
+    expect(signInUrl('/')).toBe(`https://jia.example.com/?redirect=${encodeURIComponent('http://localhost:3000/')}`);
+  });
+  afterEach(() => {
+    vi.unstubAllEnvs();
   });
   it('drops the token from the address, keeping the rest', () => {
     expect(withoutJwt('/', '?jwt=abc')).toBe('/');
