@@ -18,6 +18,8 @@ export default defineConfig({
     emptyOutDir: true,
     target: 'es2022',
     sourcemap: false,
+    // Every browser the app targets (ES2022) supports <link rel="modulepreload">.
+    modulePreload: { polyfill: false },
   },
   test: {
     environment: 'happy-dom',
