@@ -1,5 +1,5 @@
 /// <reference types="vitest/config" />
-// Build and unit-test configuration of the ISUCONDITION front end.
+// Build, development server and unit-test configuration of the ISUCONDITION front end.
 // The build output (dist/index.html + dist/assets/) matches what nginx serves:
 // /assets/<file> from STATIC_DIR/assets, every other page path as index.html.
 import { defineConfig } from 'vite';

@@ -1,3 +1,4 @@
+// Levels, condition flags and times in several zones (daylight-saving days included).
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Condition } from './api';
 import {

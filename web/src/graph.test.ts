@@ -1,3 +1,4 @@
+// Graph API answers → chart series.
 import { describe, expect, it } from 'vitest';
 import type { GraphPoint } from './api';
 import { GRAPH_LINES, hoursWithData, toGraphSeries } from './graph';

@@ -1,3 +1,4 @@
+// Entry point: mounts the app.
 import { render } from 'preact';
 import { App } from './app';
 import './styles.css';

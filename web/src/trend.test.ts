@@ -1,3 +1,4 @@
+// Trend API answers → per-character counts and bar widths.
 import { describe, expect, it } from 'vitest';
 import type { TrendEntry } from './api';
 import { barWidth, CHARACTERS, describeCounts, summarizeTrend } from './trend';

@@ -1,3 +1,4 @@
+// In-app links: ordinary <a href>, navigated without a reload.
 import type { ComponentChildren } from 'preact';
 import { isModifiedClick, navigate } from '../router';
 

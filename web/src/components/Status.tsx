@@ -1,3 +1,4 @@
+// Loading, error, empty states and the level badge, shared by every page.
 import type { ComponentChildren } from 'preact';
 import type { Level } from '../api';
 import { describeError, type ErrorContext } from '../errors';

@@ -1,3 +1,4 @@
+// /isu/:id/condition: condition history with level filter, time range and paging.
 import { useEffect, useState } from 'preact/hooks';
 import { api, LEVELS, type Condition, type Level } from '../api';
 import { IsuFrame } from '../components/IsuFrame';

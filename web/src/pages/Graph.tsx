@@ -1,3 +1,4 @@
+// /isu/:id/graph: one day of hourly scores and problem percentages.
 import { api, type GraphPoint } from '../api';
 import { GraphChart } from '../components/GraphChart';
 import { IsuFrame } from '../components/IsuFrame';

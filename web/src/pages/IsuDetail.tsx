@@ -1,3 +1,4 @@
+// /isu/:id: the ISU and its latest condition.
 import { api } from '../api';
 import { IsuFrame } from '../components/IsuFrame';
 import { Link } from '../components/Link';

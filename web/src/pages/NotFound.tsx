@@ -1,3 +1,4 @@
+// Any address that is not a page.
 import { Link } from '../components/Link';
 import { useTitle } from '../hooks';
 import { paths } from '../router';

@@ -1,3 +1,4 @@
+// /register: JIA ISU ID, name and optional icon; errors in words.
 import type { ComponentChildren } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import { api } from '../api';

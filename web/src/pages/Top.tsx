@@ -1,3 +1,4 @@
+// /: sign-in or your ISUs, and the trend.
 import { IsuListSection } from '../components/IsuList';
 import { TrendView } from '../components/TrendView';
 import { useTitle } from '../hooks';
