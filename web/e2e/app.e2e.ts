@@ -168,6 +168,24 @@ describe('ISUCONDITION in a browser', () => {
       .toBe(true);
     await shot('08-conditions-warning-critical');
 
+    // Info only: rows again, every one of them info.
+    await page.getByRole('checkbox', { name: 'Info' }).check();
+    await page.getByRole('checkbox', { name: 'Warning' }).uncheck();
+    await page.getByRole('checkbox', { name: 'Critical' }).uncheck();
+    await page.getByRole('button', { name: 'Apply' }).click();
+    await expect.poll(() => new URL(page.url()).searchParams.get('level')).toBe('info');
+    await expect
+      .poll(async () => {
+        const levels = await rowLevels();
+        return levels.length > 0 && levels.every((level) => level === 'info');
+      })
+      .toBe(true);
+
+    // No level at all is refused in words, without a request.
+    await page.getByRole('checkbox', { name: 'Info' }).uncheck();
+    await page.getByRole('button', { name: 'Apply' }).click();
+    await expect.poll(() => page.getByRole('alert').first().textContent()).toBe('Choose at least one level.');
+
     // Time range: from the 5th newest condition on, everything shown is at or after it.
     await page.goto(`${BASE}/isu/${isuUuid}/condition`);
     await expect.poll(() => page.locator('table.conditions tbody tr').count()).toBe(20);
