@@ -77,6 +77,18 @@ pub struct RunArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// The initial data the service must hold: `project` (the nodes' default dataset),
+    /// `generated:N`, or an official `initialize.json` (with `--official` clusters).
+    #[arg(long, env = "BENCH_EXPECT_DATA", default_value = "project")]
+    pub expect_data: String,
+    /// The icon the service gives ISUs registered without one, when it is not the dataset's
+    /// default (the coordinator's `--default-icon`).
+    #[arg(long, env = "BENCH_DEFAULT_ICON")]
+    pub default_icon: Option<PathBuf>,
+    /// Skip the compatibility check (a partial service can then still be loaded; the score
+    /// of such a run is not comparable).
+    #[arg(long)]
+    pub skip_compatibility_check: bool,
     /// PEM private key that signs sign-in JWTs (PKCS#8 or SEC1); default: the project's key.
     #[arg(long, env = "BENCH_PRIVATE_KEY")]
     pub private_key: Option<PathBuf>,
@@ -156,6 +168,9 @@ impl RunArgs {
             profile_seconds: self.profile,
             out_dir: self.out,
             progress: !self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            expect_data: self.expect_data,
+            default_icon: self.default_icon,
+            compatibility_check: !self.skip_compatibility_check,
             ..ScenarioConfig::new(&self.target, self.jia_listen)
         })
     }

@@ -26,12 +26,15 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::api::{Agent, InitializeResponse};
+use self::expected::ExpectedData;
+use self::prepare::{ErrorCheckConfig, ErrorCheckUser, PrepareContext, PrepareOutcome};
 use self::stats::{Stats, Tag};
 use self::validate::TrendIsu;
 use crate::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
 use crate::jwt::JwtSigner;
 use crate::nodes::{own_cpu_seconds, Nodes};
 use crate::report::{CpuUse, Report};
+use rand::{Rng, SeedableRng};
 
 /// How often load may grow (§13.4).
 const GROWTH_INTERVAL: Duration = Duration::from_secs(5);
@@ -75,6 +78,15 @@ pub struct ScenarioConfig {
     pub out_dir: PathBuf,
     /// Show a progress bar on stderr (when it is a terminal).
     pub progress: bool,
+    /// The initial data the service must hold: `project` (its default dataset),
+    /// `generated:N`, or the path of an official `initialize.json`.
+    pub expect_data: String,
+    /// The icon the service gives ISUs registered without one, if not the dataset's default.
+    pub default_icon: Option<PathBuf>,
+    /// Timeout of each compatibility-check request (official: 3 s).
+    pub prepare_timeout: Duration,
+    /// Run the compatibility check before load (off only to aim the load at a partial service).
+    pub compatibility_check: bool,
 }
 
 impl ScenarioConfig {
@@ -96,6 +108,10 @@ impl ScenarioConfig {
             profile_seconds: None,
             out_dir: PathBuf::from("run/bench"),
             progress: false,
+            expect_data: "project".to_owned(),
+            default_icon: None,
+            prepare_timeout: prepare::PREPARE_TIMEOUT,
+            compatibility_check: true,
         }
     }
 }
@@ -118,6 +134,8 @@ pub(crate) struct RunContext {
     viewers_started: AtomicUsize,
     /// Set when timeouts stopped growth: viewers quit.
     viewers_stopped: AtomicBool,
+    /// Users whose registrations are done, for the periodic error checks.
+    ready_users: Mutex<Vec<ErrorCheckUser>>,
     /// Where new users' and viewers' tasks go.
     tasks: Mutex<JoinSet<()>>,
     deadline: Instant,
@@ -177,8 +195,55 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     };
     tracing::info!(%language, "initialized");
 
+    let expected = match load_expected(&config) {
+        Ok(expected) => Arc::new(expected),
+        Err(error) => {
+            jia.shutdown().await;
+            return Err(error);
+        }
+    };
+    let prepare_context = PrepareContext {
+        timeout: config.prepare_timeout,
+        signer: config.signer.clone(),
+        ..PrepareContext::new(&config.target, jia.clone(), setup_stats.clone(), expected.clone())
+    };
+    tracing::info!("compatibility check");
+    let outcome = if config.compatibility_check {
+        prepare::compatibility_check(&prepare_context).await
+    } else {
+        PrepareOutcome {
+            passed: true,
+            errors: 0,
+            timeouts: 0,
+            registered: Vec::new(),
+            no_isu_user: None,
+        }
+    };
+    if !outcome.passed {
+        let problem = format!(
+            "compatibility check: {} errors, {} timeouts",
+            outcome.errors, outcome.timeouts
+        );
+        return Ok(failed_before_load(&config, &jia, setup_stats, problem).await);
+    }
+    tracing::info!("compatibility check passed; load starts");
+
     let stats = Arc::new(Stats::default());
     let started = Instant::now();
+    // The ISUs the check registered have devices whose sent log the validator can read;
+    // the initial ISUs have none and are only checked for structure and regression.
+    let registered: HashMap<i64, TrendIsu> = outcome
+        .registered
+        .iter()
+        .map(|isu| {
+            let trend_isu = TrendIsu {
+                uuid: isu.isu.uuid.clone(),
+                character: isu.isu.character.clone(),
+            };
+            (isu.isu.id, trend_isu)
+        })
+        .collect();
+    let first_checked_user = initial_error_check_user(&expected, &outcome);
     let ctx = Arc::new(RunContext {
         target: config.target.clone(),
         request_timeout: config.request_timeout,
@@ -186,12 +251,13 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         signer: config.signer.clone(),
         jia: jia.clone(),
         stats: stats.clone(),
-        registered: Mutex::new(HashMap::new()),
+        registered: Mutex::new(registered),
         viewer_slots: Arc::new(Semaphore::new(0)),
         fresh_trend_entries: AtomicU64::new(0),
         users_started: AtomicUsize::new(0),
         viewers_started: AtomicUsize::new(0),
         viewers_stopped: AtomicBool::new(false),
+        ready_users: Mutex::new(first_checked_user.into_iter().collect()),
         tasks: Mutex::new(JoinSet::new()),
         deadline: started + config.duration,
     });
@@ -201,6 +267,23 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     for _ in 0..config.users {
         ctx.start_user();
     }
+    let checks = ErrorCheckConfig {
+        target: config.target.clone(),
+        timeout: prepare::LOAD_ERROR_CHECK_TIMEOUT,
+        signer: config.signer.clone(),
+        clock: jia.clock(),
+        stats: stats.clone(),
+    };
+    let picker = ctx.clone();
+    let mut pick_rng = rand::rngs::StdRng::from_entropy();
+    ctx.spawn(prepare::run_error_checks(
+        checks,
+        move || {
+            let users = picker.ready_users.lock().expect("ready users poisoned");
+            (!users.is_empty()).then(|| users[pick_rng.gen_range(0..users.len())].clone())
+        },
+        prepare::ERROR_CHECK_INTERVAL,
+    ));
     let profiles = tokio::spawn(take_profiles(config.clone(), config.duration));
     let progress = progress_bar(&config);
     let mut growth = tokio::time::interval_at(started + GROWTH_INTERVAL, GROWTH_INTERVAL);
@@ -235,6 +318,36 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         sent_conditions: jia.sent_total(),
         cpu: cpu_difference(&cpu_before, &cpu_after),
         profiles,
+    })
+}
+
+fn load_expected(config: &ScenarioConfig) -> anyhow::Result<ExpectedData> {
+    let mut expected = ExpectedData::load(&config.expect_data)
+        .with_context(|| format!("loading the expected initial data {:?}", config.expect_data))?;
+    if let Some(path) = &config.default_icon {
+        let icon = std::fs::read(path).with_context(|| format!("reading the default icon {}", path.display()))?;
+        expected = expected.with_default_icon(&icon);
+    }
+    Ok(expected)
+}
+
+/// The first user of the initial data, with its initial ISUs and those the check registered.
+fn initial_error_check_user(expected: &ExpectedData, outcome: &PrepareOutcome) -> Option<ErrorCheckUser> {
+    let owner = outcome.registered.first().map(|isu| isu.owner.clone())?;
+    let mut isu_uuids: Vec<String> = expected
+        .user(&owner)
+        .map(|user| expected.isus_of(user).map(|isu| isu.uuid.clone()).collect())
+        .unwrap_or_default();
+    isu_uuids.extend(
+        outcome
+            .registered
+            .iter()
+            .filter(|isu| isu.owner == owner)
+            .map(|isu| isu.isu.uuid.clone()),
+    );
+    Some(ErrorCheckUser {
+        jia_user_id: owner,
+        isu_uuids,
     })
 }
 

@@ -112,6 +112,11 @@ pub(super) async fn run_user(ctx: Arc<RunContext>, index: usize) {
     if user.isus.is_empty() {
         return;
     }
+    let ready = super::prepare::ErrorCheckUser {
+        jia_user_id: user.jia_user_id.clone(),
+        isu_uuids: user.isus.iter().map(|isu| isu.expected.uuid.clone()).collect(),
+    };
+    user.ctx.ready_users.lock().expect("ready users poisoned").push(ready);
     let mut which = 0;
     while !user.ctx.over() {
         let started = Instant::now();
