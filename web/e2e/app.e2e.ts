@@ -107,6 +107,7 @@ describe('ISUCONDITION in a browser', () => {
     await page.getByRole('button', { name: 'Register' }).click();
     await page.waitForURL(`${BASE}/isu/${isuUuid}`);
     await page.getByRole('heading', { level: 1, name: 'e2e いす' }).waitFor();
+    await expect.poll(() => page.title()).toBe('e2e いす · Overview · ISUCONDITION');
     await expect
       .poll(() => page.locator('img.isu-icon-large').evaluate((img) => (img as HTMLImageElement).naturalWidth))
       .toBe(2);

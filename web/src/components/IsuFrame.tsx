@@ -1,7 +1,7 @@
 // Heading and tabs shared by the three pages of one ISU.
 import type { ComponentChildren } from 'preact';
 import { api, ApiError, type Isu } from '../api';
-import { usePolling } from '../hooks';
+import { usePolling, useTitle } from '../hooks';
 import { paths } from '../router';
 import { Link } from './Link';
 import { Empty, ErrorMessage, Loading } from './Status';
@@ -17,6 +17,8 @@ const TABS: { tab: Tab; label: string; href: (uuid: string) => string }[] = [
 /** Loads the ISU, then renders its heading, tabs and `children(isu)`. */
 export function IsuFrame({ uuid, tab, children }: { uuid: string; tab: Tab; children: (isu: Isu) => ComponentChildren }) {
   const { data } = usePolling(() => api.getIsu(uuid), [uuid], null);
+  const tabLabel = TABS.find((t) => t.tab === tab)!.label;
+  useTitle(data.state === 'ready' ? `${data.value.name} · ${tabLabel}` : tabLabel);
   if (data.state === 'loading') return <Loading what="the ISU" />;
   if (data.state === 'failed') {
     if (data.error instanceof ApiError && data.error.status === 404) {

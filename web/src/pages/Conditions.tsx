@@ -5,13 +5,12 @@ import { IsuFrame } from '../components/IsuFrame';
 import { Empty, ErrorMessage, LevelBadge, Loading } from '../components/Status';
 import { filterSearch, mayHaveOlder, olderPage, parseFilter, toQuery, type ConditionFilter } from '../conditionFilter';
 import { describeConditionFlags, formatDateTime, fromDateTimeLocal, isoTime, LEVEL_LABEL, toDateTimeLocal } from '../format';
-import { usePolling, useTitle } from '../hooks';
+import { usePolling } from '../hooks';
 import { navigate, paths, useLocation } from '../router';
 
 export const CONDITIONS_REFRESH_MS = 5000;
 
 export function ConditionsPage({ uuid }: { uuid: string }) {
-  useTitle('Condition history');
   return (
     <IsuFrame uuid={uuid} tab="conditions">
       {(isu) => <ConditionHistory uuid={isu.jia_isu_uuid} />}

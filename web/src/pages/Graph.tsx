@@ -5,13 +5,12 @@ import { IsuFrame } from '../components/IsuFrame';
 import { Empty, ErrorMessage, Loading } from '../components/Status';
 import { addLocalDays, formatDay, formatHour, parseIntParam, startOfLocalDay } from '../format';
 import { GRAPH_LINES, hoursWithData, toGraphSeries } from '../graph';
-import { usePolling, useTitle } from '../hooks';
+import { usePolling } from '../hooks';
 import { navigate, paths, useLocation } from '../router';
 
 export const GRAPH_REFRESH_MS = 5000;
 
 export function GraphPage({ uuid }: { uuid: string }) {
-  useTitle('Graph');
   return <IsuFrame uuid={uuid} tab="graph">{(isu) => <DayGraph uuid={isu.jia_isu_uuid} />}</IsuFrame>;
 }
 

@@ -4,13 +4,12 @@ import { IsuFrame } from '../components/IsuFrame';
 import { Link } from '../components/Link';
 import { ErrorMessage, LevelBadge, Loading } from '../components/Status';
 import { describeConditionFlags, formatDateTime, isoTime } from '../format';
-import { usePolling, useTitle } from '../hooks';
+import { usePolling } from '../hooks';
 import { paths } from '../router';
 
 export const LATEST_REFRESH_MS = 5000;
 
 export function IsuDetailPage({ uuid }: { uuid: string }) {
-  useTitle('ISU');
   return <IsuFrame uuid={uuid} tab="isu">{(isu) => <Overview uuid={isu.jia_isu_uuid} id={isu.id} />}</IsuFrame>;
 }
 
