@@ -991,12 +991,13 @@ async fn public_nginx_routes_by_parity_and_hides_internal_routes() {
     .await;
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let run_dir = cluster.scratch.path.join("nginx");
+    let web = support::fixture_front_end();
     let host_port = |url: &str| url.trim_start_matches("http://").to_owned();
     let rendered = std::process::Command::new(repo.join("scripts/render-nginx"))
         .arg("--run-dir")
         .arg(&run_dir)
         .arg("--static-dir")
-        .arg(repo.join("web"))
+        .arg(&web.path)
         .args(["--public-listen", &format!("127.0.0.1:{public_port}")])
         .args(["--coordinator", &host_port(&cluster.coordinator)])
         .args(["--worker-a", &host_port(&cluster.workers[0])])
@@ -1195,7 +1196,8 @@ async fn official_dump_dataset_key_and_icon_serve_initialize_json_shared_data() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frontend_routes_serve_index_html_and_assets() {
-    let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
+    let fixture = support::fixture_front_end();
+    let web = fixture.path.clone();
     let cluster = spawn_cluster_with(ClusterOptions {
         coordinator_args: vec!["--static-dir".into(), web.display().to_string()],
         ..ClusterOptions::default()

@@ -992,3 +992,17 @@ fn signal(pid: u32, name: &str) {
         .stderr(Stdio::null())
         .status();
 }
+
+/// A minimal front end (an `index.html` referencing one asset) in its own scratch directory,
+/// so the static-file tests do not depend on whether `web/dist` is built.
+pub fn fixture_front_end() -> ScratchDir {
+    let dir = ScratchDir::new("web");
+    std::fs::create_dir_all(dir.path.join("assets")).expect("creating assets/");
+    std::fs::write(
+        dir.path.join("index.html"),
+        "<!DOCTYPE html>\n<title>fixture</title>\n<link rel=\"stylesheet\" href=\"/assets/app.css\">\n",
+    )
+    .expect("writing index.html");
+    std::fs::write(dir.path.join("assets/app.css"), "body { margin: 0; }\n").expect("writing app.css");
+    dir
+}
