@@ -13,6 +13,9 @@ pub enum ApiError {
     Forbidden,
     #[error("bad request: {0}")]
     BadRequest(&'static str),
+    /// 413: a body over the route's limit.
+    #[error("payload too large")]
+    PayloadTooLarge,
     #[error("isu not found")]
     IsuNotFound,
     #[error("isu already registered")]
@@ -32,6 +35,7 @@ impl ApiError {
             ApiError::NotSignedIn | ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::IsuNotFound => StatusCode::NOT_FOUND,
             ApiError::DuplicatedIsu => StatusCode::CONFLICT,
             ApiError::JiaRefused(status) => *status,
@@ -44,6 +48,7 @@ impl ApiError {
             ApiError::NotSignedIn => messages::NOT_SIGNED_IN,
             ApiError::Forbidden => messages::FORBIDDEN,
             ApiError::BadRequest(message) => message,
+            ApiError::PayloadTooLarge => messages::PAYLOAD_TOO_LARGE,
             ApiError::IsuNotFound => messages::NOT_FOUND_ISU,
             ApiError::DuplicatedIsu => messages::DUPLICATED_ISU,
             ApiError::JiaRefused(_) => messages::JIA_SERVICE_ERROR,

@@ -5,15 +5,32 @@ use serde::{Deserialize, Serialize};
 /// Bit set of a condition's boolean fields. Stored instead of the condition
 /// string: a valid string is fully determined by its three flags, so the
 /// exact bytes can always be rebuilt with [`condition_string`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+/// Serialised as its `u8`; decoding refuses bits above [`Flags::ALL`], which
+/// would give a level that disagrees with the condition string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(transparent)]
 pub struct Flags(pub u8);
+
+impl<'de> Deserialize<'de> for Flags {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Flags, D::Error> {
+        let bits = u8::deserialize(deserializer)?;
+        if bits & !Flags::ALL != 0 {
+            return Err(serde::de::Error::custom(format!(
+                "condition flags {bits} have bits above {}",
+                Flags::ALL
+            )));
+        }
+        Ok(Flags(bits))
+    }
+}
 
 impl Flags {
     pub const SITTING: u8 = 1;
     pub const DIRTY: u8 = 2;
     pub const OVERWEIGHT: u8 = 4;
     pub const BROKEN: u8 = 8;
+    /// Every defined bit.
+    pub const ALL: u8 = Self::SITTING | Self::DIRTY | Self::OVERWEIGHT | Self::BROKEN;
 
     /// Builds flags from a condition's `is_sitting` and its parsed condition bits.
     pub fn new(is_sitting: bool, condition_bits: u8) -> Flags {
@@ -269,6 +286,15 @@ mod tests {
             sitting.condition_string(),
             "is_dirty=true,is_overweight=true,is_broken=true"
         );
+    }
+
+    #[test]
+    fn flags_decode_only_defined_bits() {
+        assert_eq!(serde_json::from_str::<Flags>("15").unwrap(), Flags(15));
+        assert_eq!(serde_json::to_string(&Flags(9)).unwrap(), "9");
+        for bad in ["16", "255", "-1", "256", "\"3\""] {
+            assert!(serde_json::from_str::<Flags>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -13,6 +13,14 @@ pub const BAD_FORMAT_DATETIME: &str = "bad format: datetime";
 pub const BAD_FORMAT_END_TIME: &str = "bad format: end_time";
 pub const MISSING_CONDITION_LEVEL: &str = "missing: condition_level";
 pub const BAD_FORMAT_START_TIME: &str = "bad format: start_time";
+/// `POST /api/isu`: a `jia_isu_uuid` longer than a UUID (the reference's `CHAR(36)` insert fails).
+pub const BAD_FORMAT_JIA_ISU_UUID: &str = "bad format: jia_isu_uuid";
+/// `POST /api/isu`: an `isu_name` longer than the reference's `VARCHAR(255)`.
+pub const BAD_FORMAT_ISU_NAME: &str = "bad format: isu_name";
+/// 413: a request body over the route's limit (the contract has no message for it).
+pub const PAYLOAD_TOO_LARGE: &str = "request body too large";
+/// 413: a condition batch with more elements than a device may send at once.
+pub const TOO_MANY_CONDITIONS: &str = "too many conditions in one batch";
 pub const INTERNAL: &str = "internal server error";
 pub const UNAUTHORIZED_INTERNAL: &str = "cluster secret required";
 

@@ -3,6 +3,7 @@
 //! Layout:
 //! - [`domain`]: condition strings, flags and levels (pure functions);
 //! - [`graph`]: the hourly graph data-point maths;
+//! - [`ingest`]: device condition batches: decoding, validation and their limits;
 //! - [`placement`]: which worker owns an ISU;
 //! - [`protocol`]: every internal route and message that crosses nodes;
 //! - [`session`]: the signed session cookie every node can verify;
@@ -14,6 +15,7 @@ pub mod dataset;
 pub mod domain;
 pub mod error;
 pub mod graph;
+pub mod ingest;
 pub mod placement;
 pub mod protocol;
 pub mod session;

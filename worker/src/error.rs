@@ -11,6 +11,9 @@ pub enum WorkerError {
     NotSignedIn,
     #[error("bad request: {0}")]
     BadRequest(&'static str),
+    /// 413: a body or batch over its limit.
+    #[error("payload too large: {0}")]
+    PayloadTooLarge(&'static str),
     #[error("isu not found")]
     IsuNotFound,
     #[error("conflict: {0}")]
@@ -28,6 +31,7 @@ impl WorkerError {
         match self {
             WorkerError::NotSignedIn => StatusCode::UNAUTHORIZED,
             WorkerError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            WorkerError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             WorkerError::IsuNotFound => StatusCode::NOT_FOUND,
             WorkerError::Conflict(_) => StatusCode::CONFLICT,
             // Distinct from 409, which means "UUID already on this worker".
@@ -40,7 +44,9 @@ impl WorkerError {
     fn body(&self) -> &'static str {
         match self {
             WorkerError::NotSignedIn => messages::NOT_SIGNED_IN,
-            WorkerError::BadRequest(message) | WorkerError::Conflict(message) => message,
+            WorkerError::BadRequest(message)
+            | WorkerError::Conflict(message)
+            | WorkerError::PayloadTooLarge(message) => message,
             WorkerError::IsuNotFound => messages::NOT_FOUND_ISU,
             WorkerError::Unauthorized => messages::UNAUTHORIZED_INTERNAL,
             WorkerError::StaleGeneration => "stale generation",

@@ -1,6 +1,6 @@
 //! `GET /api/isu`, `POST /api/isu`, `GET /api/isu/:uuid`, `GET /api/isu/:uuid/icon`.
 
-use axum::extract::multipart::MultipartRejection;
+use axum::extract::multipart::{MultipartError, MultipartRejection};
 use axum::extract::{DefaultBodyLimit, Multipart, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,8 +15,16 @@ use crate::error::ApiError;
 use crate::state::{Isu, Registration};
 use crate::AppState;
 
-/// Icons are uploaded in the registration form.
+/// Largest registration form, in bytes (the icon is uploaded in it); the same as
+/// nginx's `client_max_body_size`. A larger body is refused with 413.
 const REGISTRATION_BODY_LIMIT: usize = 10 << 20;
+
+/// Longest `jia_isu_uuid`, in characters: the reference's `CHAR(36)` column (a longer
+/// one fails its insert). Shorter ones, even empty, go to JIA as in the reference.
+const MAX_JIA_ISU_UUID_CHARS: usize = 36;
+
+/// Longest `isu_name`, in characters: the reference's `VARCHAR(255)` column.
+const MAX_ISU_NAME_CHARS: usize = 255;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -79,19 +87,24 @@ async fn register(
     State(app): State<AppState>,
     form: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
-    let bad_form = || ApiError::BadRequest(messages::BAD_FORMAT_ICON);
-    let mut form = form.map_err(|_| bad_form())?;
+    let mut form = form.map_err(|_| ApiError::BadRequest(messages::BAD_FORMAT_ICON))?;
     let (mut uuid, mut name, mut image) = (String::new(), String::new(), None);
-    while let Some(field) = form.next_field().await.map_err(|_| bad_form())? {
+    while let Some(field) = form.next_field().await.map_err(form_error)? {
         match field.name() {
-            Some("jia_isu_uuid") => uuid = field.text().await.map_err(|_| bad_form())?,
-            Some("isu_name") => name = field.text().await.map_err(|_| bad_form())?,
+            Some("jia_isu_uuid") => uuid = field.text().await.map_err(form_error)?,
+            Some("isu_name") => name = field.text().await.map_err(form_error)?,
             // Like the reference, an `image` part without a (non-empty) filename is not a file.
             Some("image") if field.file_name().is_some_and(|name| !name.is_empty()) => {
-                image = Some(field.bytes().await.map_err(|_| bad_form())?);
+                image = Some(field.bytes().await.map_err(form_error)?);
             }
             _ => {}
         }
+    }
+    if uuid.chars().count() > MAX_JIA_ISU_UUID_CHARS {
+        return Err(ApiError::BadRequest(messages::BAD_FORMAT_JIA_ISU_UUID));
+    }
+    if name.chars().count() > MAX_ISU_NAME_CHARS {
+        return Err(ApiError::BadRequest(messages::BAD_FORMAT_ISU_NAME));
     }
     let isu = app
         .state
@@ -105,6 +118,14 @@ async fn register(
     let mut response = json(&IsuBody::from(&*isu))?;
     *response.status_mut() = StatusCode::CREATED;
     Ok(response)
+}
+
+/// 413 for a form over [`REGISTRATION_BODY_LIMIT`], else the contract's `bad format: icon`.
+fn form_error(error: MultipartError) -> ApiError {
+    match error.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge,
+        _ => ApiError::BadRequest(messages::BAD_FORMAT_ICON),
+    }
 }
 
 async fn show(user: SignedIn, State(app): State<AppState>, Path(uuid): Path<String>) -> Result<Response, ApiError> {

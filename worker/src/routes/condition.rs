@@ -1,14 +1,15 @@
 //! `POST /api/condition/:uuid` (device ingestion) and `GET /api/condition/:uuid`.
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use serde::Deserialize;
-use shared::domain::{parse_condition, ConditionView, Flags, LevelSet};
+use shared::domain::{ConditionView, LevelSet};
 use shared::error as messages;
+use shared::ingest::{decode_batch, validate_batch, BatchError, CONDITION_BODY_LIMIT};
 
 use super::{json_response, query_param, SignedIn};
 use crate::error::WorkerError;
@@ -19,48 +20,41 @@ use crate::AppState;
 const PAGE_SIZE: usize = 20;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/api/condition/{uuid}", get(list_conditions).post(post_conditions))
-}
-
-#[derive(Deserialize)]
-struct PostedCondition<'a> {
-    is_sitting: bool,
-    #[serde(borrow)]
-    condition: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    message: std::borrow::Cow<'a, str>,
-    timestamp: i64,
+    Router::new().route(
+        "/api/condition/{uuid}",
+        get(list_conditions)
+            .post(post_conditions)
+            .layer(DefaultBodyLimit::max(CONDITION_BODY_LIMIT)),
+    )
 }
 
 /// Stores a batch, all or nothing: 400 for an undecodable or empty body,
-/// 404 for an unknown ISU, 400 when any condition string is invalid.
+/// 413 for a body or batch over its limit, 404 for an unknown ISU, 400 when any
+/// condition string or message is invalid.
 async fn post_conditions(
     State(state): State<AppState>,
     Path(uuid): Path<String>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, WorkerError> {
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => WorkerError::PayloadTooLarge(messages::PAYLOAD_TOO_LARGE),
+        _ => WorkerError::BadRequest(messages::BAD_REQUEST_BODY),
+    })?;
     let mut buffer = body.to_vec();
-    let posted: Vec<PostedCondition<'_>> =
-        simd_json::serde::from_slice(&mut buffer).map_err(|_| WorkerError::BadRequest(messages::BAD_REQUEST_BODY))?;
-    if posted.is_empty() {
-        return Err(WorkerError::BadRequest(messages::BAD_REQUEST_BODY));
-    }
+    let posted = decode_batch(&mut buffer).map_err(batch_error)?;
     let shard = state.store.shard();
     if shard.isu(&uuid).is_none() {
         return Err(WorkerError::IsuNotFound);
     }
-    let batch = posted
-        .iter()
-        .map(|condition| {
-            let bits = parse_condition(&condition.condition)?;
-            Some(NewCondition {
-                timestamp: condition.timestamp,
-                flags: Flags::new(condition.is_sitting, bits),
-                message: &condition.message,
-            })
+    let batch: Vec<NewCondition<'_>> = validate_batch(&posted)
+        .map_err(batch_error)?
+        .into_iter()
+        .map(|condition| NewCondition {
+            timestamp: condition.timestamp,
+            flags: condition.flags,
+            message: condition.message,
         })
-        .collect::<Option<Vec<_>>>()
-        .ok_or(WorkerError::BadRequest(messages::BAD_REQUEST_BODY))?;
+        .collect();
     match shard.post(&uuid, &batch) {
         Ok(inserted) => {
             metrics::counter!(shared::telemetry::CONDITIONS_STORED).increment(inserted as u64);
@@ -68,6 +62,15 @@ async fn post_conditions(
         }
         // Rolled back between the check and the insert.
         Err(PostError::UnknownIsu) => Err(WorkerError::IsuNotFound),
+    }
+}
+
+fn batch_error(error: BatchError) -> WorkerError {
+    match error {
+        BatchError::TooManyConditions => WorkerError::PayloadTooLarge(messages::TOO_MANY_CONDITIONS),
+        BatchError::Undecodable | BatchError::Empty | BatchError::InvalidCondition | BatchError::MessageTooLong => {
+            WorkerError::BadRequest(messages::BAD_REQUEST_BODY)
+        }
     }
 }
 
