@@ -411,16 +411,13 @@ impl Shared {
         })
     }
 
+    /// The catalog's character; else, when any UUID is accepted, one derived from the UUID,
+    /// except for the official unknown UUID (kept unknown unless put in the catalog).
     fn character_of(&self, isu_uuid: &str) -> Option<String> {
-        if isu_uuid == UNKNOWN_ISU_UUID {
-            return None;
-        }
         if let Some(character) = self.catalog.lock().expect("catalog poisoned").get(isu_uuid) {
             return Some(character.clone());
         }
-        self.config
-            .accept_any_uuid
-            .then(|| character_for_uuid(isu_uuid).to_owned())
+        (self.config.accept_any_uuid && isu_uuid != UNKNOWN_ISU_UUID).then(|| character_for_uuid(isu_uuid).to_owned())
     }
 
     /// Starts the device of `isu_uuid` unless it already runs (the first URL stays in force).
