@@ -6,6 +6,8 @@
 //! Run with `cargo build --workspace --bins && cargo test -p coordinator --test cluster`
 //! (the worker binary is not built by `cargo test -p coordinator`).
 
+#[path = "cluster/durability.rs"]
+mod durability;
 mod support;
 
 use std::collections::BTreeSet;

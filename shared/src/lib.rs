@@ -9,7 +9,8 @@
 //! - [`session`]: the signed session cookie every node can verify;
 //! - [`dataset`]: the initial data (project default or official MySQL dump);
 //! - [`error`]: the exact public error messages of the API;
-//! - [`telemetry`]: tracing, Prometheus metrics and pprof profiling.
+//! - [`telemetry`]: tracing, Prometheus metrics and pprof profiling;
+//! - [`wal`]: the checksummed append-only log with group commit and snapshots.
 
 pub mod dataset;
 pub mod domain;
@@ -20,6 +21,7 @@ pub mod placement;
 pub mod protocol;
 pub mod session;
 pub mod telemetry;
+pub mod wal;
 
 /// Resolves on Ctrl-C or SIGTERM: the graceful-shutdown trigger of every binary.
 pub async fn shutdown_signal() {

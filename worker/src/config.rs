@@ -1,9 +1,11 @@
 //! Command-line and environment configuration of a worker.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::Parser;
 use shared::placement::Shard;
+use shared::wal::FsyncPolicy;
 
 /// A worker of the ISUCONDITION cluster: owns the condition history of one shard of ISUs.
 #[derive(Debug, Clone, Parser)]
@@ -33,6 +35,18 @@ pub struct Config {
     /// How often the latest condition of each changed ISU is pushed to the coordinator, in milliseconds.
     #[arg(long, env = "ISU_PUSH_INTERVAL_MS", default_value_t = 10)]
     pub push_interval_ms: u64,
+
+    /// Directory of the durable log (`worker-<shard>.wal`), replayed on start; without it everything is in memory only.
+    #[arg(long, env = "ISU_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// When the log reaches the disk: `always` (fsync each group commit before answering), `<N>ms` (answer once the OS has it, fsync every N ms) or `never` (the OS decides).
+    #[arg(long, env = "ISU_FSYNC", default_value = "always")]
+    pub fsync: FsyncPolicy,
+
+    /// Rewrite the log as one snapshot once it grows past this many MiB (bounds replay time).
+    #[arg(long, env = "ISU_COMPACT_AFTER_MB", default_value_t = 256)]
+    pub compact_after_mb: u64,
 
     /// Number of Tokio worker threads (0 = one per core).
     #[arg(long, env = "ISU_THREADS", default_value_t = 0)]

@@ -55,6 +55,12 @@ impl WorkerError {
     }
 }
 
+impl From<shared::wal::WalError> for WorkerError {
+    fn from(error: shared::wal::WalError) -> WorkerError {
+        WorkerError::Internal(error.to_string())
+    }
+}
+
 impl IntoResponse for WorkerError {
     fn into_response(self) -> Response {
         if let WorkerError::Internal(detail) = &self {

@@ -3,12 +3,14 @@
 //! Layout:
 //! - [`config`]: command-line/environment configuration;
 //! - [`store`]: the in-memory shard (ISUs, conditions, message interning);
+//! - [`journal`]: the durable log of the shard (`--data-dir`), replayed on start;
 //! - [`pusher`]: the 10 ms actor pushing latest conditions to the coordinator;
 //! - [`routes`]: public reads, device posts, internal and debug routes;
 //! - [`error`]: the error type mapped to the API's statuses and messages.
 
 pub mod config;
 pub mod error;
+pub mod journal;
 pub mod pusher;
 pub mod routes;
 pub mod store;
@@ -23,12 +25,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::journal::Journal;
 use crate::store::{Shard, Store};
 
 /// Shared state of the handlers (cheap to clone).
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    pub journal: Journal,
     pub config: Arc<Config>,
     pub session_key: SessionKey,
     pub metrics: PrometheusHandle,
@@ -41,11 +45,38 @@ pub struct Application {
 }
 
 impl Application {
-    /// Binds the listener (port 0 allowed) and builds the state.
+    /// Replays the log (with `--data-dir`), binds the listener (port 0 allowed) and builds the state.
     pub async fn build(config: Config, metrics: PrometheusHandle) -> anyhow::Result<Application> {
+        let store = Store::new(Shard::new(0));
+        let journal = match &config.data_dir {
+            Some(data_dir) => {
+                let (journal, replayed) = Journal::open(
+                    data_dir,
+                    config.shard,
+                    config.fsync,
+                    config.compact_after_mb.saturating_mul(1 << 20),
+                    &store,
+                )
+                .await?;
+                tracing::info!(
+                    path = %replayed.path.display(),
+                    records = replayed.records,
+                    skipped = replayed.skipped,
+                    truncated_bytes = replayed.truncated_bytes,
+                    conditions = replayed.conditions,
+                    generation = store.shard().generation,
+                    millis = replayed.millis as u64,
+                    fsync = %config.fsync,
+                    "log replayed"
+                );
+                journal
+            }
+            None => Journal::disabled(),
+        };
         let listener = TcpListener::bind(config.listen).await?;
         let state = AppState {
-            store: Store::new(Shard::new(0)),
+            store,
+            journal,
             session_key: SessionKey::from_secret(&config.cluster_secret),
             config: Arc::new(config),
             metrics,

@@ -16,6 +16,7 @@ use parking_lot::{Mutex, RwLock};
 use shared::domain::{Flags, Level, LevelSet};
 use shared::graph::{hour_of, DataPoint, HourTotals, GRAPH_HOURS, HOUR};
 use shared::protocol::ShardIsu;
+use shared::wal::{Decoder, Encoder};
 
 /// One stored condition. `Copy` and free of heap pointers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,6 +315,11 @@ impl Shard {
         }
     }
 
+    /// Conditions stored in every ISU of the shard.
+    pub fn condition_count(&self) -> usize {
+        self.isus.iter().map(|entry| entry.condition_count()).sum()
+    }
+
     pub fn add_users<'a>(&self, users: impl IntoIterator<Item = &'a str>) {
         for user in users {
             self.users.insert(user.into());
@@ -426,6 +432,94 @@ impl Shard {
         for entry in entries {
             self.enqueue(&entry);
         }
+    }
+}
+
+/// Tag of a snapshot record in the worker's log (see [`crate::journal`]).
+pub const SNAPSHOT_TAG: u8 = 1;
+
+impl Shard {
+    /// The whole shard as one log record: generation, users, ISUs (with their
+    /// registration id, published flag and every condition), then the message
+    /// table. Messages come last so every id an ISU refers to is in the table
+    /// even while posts intern new ones.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut encoder = Encoder::new(SNAPSHOT_TAG);
+        encoder.u64(self.generation);
+        let users: Vec<Box<str>> = self.users.iter().map(|user| user.key().clone()).collect();
+        encoder.u32(users.len() as u32);
+        for user in &users {
+            encoder.str(user);
+        }
+        let isus: Vec<Arc<IsuEntry>> = self.isus.iter().map(|entry| entry.value().clone()).collect();
+        encoder.u32(isus.len() as u32);
+        for isu in &isus {
+            encoder.i64(isu.id()).str(&isu.uuid).str(&isu.owner).str(&isu.name);
+            encoder.u8(u8::from(isu.is_published()));
+            let history = isu.history.read();
+            for list in &history.by_level {
+                encoder.u32(list.len() as u32);
+                for condition in list {
+                    encoder
+                        .i64(condition.timestamp)
+                        .u32(condition.message)
+                        .u8(condition.flags.0);
+                }
+            }
+        }
+        let table = self.messages.inner.read();
+        encoder.u32(table.texts.len() as u32);
+        for text in &table.texts {
+            encoder.str(text);
+        }
+        encoder.bytes
+    }
+
+    /// Rebuilds a shard from [`Shard::snapshot`]'s record (without its tag); `None` if malformed.
+    pub fn from_snapshot(decoder: &mut Decoder<'_>) -> Option<Shard> {
+        let shard = Shard::new(decoder.u64()?);
+        for _ in 0..decoder.u32()? {
+            shard.users.insert(decoder.str()?.into());
+        }
+        let mut max_message = None;
+        for _ in 0..decoder.u32()? {
+            let (id, uuid, owner, name) = (decoder.i64()?, decoder.str()?, decoder.str()?, decoder.str()?);
+            let entry = IsuEntry::new(uuid, owner, name);
+            entry.id.store(id, Ordering::Relaxed);
+            let published = decoder.u8()? != 0;
+            {
+                let mut history = entry.history.write();
+                for list in &mut history.by_level {
+                    let count = decoder.u32()? as usize;
+                    list.reserve_exact(count);
+                    for _ in 0..count {
+                        let condition = Condition {
+                            timestamp: decoder.i64()?,
+                            message: decoder.u32()?,
+                            flags: Flags(decoder.u8()?),
+                        };
+                        max_message = max_message.max(Some(condition.message));
+                        list.push(condition);
+                    }
+                }
+            }
+            let entry = Arc::new(entry);
+            if published {
+                entry.published.store(true, Ordering::Release);
+                if entry.latest().is_some() {
+                    shard.enqueue(&entry);
+                }
+            }
+            shard.isus.insert(uuid.into(), entry);
+        }
+        let texts = decoder.u32()?;
+        if max_message.is_some_and(|max| max >= texts) {
+            return None;
+        }
+        for _ in 0..texts {
+            shard.messages.intern(decoder.str()?);
+        }
+        Some(shard)
     }
 }
 

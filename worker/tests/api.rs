@@ -55,6 +55,9 @@ impl TestWorker {
             cluster_secret: SECRET.into(),
             push_interval_ms: 10,
             threads: 0,
+            data_dir: None,
+            fsync: shared::wal::FsyncPolicy::Always,
+            compact_after_mb: 256,
         };
         let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
             .build_recorder()

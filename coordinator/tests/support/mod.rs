@@ -327,6 +327,10 @@ pub struct ClusterOptions {
     pub coordinator_args: Vec<String>,
     /// Signs sign-in JWTs; default: the project's key.
     pub signer: Option<JwtSigner>,
+    /// Extra worker flags (both workers).
+    pub worker_args: Vec<String>,
+    /// Every node keeps a durable log in `<scratch>/data/<node>` (`--data-dir`), kept across restarts.
+    pub durable: bool,
 }
 
 impl Default for ClusterOptions {
@@ -336,6 +340,8 @@ impl Default for ClusterOptions {
             device_urls: None,
             coordinator_args: Vec::new(),
             signer: None,
+            worker_args: Vec::new(),
+            durable: false,
         }
     }
 }
@@ -350,8 +356,12 @@ pub struct Cluster {
     pub signer: JwtSigner,
     /// Declared before `scratch`: the processes die before their log directory goes.
     processes: Vec<NodeProcess>,
+    /// Flags of worker A, worker B and the coordinator, to start them again.
+    node_args: [Vec<String>; 3],
     pub scratch: ScratchDir,
 }
+
+const NODE_NAMES: [&str; 3] = ["worker-a", "worker-b", "coordinator"];
 
 /// Starts a cluster with the default options and initializes it.
 pub async fn spawn_cluster() -> Cluster {
@@ -361,7 +371,6 @@ pub async fn spawn_cluster() -> Cluster {
 /// Starts workers A and B and the coordinator on free ports, waits until every
 /// `/healthz` answers 200, then sends `POST /initialize` with the simulator's URL.
 pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
-    let worker_bin = worker_binary();
     let [coordinator_port, worker_a_port, worker_b_port] = free_ports::<3>();
     let scratch = ScratchDir::new("cluster");
     let secret = format!("test-secret-{}", uuid::Uuid::new_v4().simple());
@@ -381,21 +390,51 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
     .expect("starting the JIA simulator");
     let device_urls = options.device_urls.unwrap_or_else(|| workers.clone());
 
-    let mut processes = Vec::new();
-    for (name, shard, port) in [("worker-a", "a", worker_a_port), ("worker-b", "b", worker_b_port)] {
-        let mut command = Command::new(&worker_bin);
-        command.args(["--shard", shard, "--listen", &format!("127.0.0.1:{port}")]);
-        command.args(["--coordinator-url", &coordinator, "--cluster-secret", &secret]);
-        processes.push(NodeProcess::spawn(name, command, &scratch.path));
+    let data_dir = |node: &str| -> Vec<String> {
+        let path = scratch.path.join("data").join(node);
+        match options.durable {
+            true => vec!["--data-dir".into(), path.display().to_string()],
+            false => Vec::new(),
+        }
+    };
+    let mut node_args: [Vec<String>; 3] = Default::default();
+    for (index, (shard, port)) in [("a", worker_a_port), ("b", worker_b_port)].into_iter().enumerate() {
+        let args = &mut node_args[index];
+        args.extend([
+            "--shard".into(),
+            shard.into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+        ]);
+        args.extend([
+            "--coordinator-url".into(),
+            coordinator.clone(),
+            "--cluster-secret".into(),
+            secret.clone(),
+        ]);
+        args.extend(data_dir(NODE_NAMES[index]));
+        args.extend(options.worker_args.iter().cloned());
     }
-    let mut command = Command::new(env!("CARGO_BIN_EXE_coordinator"));
-    command.args(["--listen", &format!("127.0.0.1:{coordinator_port}")]);
-    command.args(["--worker-a-url", &workers[0], "--worker-b-url", &workers[1]]);
-    command.args(["--worker-a-device-url", &device_urls[0]]);
-    command.args(["--worker-b-device-url", &device_urls[1]]);
-    command.args(["--cluster-secret", &secret, "--jia-service-url", &jia.url()]);
-    command.args(&options.coordinator_args);
-    processes.push(NodeProcess::spawn("coordinator", command, &scratch.path));
+    let args = &mut node_args[2];
+    args.extend(["--listen".into(), format!("127.0.0.1:{coordinator_port}")]);
+    args.extend([
+        "--worker-a-url".into(),
+        workers[0].clone(),
+        "--worker-b-url".into(),
+        workers[1].clone(),
+    ]);
+    args.extend(["--worker-a-device-url".into(), device_urls[0].clone()]);
+    args.extend(["--worker-b-device-url".into(), device_urls[1].clone()]);
+    args.extend([
+        "--cluster-secret".into(),
+        secret.clone(),
+        "--jia-service-url".into(),
+        jia.url(),
+    ]);
+    args.extend(options.coordinator_args.iter().cloned());
+    let processes = (0..3)
+        .map(|index| NodeProcess::spawn(NODE_NAMES[index], node_command(index, &node_args[index]), &scratch.path))
+        .collect();
 
     let mut cluster = Cluster {
         coordinator,
@@ -404,6 +443,7 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
         secret,
         signer: options.signer.unwrap_or_else(JwtSigner::project_default),
         processes,
+        node_args,
         scratch,
     };
     cluster.wait_until_healthy().await;
@@ -490,18 +530,30 @@ impl Cluster {
     }
 
     /// Kills worker `index` (0 = A, 1 = B) and starts a fresh one on the same
-    /// address: a worker that lost its memory.
+    /// address (with the same data directory, if durable); returns once it listens.
     pub fn restart_worker(&mut self, index: usize) {
-        let (name, shard) = [("worker-a", "a"), ("worker-b", "b")][index];
+        self.kill_node(index);
+        self.start_node(index);
+    }
+
+    /// SIGKILLs node `index` (0 = worker A, 1 = worker B, 2 = coordinator) by its PID and reaps it.
+    pub fn kill_node(&mut self, index: usize) {
         let process = &mut self.processes[index];
-        assert_eq!(process.name, name);
         let _ = process.child.kill();
         let _ = process.child.wait();
-        let listen = self.workers[index].trim_start_matches("http://").to_owned();
-        let mut command = Command::new(worker_binary());
-        command.args(["--shard", shard, "--listen", &listen]);
-        command.args(["--coordinator-url", &self.coordinator, "--cluster-secret", &self.secret]);
-        self.processes[index] = NodeProcess::spawn(name, command, &self.scratch.path);
+    }
+
+    /// Starts node `index` again with its flags (its log file is appended to); returns once it listens.
+    pub fn start_node(&mut self, index: usize) {
+        let name = NODE_NAMES[index];
+        self.processes[index] =
+            NodeProcess::spawn_appending(name, node_command(index, &self.node_args[index]), &self.scratch.path);
+        let base = if index == 2 {
+            &self.coordinator
+        } else {
+            &self.workers[index]
+        };
+        let listen = base.trim_start_matches("http://").to_owned();
         let deadline = Instant::now() + READY_TIMEOUT;
         while std::net::TcpStream::connect(&listen).is_err() {
             assert!(
@@ -511,6 +563,16 @@ impl Cluster {
             self.assert_processes_alive();
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// The log file of node `index`.
+    pub fn node_log(&self, index: usize) -> String {
+        std::fs::read_to_string(&self.processes[index].log).unwrap_or_default()
+    }
+
+    /// The durable data directory of node `index` (see [`ClusterOptions::durable`]).
+    pub fn data_dir(&self, index: usize) -> PathBuf {
+        self.scratch.path.join("data").join(NODE_NAMES[index])
     }
 
     /// Panics if a node process has exited.
@@ -589,6 +651,16 @@ fn worker_binary() -> PathBuf {
     path
 }
 
+/// The command of node `index` (0, 1 = workers, 2 = coordinator) with its flags.
+fn node_command(index: usize, args: &[String]) -> Command {
+    let mut command = match index {
+        2 => Command::new(env!("CARGO_BIN_EXE_coordinator")),
+        _ => Command::new(worker_binary()),
+    };
+    command.args(args);
+    command
+}
+
 /// A child process killed (by its PID) and reaped on drop; stdout and stderr go to a log file.
 pub struct NodeProcess {
     pub name: &'static str,
@@ -597,9 +669,24 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    pub fn spawn(name: &'static str, mut command: Command, log_dir: &Path) -> NodeProcess {
+    pub fn spawn(name: &'static str, command: Command, log_dir: &Path) -> NodeProcess {
         let log = log_dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("creating a log file");
+        Self::spawn_logging_to(name, command, log, file)
+    }
+
+    /// Like [`NodeProcess::spawn`], appending to the node's log (a restart keeps the earlier lines).
+    pub fn spawn_appending(name: &'static str, command: Command, log_dir: &Path) -> NodeProcess {
+        let log = log_dir.join(format!("{name}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("opening a log file");
+        Self::spawn_logging_to(name, command, log, file)
+    }
+
+    fn spawn_logging_to(name: &'static str, mut command: Command, log: PathBuf, file: std::fs::File) -> NodeProcess {
         let stderr = file.try_clone().expect("cloning a file handle");
         // Loopback only: no proxy may sit between the nodes, the simulator and the tests.
         for variable in [

@@ -58,6 +58,10 @@ async fn post_conditions(
     match shard.post(&uuid, &batch) {
         Ok(inserted) => {
             metrics::counter!(shared::telemetry::CONDITIONS_STORED).increment(inserted as u64);
+            if inserted > 0 {
+                // Acknowledged only once logged (a repeat is already in the log).
+                state.journal.post(shard.generation, &uuid, &batch).await?;
+            }
             Ok(StatusCode::ACCEPTED)
         }
         // Rolled back between the check and the insert.

@@ -37,6 +37,11 @@ async fn reset(_: ClusterPeer, State(state): State<AppState>, Json(reset): Json<
         Ok(shard) => {
             tracing::info!(generation = shard.generation, isus, "shard reset");
             state.store.replace(shard);
+            // A fresh log: a snapshot of the new shard replaces the old file.
+            if let Err(error) = state.journal.reset().await {
+                tracing::error!(%error, "logging the reset failed");
+                return StatusCode::INTERNAL_SERVER_ERROR;
+            }
             StatusCode::OK
         }
         Err(error) => {
@@ -62,6 +67,7 @@ async fn sync_users(
     Json(sync): Json<UserSync>,
 ) -> Result<StatusCode, WorkerError> {
     current_shard(&state, sync.generation)?.add_users(sync.users.iter().map(String::as_str));
+    state.journal.users(sync.generation, &sync.users).await?;
     Ok(StatusCode::OK)
 }
 
@@ -71,7 +77,10 @@ async fn provisional(
     Json(isu): Json<ProvisionalIsu>,
 ) -> Result<StatusCode, WorkerError> {
     match current_shard(&state, isu.generation)?.provisional(&isu.uuid, &isu.owner, &isu.name, isu.id) {
-        Ok(()) => Ok(StatusCode::CREATED),
+        Ok(()) => {
+            state.journal.provisional(&isu).await?;
+            Ok(StatusCode::CREATED)
+        }
         Err(ProvisionalError::AlreadyExists) => Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU)),
     }
 }
@@ -82,6 +91,7 @@ async fn publish(
     Json(isu): Json<PublishIsu>,
 ) -> Result<StatusCode, WorkerError> {
     if current_shard(&state, isu.generation)?.publish(&isu.uuid, isu.id) {
+        state.journal.publish(&isu).await?;
         Ok(StatusCode::OK)
     } else {
         Err(WorkerError::IsuNotFound)
@@ -94,6 +104,7 @@ async fn rollback(
     Json(isu): Json<RollbackIsu>,
 ) -> Result<StatusCode, WorkerError> {
     current_shard(&state, isu.generation)?.rollback(&isu.uuid, isu.id);
+    state.journal.rollback(&isu).await?;
     Ok(StatusCode::OK)
 }
 

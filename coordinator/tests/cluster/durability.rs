@@ -1,0 +1,236 @@
+//! Durability and node failures: nodes with a durable log (`--data-dir`),
+//! SIGKILLed by PID while devices post, and started again on the same data.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use shared::dataset::generated::VIRTUAL_START;
+
+use super::support::*;
+
+/// Conditions the tests post themselves, far before anything a simulated device sends.
+const OWN_BASE: i64 = VIRTUAL_START - 50_000_000;
+const CONDITIONS_PER_BATCH: i64 = 5;
+
+fn durable() -> ClusterOptions {
+    ClusterOptions {
+        durable: true,
+        ..ClusterOptions::default()
+    }
+}
+
+/// A device client with a short timeout: a dead worker must not stall the test.
+fn device_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("building an HTTP client")
+}
+
+/// Batch `serial` of poster `lane`: timestamps no other batch uses.
+fn own_batch(lane: i64, serial: i64) -> Vec<bench::model::SentCondition> {
+    (0..CONDITIONS_PER_BATCH)
+        .map(|offset| {
+            let timestamp = OWN_BASE + lane * 1_000_000 + serial * CONDITIONS_PER_BATCH + offset;
+            sent(timestamp, offset % 2 == 0, INFO, "acknowledged")
+        })
+        .collect()
+}
+
+/// Posts batches to `worker` for `uuid` until a post fails; records the
+/// timestamps of every batch answered 202.
+async fn post_until_refused(worker: String, uuid: String, lane: i64, acknowledged: Arc<Mutex<BTreeSet<i64>>>) {
+    let client = device_client();
+    for serial in 0.. {
+        let batch = own_batch(lane, serial);
+        let answer = client
+            .post(format!("{worker}/api/condition/{uuid}"))
+            .json(&batch)
+            .send()
+            .await;
+        match answer {
+            Ok(response) if response.status() == StatusCode::ACCEPTED => {
+                acknowledged
+                    .lock()
+                    .unwrap()
+                    .extend(batch.iter().map(|condition| condition.timestamp));
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Posts batch `serial` of `lane` to `worker`, asserts 202 and returns its timestamps.
+async fn post_own_batch(worker: &str, uuid: &str, lane: i64, serial: i64) -> Vec<i64> {
+    let batch = own_batch(lane, serial);
+    let answer = device_client()
+        .post(format!("{worker}/api/condition/{uuid}"))
+        .json(&batch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::ACCEPTED, "POST to {worker} for {uuid}");
+    batch.iter().map(|condition| condition.timestamp).collect()
+}
+
+/// Waits until the (restarted) worker owning `uuid` serves it to its owner again.
+async fn wait_until_served(agent: &Agent, uuid: &str) {
+    wait_until("the worker serves the ISU again", Duration::from_secs(10), || async {
+        let query = format!("end_time=1&condition_level={ALL_LEVELS}");
+        (agent.conditions(uuid, &query).await.status.as_u16() == 200).then_some(())
+    })
+    .await;
+}
+
+/// Every timestamp of the test's own conditions of `uuid`, read page by page through the API.
+async fn own_timestamps(agent: &Agent, uuid: &str) -> BTreeSet<i64> {
+    let mut seen = BTreeSet::new();
+    let mut end_time = OWN_BASE + 10_000_000;
+    loop {
+        let query = format!("start_time={OWN_BASE}&end_time={end_time}&condition_level={ALL_LEVELS}");
+        let page = agent.conditions(uuid, &query).await.json(200);
+        let items = page.as_array().expect("a condition page is an array");
+        let timestamps = timestamps_of(items);
+        seen.extend(timestamps.iter().copied());
+        match timestamps.last() {
+            Some(oldest) if items.len() == 20 => end_time = *oldest,
+            _ => return seen,
+        }
+    }
+}
+
+async fn wait_for_own_conditions(agent: &Agent, uuid: &str, count: usize) {
+    wait_until("the posted conditions are readable", Duration::from_secs(5), || async {
+        (own_timestamps(agent, uuid).await.len() >= count).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_worker_keeps_every_acknowledged_condition_while_the_other_serves_on() {
+    let mut cluster = spawn_cluster_with(durable()).await;
+    let alice = cluster.sign_in("alice").await;
+    let on_a = cluster.known_uuid('4', 31);
+    let on_b = cluster.known_uuid('5', 31);
+    alice.register(&on_a, "kept", None).await.json(201);
+    alice.register(&on_b, "neighbour", None).await.json(201);
+
+    // Four devices post to worker A at once (so the log commits groups) until it dies.
+    let acknowledged = Arc::new(Mutex::new(BTreeSet::new()));
+    let posters: Vec<_> = (0..4)
+        .map(|lane| {
+            tokio::spawn(post_until_refused(
+                cluster.workers[0].clone(),
+                on_a.clone(),
+                lane,
+                acknowledged.clone(),
+            ))
+        })
+        .collect();
+    wait_until("worker A acknowledged 200 batches", Duration::from_secs(20), || async {
+        (acknowledged.lock().unwrap().len() >= 200 * CONDITIONS_PER_BATCH as usize).then_some(())
+    })
+    .await;
+    cluster.kill_node(0);
+    for poster in posters {
+        poster.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+
+    // While A is down: B's ISU is read and written without a single error,
+    // and a read of A's ISU fails fast instead of hanging.
+    let client = device_client();
+    for serial in 0..20 {
+        post_own_batch(&cluster.workers[1], &on_b, 0, serial).await;
+        let page = alice
+            .conditions(
+                &on_b,
+                &format!("end_time={}&condition_level={ALL_LEVELS}", VIRTUAL_START * 2),
+            )
+            .await;
+        assert_eq!(page.status.as_u16(), 200, "worker B keeps serving reads");
+    }
+    alice.isu_list().await.json(200);
+    let started = Instant::now();
+    let dead_read = client
+        .get(alice.url(&format!("/api/condition/{on_a}?end_time=1&condition_level=info")))
+        .send()
+        .await;
+    assert!(
+        dead_read
+            .as_ref()
+            .map_or(true, |response| response.status().is_server_error()),
+        "a read of the dead worker's ISU fails: {dead_read:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2), "and fails fast");
+
+    cluster.start_node(0);
+    wait_until_served(&alice, &on_a).await;
+    let present = own_timestamps(&alice, &on_a).await;
+    let missing: Vec<&i64> = acknowledged.difference(&present).collect();
+    eprintln!(
+        "worker SIGKILL: {} conditions acknowledged, {} present after restart, {} missing",
+        acknowledged.len(),
+        present.len(),
+        missing.len()
+    );
+    assert!(missing.is_empty(), "acknowledged conditions lost: {missing:?}");
+    let log = cluster.node_log(0);
+    assert!(log.contains("log replayed"), "the restarted worker replayed its log");
+    assert!(
+        !log.contains("resetting it") && !cluster.node_log(2).contains("worker lost its state"),
+        "the restarted worker kept its generation, so the coordinator did not reset it"
+    );
+    cluster.assert_no_crash();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_log_tail_is_truncated_and_reported_and_earlier_records_survive() {
+    let mut cluster = spawn_cluster_with(durable()).await;
+    let alice = cluster.sign_in("alice").await;
+    let uuid = cluster.known_uuid('6', 32);
+    alice.register(&uuid, "torn", None).await.json(201);
+    let mut posted = BTreeSet::new();
+    for serial in 0..10 {
+        posted.extend(post_own_batch(&cluster.workers[0], &uuid, 0, serial).await);
+    }
+    wait_for_own_conditions(&alice, &uuid, posted.len()).await;
+    cluster.kill_node(0);
+
+    // A record cut short by the crash: its header promises more bytes than follow.
+    let log_path = cluster.data_dir(0).join("worker-a.wal");
+    let intact = std::fs::metadata(&log_path).unwrap().len();
+    let mut torn = 400u32.to_le_bytes().to_vec();
+    torn.extend([0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7]);
+    let mut bytes = std::fs::read(&log_path).unwrap();
+    bytes.extend(&torn);
+    std::fs::write(&log_path, &bytes).unwrap();
+
+    cluster.start_node(0);
+    wait_until_served(&alice, &uuid).await;
+    assert_eq!(own_timestamps(&alice, &uuid).await, posted);
+    let log = cluster.node_log(0);
+    assert!(
+        log.contains("log tail torn or corrupt; truncating it"),
+        "the truncation is reported"
+    );
+    assert!(log.contains(&format!("truncated_bytes={}", torn.len())), "{log}");
+    assert!(
+        std::fs::metadata(&log_path).unwrap().len() >= intact,
+        "only the torn tail was cut"
+    );
+
+    // Corrupt a byte inside the last record: that record and nothing after it is dropped.
+    cluster.kill_node(0);
+    let mut bytes = std::fs::read(&log_path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&log_path, &bytes).unwrap();
+    cluster.start_node(0);
+    wait_until_served(&alice, &uuid).await;
+    assert!(cluster.node_log(0).matches("checksum mismatch").count() == 1);
+    cluster.assert_no_crash();
+}

@@ -1,0 +1,598 @@
+//! The append-only log (write-ahead log) both node kinds use for durability.
+//!
+//! A log file is a sequence of records, each `u32 length (LE) | u32 crc32 of
+//! the payload (LE) | payload`. [`read_log`] stops at the first record that is
+//! torn (shorter than its header says), corrupt (checksum mismatch) or empty
+//! (a zero-filled tail left by a crash looks like length 0), reports it with
+//! tracing, and truncates the file there: what follows is never replayed.
+//!
+//! [`Wal`] is the writer: an actor owning the file behind a bounded channel.
+//! Callers frame and checksum their own payload (so that work is spread over
+//! the request threads), send it, and wait until it is written. The actor
+//! takes everything queued at once and writes it with one `write` (group
+//! commit); under [`FsyncPolicy::Always`] it also `fdatasync`s before
+//! acknowledging the group, under [`FsyncPolicy::Interval`] it acknowledges
+//! once the OS has the bytes and syncs at most every interval, under
+//! [`FsyncPolicy::Never`] it leaves flushing to the OS.
+//!
+//! Snapshots keep replay bounded: [`Wal::snapshot`] (and the actor itself, once
+//! the file grows past its threshold) asks the owner's snapshot function for
+//! one record holding the whole state, writes it to a fresh file, syncs it and
+//! renames it over the log. The function runs inside the actor, after every
+//! record queued before it was written, so each change is in the snapshot or
+//! after it in the new file (a change may be in both: replay must be idempotent).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+
+/// Bytes before each payload: length and checksum.
+pub const HEADER_BYTES: usize = 8;
+/// Larger records are refused on write and treated as corrupt on read.
+pub const MAX_RECORD_BYTES: usize = 1 << 30;
+/// Records queued for the writer before senders wait.
+const QUEUE_DEPTH: usize = 4096;
+/// At most this many bytes per group write.
+const GROUP_BYTES: usize = 8 << 20;
+
+/// When the log is flushed to stable storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// `fdatasync` before acknowledging each group: an acknowledged record survives power loss.
+    Always,
+    /// Acknowledge once written to the OS; `fdatasync` at most this often.
+    Interval(Duration),
+    /// Acknowledge once written to the OS; never sync (survives a process crash, not power loss).
+    Never,
+}
+
+impl FromStr for FsyncPolicy {
+    type Err = String;
+
+    /// `always`, `never`, or `<N>ms` (for example `10ms`).
+    fn from_str(text: &str) -> Result<FsyncPolicy, String> {
+        match text {
+            "always" => Ok(FsyncPolicy::Always),
+            "never" => Ok(FsyncPolicy::Never),
+            other => other
+                .strip_suffix("ms")
+                .and_then(|millis| millis.parse::<u64>().ok())
+                .filter(|millis| *millis > 0)
+                .map(|millis| FsyncPolicy::Interval(Duration::from_millis(millis)))
+                .ok_or_else(|| format!("unknown fsync policy {text:?}: expected always, never or <N>ms")),
+        }
+    }
+}
+
+impl std::fmt::Display for FsyncPolicy {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FsyncPolicy::Always => formatter.write_str("always"),
+            FsyncPolicy::Never => formatter.write_str("never"),
+            FsyncPolicy::Interval(interval) => write!(formatter, "{}ms", interval.as_millis()),
+        }
+    }
+}
+
+/// Frames `payload` as one record (header + payload).
+pub fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(HEADER_BYTES + payload.len());
+    record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    record.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    record.extend_from_slice(payload);
+    record
+}
+
+/// What [`read_log`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReadReport {
+    /// Valid records handed to the callback.
+    pub records: u64,
+    /// Bytes of those records (the file's length after truncation).
+    pub valid_bytes: u64,
+    /// Bytes cut off the end because they were torn or corrupt.
+    pub truncated_bytes: u64,
+}
+
+/// Calls `apply` with each valid record's payload in order, stops at the first
+/// torn or corrupt one and truncates the file there. A missing file is an empty log.
+pub fn read_log(path: &Path, mut apply: impl FnMut(&[u8])) -> io::Result<ReadReport> {
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(mut file) => {
+            file.read_to_end(&mut bytes)?;
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(ReadReport::default()),
+        Err(error) => return Err(error),
+    }
+    let mut report = ReadReport::default();
+    let mut offset = 0usize;
+    let problem = loop {
+        let rest = &bytes[offset..];
+        if rest.is_empty() {
+            break None;
+        }
+        if rest.len() < HEADER_BYTES {
+            break Some("torn header");
+        }
+        let length = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
+        let checksum = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
+        if length == 0 || length > MAX_RECORD_BYTES {
+            break Some("bad length");
+        }
+        let Some(payload) = rest.get(HEADER_BYTES..HEADER_BYTES + length) else {
+            break Some("torn record");
+        };
+        if crc32fast::hash(payload) != checksum {
+            break Some("checksum mismatch");
+        }
+        apply(payload);
+        report.records += 1;
+        offset += HEADER_BYTES + length;
+    };
+    report.valid_bytes = offset as u64;
+    report.truncated_bytes = (bytes.len() - offset) as u64;
+    if let Some(problem) = problem {
+        tracing::warn!(
+            path = %path.display(),
+            problem,
+            offset,
+            truncated_bytes = report.truncated_bytes,
+            records_kept = report.records,
+            "log tail torn or corrupt; truncating it"
+        );
+        let file = OpenOptions::new().write(true).open(path)?;
+        file.set_len(offset as u64)?;
+        file.sync_all()?;
+    }
+    Ok(report)
+}
+
+/// Builds one record holding the owner's whole state (see the module doc).
+pub type SnapshotFn = Arc<dyn Fn() -> Vec<u8> + Send + Sync>;
+
+/// How a [`Wal`] writes.
+#[derive(Clone)]
+pub struct WalOptions {
+    pub policy: FsyncPolicy,
+    /// Snapshot once the file is larger than this (and than twice the last snapshot).
+    pub compact_after_bytes: u64,
+    pub snapshot: SnapshotFn,
+}
+
+/// Why an append was not acknowledged.
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    #[error("writing the log failed: {0}")]
+    Io(String),
+    #[error("the log writer stopped")]
+    Stopped,
+    #[error("record of {0} bytes is too large")]
+    TooLarge(usize),
+}
+
+enum Command {
+    Append {
+        record: Vec<u8>,
+        done: oneshot::Sender<Result<(), String>>,
+    },
+    Snapshot {
+        done: oneshot::Sender<Result<(), String>>,
+    },
+}
+
+/// Cheap-clone handle to the log writer.
+#[derive(Clone)]
+pub struct Wal {
+    sender: mpsc::Sender<Command>,
+}
+
+impl Wal {
+    /// Opens `path` for appending (creating it) and starts the writer on the current runtime.
+    pub fn open(path: &Path, options: WalOptions) -> io::Result<Wal> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let size = file.metadata()?.len();
+        let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
+        let writer = Writer {
+            path: path.to_owned(),
+            file: Arc::new(file),
+            size,
+            compact_at: options.compact_after_bytes.max(size.saturating_mul(2)),
+            options,
+            dirty: false,
+            last_sync: Instant::now(),
+        };
+        tokio::spawn(writer.run(receiver));
+        Ok(Wal { sender })
+    }
+
+    /// Appends one record; returns once it is written (and synced, under `always`).
+    pub async fn append(&self, payload: &[u8]) -> Result<(), WalError> {
+        if payload.is_empty() || payload.len() > MAX_RECORD_BYTES {
+            return Err(WalError::TooLarge(payload.len()));
+        }
+        let (done, acknowledged) = oneshot::channel();
+        let record = frame(payload);
+        self.sender
+            .send(Command::Append { record, done })
+            .await
+            .map_err(|_| WalError::Stopped)?;
+        acknowledged.await.map_err(|_| WalError::Stopped)?.map_err(WalError::Io)
+    }
+
+    /// Replaces the log with a snapshot of the state as it is once every record
+    /// queued before this call is written (used after a reset: a fresh log).
+    pub async fn snapshot(&self) -> Result<(), WalError> {
+        let (done, acknowledged) = oneshot::channel();
+        self.sender
+            .send(Command::Snapshot { done })
+            .await
+            .map_err(|_| WalError::Stopped)?;
+        acknowledged.await.map_err(|_| WalError::Stopped)?.map_err(WalError::Io)
+    }
+}
+
+struct Writer {
+    path: PathBuf,
+    file: Arc<File>,
+    size: u64,
+    compact_at: u64,
+    options: WalOptions,
+    /// Written since the last sync.
+    dirty: bool,
+    last_sync: Instant,
+}
+
+impl Writer {
+    async fn run(mut self, mut receiver: mpsc::Receiver<Command>) {
+        let tick = match self.options.policy {
+            FsyncPolicy::Interval(interval) => interval,
+            _ => Duration::from_secs(3600),
+        };
+        let mut ticker = tokio::time::interval(tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                command = receiver.recv() => {
+                    let Some(command) = command else { break };
+                    self.handle(command, &mut receiver).await;
+                }
+                _ = ticker.tick(), if self.dirty => {
+                    self.sync().await;
+                }
+            }
+        }
+        if self.dirty {
+            self.sync().await;
+        }
+    }
+
+    /// Writes `first` and whatever else is queued as one group; a snapshot request ends the group.
+    async fn handle(&mut self, first: Command, receiver: &mut mpsc::Receiver<Command>) {
+        let mut buffer = Vec::new();
+        let mut waiting = Vec::new();
+        let mut snapshot = None;
+        let mut next = Some(first);
+        while let Some(command) = next.take() {
+            match command {
+                Command::Append { record, done } => {
+                    buffer.extend_from_slice(&record);
+                    waiting.push(done);
+                }
+                Command::Snapshot { done } => {
+                    snapshot = Some(done);
+                    break;
+                }
+            }
+            if buffer.len() < GROUP_BYTES {
+                next = receiver.try_recv().ok();
+            }
+        }
+        if !buffer.is_empty() {
+            let sync = self.options.policy == FsyncPolicy::Always;
+            let file = self.file.clone();
+            let length = buffer.len() as u64;
+            let written = tokio::task::spawn_blocking(move || -> io::Result<()> {
+                (&*file).write_all(&buffer)?;
+                if sync {
+                    file.sync_data()?;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|error| error.to_string())
+            .and_then(|result| result.map_err(|error| error.to_string()));
+            if let Err(error) = &written {
+                tracing::error!(%error, path = %self.path.display(), "log write failed");
+            }
+            self.size += length;
+            self.dirty = !sync;
+            if sync {
+                self.last_sync = Instant::now();
+            }
+            for done in waiting {
+                let _ = done.send(written.clone());
+            }
+        }
+        if let Some(done) = snapshot {
+            let result = self.write_snapshot().await;
+            let _ = done.send(result);
+        } else if self.size > self.compact_at {
+            if let Err(error) = self.write_snapshot().await {
+                tracing::error!(%error, "log compaction failed");
+            }
+        }
+    }
+
+    async fn sync(&mut self) {
+        let file = self.file.clone();
+        match tokio::task::spawn_blocking(move || file.sync_data()).await {
+            Ok(Ok(())) => {
+                self.dirty = false;
+                self.last_sync = Instant::now();
+            }
+            Ok(Err(error)) => tracing::error!(%error, "log sync failed"),
+            Err(error) => tracing::error!(%error, "log sync task failed"),
+        }
+    }
+
+    /// Writes a snapshot to `<log>.next`, syncs it, renames it over the log and syncs the directory.
+    async fn write_snapshot(&mut self) -> Result<(), String> {
+        let started = Instant::now();
+        let path = self.path.clone();
+        let snapshot = self.options.snapshot.clone();
+        let (file, size) = tokio::task::spawn_blocking(move || -> io::Result<(File, u64)> {
+            let payload = snapshot();
+            let next = path.with_extension("next");
+            let mut file = File::create(&next)?;
+            let record = frame(&payload);
+            file.write_all(&record)?;
+            file.sync_all()?;
+            std::fs::rename(&next, &path)?;
+            if let Some(directory) = path.parent() {
+                File::open(directory)?.sync_all()?;
+            }
+            let file = OpenOptions::new().append(true).open(&path)?;
+            Ok((file, record.len() as u64))
+        })
+        .await
+        .map_err(|error| error.to_string())?
+        .map_err(|error| error.to_string())?;
+        self.file = Arc::new(file);
+        self.size = size;
+        self.dirty = false;
+        self.compact_at = self.options.compact_after_bytes.max(size.saturating_mul(2));
+        tracing::info!(
+            path = %self.path.display(),
+            bytes = size,
+            millis = started.elapsed().as_millis() as u64,
+            "log snapshot written"
+        );
+        Ok(())
+    }
+}
+
+/// Little-endian encoder for record payloads.
+#[derive(Debug, Default)]
+pub struct Encoder {
+    pub bytes: Vec<u8>,
+}
+
+impl Encoder {
+    pub fn new(tag: u8) -> Encoder {
+        Encoder { bytes: vec![tag] }
+    }
+    pub fn u8(&mut self, value: u8) -> &mut Self {
+        self.bytes.push(value);
+        self
+    }
+    pub fn u32(&mut self, value: u32) -> &mut Self {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+    pub fn u64(&mut self, value: u64) -> &mut Self {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+    pub fn i64(&mut self, value: i64) -> &mut Self {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+    /// Length (u32) then the bytes.
+    pub fn bytes(&mut self, value: &[u8]) -> &mut Self {
+        self.u32(value.len() as u32);
+        self.bytes.extend_from_slice(value);
+        self
+    }
+    pub fn str(&mut self, value: &str) -> &mut Self {
+        self.bytes(value.as_bytes())
+    }
+}
+
+/// Reads what [`Encoder`] wrote; every getter is `None` past the end.
+#[derive(Debug)]
+pub struct Decoder<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Decoder<'a> {
+    pub fn new(payload: &'a [u8]) -> Decoder<'a> {
+        Decoder { rest: payload }
+    }
+    fn take(&mut self, count: usize) -> Option<&'a [u8]> {
+        if self.rest.len() < count {
+            return None;
+        }
+        let (head, tail) = self.rest.split_at(count);
+        self.rest = tail;
+        Some(head)
+    }
+    pub fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|bytes| bytes[0])
+    }
+    pub fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|bytes| u32::from_le_bytes(bytes.try_into().expect("4 bytes")))
+    }
+    pub fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .map(|bytes| u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+    }
+    pub fn i64(&mut self) -> Option<i64> {
+        self.take(8)
+            .map(|bytes| i64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+    }
+    pub fn bytes(&mut self) -> Option<&'a [u8]> {
+        let length = self.u32()? as usize;
+        self.take(length)
+    }
+    pub fn str(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.rest.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let directory = std::env::temp_dir().join(format!("wal-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap();
+        directory.join("test.wal")
+    }
+
+    fn records(path: &Path) -> (Vec<Vec<u8>>, ReadReport) {
+        let mut seen = Vec::new();
+        let report = read_log(path, |payload| seen.push(payload.to_vec())).unwrap();
+        (seen, report)
+    }
+
+    fn options(policy: FsyncPolicy, snapshot: &'static [u8]) -> WalOptions {
+        WalOptions {
+            policy,
+            compact_after_bytes: u64::MAX,
+            snapshot: Arc::new(move || snapshot.to_vec()),
+        }
+    }
+
+    #[test]
+    fn policies_parse_and_print() {
+        assert_eq!("always".parse(), Ok(FsyncPolicy::Always));
+        assert_eq!("never".parse(), Ok(FsyncPolicy::Never));
+        assert_eq!("25ms".parse(), Ok(FsyncPolicy::Interval(Duration::from_millis(25))));
+        assert!("0ms".parse::<FsyncPolicy>().is_err());
+        assert!("sometimes".parse::<FsyncPolicy>().is_err());
+        assert_eq!(FsyncPolicy::Interval(Duration::from_millis(25)).to_string(), "25ms");
+    }
+
+    #[tokio::test]
+    async fn appended_records_read_back_in_order_under_every_policy() {
+        for policy in [
+            FsyncPolicy::Always,
+            FsyncPolicy::Never,
+            FsyncPolicy::Interval(Duration::from_millis(5)),
+        ] {
+            let path = scratch(&format!("order-{policy}"));
+            let wal = Wal::open(&path, options(policy, b"snap")).unwrap();
+            let appends: Vec<_> = (0..100u32)
+                .map(|index| {
+                    let wal = wal.clone();
+                    async move { wal.append(&index.to_le_bytes()).await }
+                })
+                .collect();
+            for append in appends {
+                append.await.unwrap();
+            }
+            let (seen, report) = records(&path);
+            assert_eq!(report.records, 100);
+            assert_eq!(report.truncated_bytes, 0);
+            assert_eq!(seen[42], 42u32.to_le_bytes());
+        }
+    }
+
+    #[test]
+    fn a_torn_or_corrupt_tail_is_truncated_and_never_replayed() {
+        let path = scratch("torn");
+        let mut bytes = frame(b"first");
+        bytes.extend(frame(b"second"));
+        let good = bytes.len();
+        bytes.extend(&frame(b"third-torn")[..9]);
+        std::fs::write(&path, &bytes).unwrap();
+        let (seen, report) = records(&path);
+        assert_eq!(seen, vec![b"first".to_vec(), b"second".to_vec()]);
+        assert_eq!(report.truncated_bytes, 9);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), good as u64);
+
+        let mut corrupt = frame(b"first");
+        let mut flipped = frame(b"second");
+        *flipped.last_mut().unwrap() ^= 1;
+        corrupt.extend(flipped);
+        corrupt.extend(frame(b"after the corruption"));
+        std::fs::write(&path, &corrupt).unwrap();
+        let (seen, _) = records(&path);
+        assert_eq!(
+            seen,
+            vec![b"first".to_vec()],
+            "nothing after a corrupt record is replayed"
+        );
+
+        let mut zeros = frame(b"first");
+        zeros.extend([0u8; 64]);
+        std::fs::write(&path, &zeros).unwrap();
+        let (seen, report) = records(&path);
+        assert_eq!(
+            (seen.len(), report.truncated_bytes),
+            (1, 64),
+            "a zero-filled tail is not a record"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_replaces_the_log_and_later_appends_follow_it() {
+        let path = scratch("snapshot");
+        let wal = Wal::open(&path, options(FsyncPolicy::Always, b"whole state")).unwrap();
+        wal.append(b"old").await.unwrap();
+        wal.snapshot().await.unwrap();
+        wal.append(b"new").await.unwrap();
+        let (seen, _) = records(&path);
+        assert_eq!(seen, vec![b"whole state".to_vec(), b"new".to_vec()]);
+    }
+
+    #[tokio::test]
+    async fn the_writer_compacts_a_log_past_its_threshold() {
+        let path = scratch("compact");
+        let mut options = options(FsyncPolicy::Never, b"compacted");
+        options.compact_after_bytes = 1000;
+        let wal = Wal::open(&path, options).unwrap();
+        for _ in 0..30 {
+            wal.append(&[7u8; 100]).await.unwrap();
+        }
+        let (seen, _) = records(&path);
+        assert_eq!(seen[0], b"compacted".to_vec());
+        assert!(std::fs::metadata(&path).unwrap().len() < 1200);
+    }
+
+    #[test]
+    fn encoder_and_decoder_agree() {
+        let mut encoder = Encoder::new(9);
+        encoder.u32(7).i64(-3).u64(u64::MAX).str("héllo").bytes(&[1, 2]);
+        let mut decoder = Decoder::new(&encoder.bytes);
+        assert_eq!(decoder.u8(), Some(9));
+        assert_eq!(decoder.u32(), Some(7));
+        assert_eq!(decoder.i64(), Some(-3));
+        assert_eq!(decoder.u64(), Some(u64::MAX));
+        assert_eq!(decoder.str(), Some("héllo"));
+        assert_eq!(decoder.bytes(), Some(&[1u8, 2][..]));
+        assert!(decoder.is_empty());
+        assert_eq!(decoder.u8(), None);
+    }
+}
