@@ -8,6 +8,8 @@
 
 #[path = "cluster/durability.rs"]
 mod durability;
+#[path = "cluster/security.rs"]
+mod security;
 mod support;
 
 use std::collections::BTreeSet;

@@ -61,7 +61,10 @@ async fn sign_in(State(app): State<AppState>, headers: HeaderMap) -> Result<Resp
     Ok((StatusCode::OK, [(header::SET_COOKIE, cookie)]).into_response())
 }
 
-/// ES256 only; `exp` and `nbf` checked when present (no leeway); a future `iat` is refused.
+/// ES256 only. Time claims are checked here, as Go's verifier does (no leeway): an
+/// expired `exp` or a future `nbf` or `iat` is refused; a token without them is accepted.
+/// A time claim that is not a number is refused (the library would skip it, so a
+/// token whose `exp` is a string or a fraction would never expire).
 fn verify_jwt(token: &str, key: &jsonwebtoken::DecodingKey) -> Result<String, ApiError> {
     let mut validation = Validation::new(Algorithm::ES256);
     validation.leeway = 0;
@@ -71,11 +74,20 @@ fn verify_jwt(token: &str, key: &jsonwebtoken::DecodingKey) -> Result<String, Ap
     let claims = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, key, &validation)
         .map_err(|_| ApiError::Forbidden)?
         .claims;
-    if let Some(issued_at) = claims.get("iat") {
-        let issued_at = issued_at.as_f64().ok_or(ApiError::Forbidden)?;
-        if issued_at > jsonwebtoken::get_current_timestamp() as f64 {
-            return Err(ApiError::Forbidden);
-        }
+    let time_claim = |name: &str| match claims.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .as_f64()
+            .filter(|seconds| seconds.is_finite())
+            .map(Some)
+            .ok_or(ApiError::Forbidden),
+    };
+    let now = jsonwebtoken::get_current_timestamp() as f64;
+    if time_claim("exp")?.is_some_and(|expires| now > expires)
+        || time_claim("nbf")?.is_some_and(|not_before| now < not_before)
+        || time_claim("iat")?.is_some_and(|issued| now < issued)
+    {
+        return Err(ApiError::Forbidden);
     }
     match claims.get("jia_user_id") {
         Some(serde_json::Value::String(user)) => Ok(user.clone()),

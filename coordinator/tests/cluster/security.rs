@@ -1,0 +1,882 @@
+//! Security and bad input, through the real nodes: the cluster secret on every internal
+//! route of every node, nginx never routing them, sign-in tokens an attacker could craft,
+//! forged session cookies, an isolation probe over every initial ISU, and the limits on
+//! oversized or out-of-range input (a clear 4xx, never a 5xx or a crash).
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use shared::dataset::generated::VIRTUAL_START;
+use shared::protocol::{
+    COORDINATOR_LATEST, HEALTH, METRICS, PPROF_LAST, PPROF_PROFILE, SECRET_HEADER, WORKER_PROVISIONAL, WORKER_PUBLISH,
+    WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+};
+use shared::session::{SessionKey, COOKIE_NAME};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::support::*;
+
+/// The public key the nodes verify sign-in tokens with, for the key-confusion attack.
+const PROJECT_PUBLIC_KEY_PEM: &str = include_str!("../../../keys/jwt-public.pem");
+/// The body of every refusal of an internal route.
+const SECRET_REQUIRED: &str = "cluster secret required";
+
+// ------------------------------------------------------------------ the cluster secret
+
+/// One internal or debug route of one node, with a body that would do harm if accepted.
+struct InternalRequest {
+    node: String,
+    method: reqwest::Method,
+    path: &'static str,
+    body: Option<Value>,
+}
+
+/// The generation a node reports on `/healthz` (public on the node, hidden by nginx).
+async fn generation_of(client: &reqwest::Client, node: &str) -> u64 {
+    let health: Value = client
+        .get(format!("{node}{HEALTH}"))
+        .send()
+        .await
+        .expect("healthz answers")
+        .json()
+        .await
+        .expect("healthz is JSON");
+    health["generation"].as_u64().expect("a generation")
+}
+
+/// Every internal, metrics and profiling route of the three nodes, each with a message of
+/// the current generation that would change the data if the node accepted it.
+async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<InternalRequest> {
+    let client = cluster.raw_client();
+    let isu1 = &dataset().isus[0];
+    let coordinator_generation = generation_of(&client, &cluster.coordinator).await;
+    let mut requests = vec![InternalRequest {
+        node: cluster.coordinator.clone(),
+        method: reqwest::Method::POST,
+        path: COORDINATOR_LATEST,
+        body: Some(
+            json!({"generation": coordinator_generation, "items": [{"uuid": isu1.uuid, "condition":
+            {"timestamp": VIRTUAL_START + 999_999, "flags": 15, "message": "forged"}}]}),
+        ),
+    }];
+    for worker in &cluster.workers {
+        let generation = generation_of(&client, worker).await;
+        let victim = dataset()
+            .isus
+            .iter()
+            .find(|isu| cluster.workers[shard_index(&isu.uuid)] == *worker)
+            .expect("each worker owns initial ISUs");
+        let post = |path, body| InternalRequest {
+            node: worker.clone(),
+            method: reqwest::Method::POST,
+            path,
+            body: Some(body),
+        };
+        requests.push(post(
+            WORKER_RESET,
+            json!({"generation": generation, "users": [], "isus": []}),
+        ));
+        requests.push(post(
+            WORKER_USERS,
+            json!({"generation": generation, "users": ["intruder"]}),
+        ));
+        requests.push(post(
+            WORKER_PROVISIONAL,
+            json!({"generation": generation, "id": 999, "uuid": unregistered, "owner": "intruder", "name": "x"}),
+        ));
+        requests.push(post(
+            WORKER_PUBLISH,
+            json!({"generation": generation, "uuid": unregistered, "id": 999, "character": "すなお"}),
+        ));
+        requests.push(post(
+            WORKER_ROLLBACK,
+            json!({"generation": generation, "id": victim.id, "uuid": victim.uuid}),
+        ));
+    }
+    for node in [&cluster.coordinator, &cluster.workers[0], &cluster.workers[1]] {
+        for path in [METRICS, PPROF_LAST, "/debug/pprof/profile?seconds=1"] {
+            requests.push(InternalRequest {
+                node: node.clone(),
+                method: reqwest::Method::GET,
+                path,
+                body: None,
+            });
+        }
+    }
+    assert!(requests.iter().any(|request| request.path.starts_with(PPROF_PROFILE)));
+    requests
+}
+
+/// Credentials that are not the cluster secret, each as (header name, value).
+fn wrong_credentials(secret: &str) -> Vec<Option<(&'static str, String)>> {
+    let mut shorter = secret.to_owned();
+    shorter.pop();
+    vec![
+        None,
+        Some((SECRET_HEADER, String::new())),
+        Some((SECRET_HEADER, "wrong".to_owned())),
+        Some((SECRET_HEADER, shorter.clone())),
+        Some((SECRET_HEADER, format!("{secret}x"))),
+        Some((SECRET_HEADER, secret.to_uppercase())),
+        Some(("authorization", format!("Bearer {shorter}"))),
+        Some(("authorization", format!("bearer {secret}"))),
+        Some(("authorization", format!("Bearer  {secret}"))),
+        Some(("authorization", secret.to_owned())),
+        Some(("authorization", format!("Basic {}", URL_SAFE_NO_PAD.encode(secret)))),
+        Some(("cookie", format!("{SECRET_HEADER}={secret}"))),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_internal_route_of_every_node_refuses_a_missing_or_wrong_secret() {
+    let mut cluster = spawn_cluster().await;
+    let client = cluster.raw_client();
+    let unregistered = cluster.known_uuid('6', 77);
+    let requests = every_internal_request(&cluster, &unregistered).await;
+    let credentials = wrong_credentials(&cluster.secret);
+    let mut refused = 0;
+    for request in &requests {
+        for credential in &credentials {
+            let url = format!("{}{}", request.node, request.path);
+            let mut builder = client.request(request.method.clone(), &url);
+            if let Some(body) = &request.body {
+                builder = builder.json(body);
+            }
+            if let Some((name, value)) = credential {
+                builder = builder.header(*name, value);
+            }
+            let response = builder.send().await.expect("the node answers");
+            let status = response.status();
+            let content_type = response
+                .headers()
+                .get("content-type")
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let body = response.text().await.unwrap_or_default();
+            assert_eq!(
+                (status.as_u16(), body.as_str()),
+                (401, SECRET_REQUIRED),
+                "{} {url} with {credential:?}",
+                request.method
+            );
+            assert!(content_type.starts_with("text/plain"), "{url}: {content_type}");
+            refused += 1;
+        }
+    }
+    assert_eq!(requests.len(), 1 + 2 * 5 + 3 * 3);
+    eprintln!(
+        "internal routes: {refused} requests without the right secret, all refused ({} routes × {} credentials)",
+        requests.len(),
+        credentials.len()
+    );
+
+    // Nothing of it took effect: the trend is the dataset's, every initial ISU is
+    // still served by its worker, the forged user does not exist, and the UUID the
+    // forged provisional registration named is free.
+    assert_eq!(parse_trend(&cluster.agent().trend().await.json(200)), expected_trend());
+    let isucon1 = cluster.sign_in("isucon1").await;
+    let isucon2 = cluster.sign_in("isucon2").await;
+    for isu in &dataset().isus {
+        let owner = match isu.owner.as_str() {
+            "isucon1" => &isucon1,
+            "isucon2" => &isucon2,
+            _ => continue,
+        };
+        assert!(
+            !owner.condition_items(&isu.uuid, FAR_FUTURE).await.is_empty(),
+            "{}",
+            isu.uuid
+        );
+    }
+    let alice = cluster.sign_in("alice").await;
+    assert_eq!(alice.register(&unregistered, "mine", None).await.json(201)["id"], 29);
+
+    // The same routes do take the right secret (either header): the guard is the secret.
+    for node in [&cluster.coordinator, &cluster.workers[0], &cluster.workers[1]] {
+        for (name, value) in [
+            (SECRET_HEADER, cluster.secret.clone()),
+            ("authorization", format!("Bearer {}", cluster.secret)),
+        ] {
+            let response = client
+                .get(format!("{node}{METRICS}"))
+                .header(name, value)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{node}{METRICS} with {name}");
+        }
+    }
+    let stale = client
+        .post(format!("{}{WORKER_USERS}", cluster.workers[0]))
+        .header(SECRET_HEADER, &cluster.secret)
+        .json(&json!({"generation": 1, "users": ["intruder"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        stale.status().as_u16(),
+        412,
+        "with the secret, only the generation is wrong"
+    );
+    cluster.assert_no_crash();
+}
+
+/// Sends one raw HTTP/1.1 request line and headers (no client-side normalisation of the
+/// path) and returns the status and the body's first bytes.
+async fn raw_request(address: &str, method: &str, target: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(address).await.expect("connecting");
+    let mut request = format!("{method} {target} HTTP/1.1\r\nHost: isucondition.test\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if method == "POST" {
+        request.push_str("Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+    } else {
+        request.push_str("\r\n");
+    }
+    stream.write_all(request.as_bytes()).await.expect("writing");
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut response))
+        .await
+        .expect("nginx answers within 5 s")
+        .expect("reading");
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("{method} {target:.200}: not an HTTP response: {text:.200}"));
+    let body = text.split_once("\r\n\r\n").map(|(_, body)| body).unwrap_or_default();
+    (status, body.chars().take(200).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
+    let Some(nginx) = nginx_binary() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("nginx is not installed (apt-get install -y nginx-light) and CI is set");
+        }
+        eprintln!("skipping: nginx is not installed (apt-get install -y nginx-light)");
+        return;
+    };
+    let mut cluster = spawn_cluster().await;
+    let web = fixture_front_end();
+    let (mut server, public) = super::public_nginx(&cluster, &nginx, &web.path).await;
+    let address = public.trim_start_matches("http://").to_owned();
+    let secret = cluster.secret.clone();
+    let bearer = format!("Bearer {secret}");
+    // Whoever calls the public server with the secret in both headers reaches no internal route.
+    let headers = [(SECRET_HEADER, secret.as_str()), ("Authorization", bearer.as_str())];
+    let mut targets: Vec<(&str, String)> = Vec::new();
+    for path in [
+        COORDINATOR_LATEST,
+        WORKER_RESET,
+        WORKER_USERS,
+        WORKER_PROVISIONAL,
+        WORKER_PUBLISH,
+        WORKER_ROLLBACK,
+    ] {
+        targets.push(("POST", path.to_owned()));
+        targets.push(("POST", format!("/{path}")));
+        targets.push(("POST", path.replacen("/internal/", "/%69nternal/", 1)));
+        targets.push(("POST", format!("/api/condition/../..{path}")));
+        targets.push(("POST", format!("/api/condition/0/%2e%2e/%2e%2e{path}")));
+        targets.push((
+            "POST",
+            format!("/api/condition/0/..%2F..%2F..{}", path.replace('/', "%2F")),
+        ));
+        targets.push(("POST", format!("/api/isu/0/../..{path}")));
+    }
+    for path in [METRICS, PPROF_LAST, "/debug/pprof/profile?seconds=1", HEALTH] {
+        targets.push(("GET", path.to_owned()));
+        targets.push(("GET", format!("/{path}")));
+        targets.push(("GET", format!("/./{}", &path[1..])));
+        targets.push(("GET", format!("/api/condition/../..{path}")));
+        targets.push(("GET", format!("/api/isu/0/%2e%2e/%2e%2e{path}")));
+        targets.push(("GET", path.replacen('/', "/%2F", 1)));
+    }
+    for (method, target) in &targets {
+        let (status, body) = raw_request(&address, method, target, &headers).await;
+        // nginx's own 404 (or the front end's index.html for a path it does not know):
+        // never a node's answer.
+        let served_index = status == 200 && body.starts_with("<!DOCTYPE html>\n<title>fixture</title>");
+        assert!(
+            status == 404 || status == 400 || served_index,
+            "{method} {target} through nginx: {status} {body:?}"
+        );
+        assert!(
+            !body.contains(SECRET_REQUIRED),
+            "{method} {target} reached a node: {body:?}"
+        );
+    }
+    eprintln!(
+        "nginx: {} spellings of internal routes, none reached a node",
+        targets.len()
+    );
+    server.assert_running();
+    assert_eq!(parse_trend(&cluster.agent().trend().await.json(200)), expected_trend());
+    let isucon1 = cluster.sign_in("isucon1").await;
+    assert_eq!(isucon1.isu_list().await.json(200), expected_isu_list("isucon1"));
+    cluster.assert_no_crash();
+}
+
+// ------------------------------------------------------------------ sign-in tokens
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// A compact JWT from a header and claims, with this signature segment.
+fn compact(header: &Value, claims: &Value, signature: &str) -> String {
+    format!(
+        "{}.{}.{signature}",
+        URL_SAFE_NO_PAD.encode(header.to_string()),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_refuses_alg_none_key_confusion_future_and_tampered_tokens() {
+    let mut cluster = spawn_cluster().await;
+    let now = unix_now();
+    let claims = json!({"jia_user_id": "isucon1", "iat": now - 1, "exp": now + 30});
+    let genuine = cluster.signer.sign_claims(&claims);
+    let genuine_signature = genuine.rsplit('.').next().unwrap().to_owned();
+    let hs256_with_public_key = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(PROJECT_PUBLIC_KEY_PEM.as_bytes()),
+    )
+    .unwrap();
+    let mut flipped = genuine.clone().into_bytes();
+    let last = flipped.len() - 2;
+    flipped[last] = if flipped[last] == b'A' { b'B' } else { b'A' };
+    let flipped = String::from_utf8(flipped).unwrap();
+
+    let forbidden: Vec<(&str, String)> = vec![
+        (
+            "alg none, no signature",
+            compact(&json!({"alg": "none", "typ": "JWT"}), &claims, ""),
+        ),
+        ("alg None", compact(&json!({"alg": "None", "typ": "JWT"}), &claims, "")),
+        (
+            "alg none with the genuine signature",
+            compact(&json!({"alg": "none"}), &claims, &genuine_signature),
+        ),
+        (
+            "alg es256 (lower case)",
+            compact(&json!({"alg": "es256"}), &claims, &genuine_signature),
+        ),
+        ("no alg", compact(&json!({"typ": "JWT"}), &claims, &genuine_signature)),
+        ("HS256 signed with the public key PEM", hs256_with_public_key),
+        (
+            "future iat",
+            cluster
+                .signer
+                .sign_claims(&json!({"jia_user_id": "isucon1", "iat": now + 60, "exp": now + 90})),
+        ),
+        (
+            "future nbf",
+            cluster
+                .signer
+                .sign_claims(&json!({"jia_user_id": "isucon1", "nbf": now + 60, "exp": now + 90})),
+        ),
+        (
+            "expired a second ago",
+            cluster
+                .signer
+                .sign_claims(&json!({"jia_user_id": "isucon1", "iat": now - 40, "exp": now - 2})),
+        ),
+        (
+            "exp a string",
+            cluster
+                .signer
+                .sign_claims(&json!({"jia_user_id": "isucon1", "exp": "never"})),
+        ),
+        (
+            "exp null",
+            cluster
+                .signer
+                .sign_claims(&json!({"jia_user_id": "isucon1", "exp": null})),
+        ),
+        (
+            "exp a fraction in the past",
+            cluster
+                .signer
+                .sign_claims(&json!({"jia_user_id": "isucon1", "exp": now as f64 - 10.5})),
+        ),
+        (
+            "nbf a string",
+            cluster
+                .signer
+                .sign_claims(&json!({"jia_user_id": "isucon1", "nbf": "0", "exp": now + 30})),
+        ),
+        ("signature byte changed", flipped),
+        (
+            "signature removed",
+            genuine.rsplit_once('.').unwrap().0.to_owned() + ".",
+        ),
+        ("signature only", genuine_signature.clone()),
+        ("two segments", genuine.rsplit_once('.').unwrap().0.to_owned()),
+        ("four segments", format!("{genuine}.{genuine_signature}")),
+        ("claims changed after signing", {
+            let (header, rest) = genuine.split_once('.').unwrap();
+            let signature = rest.split_once('.').unwrap().1;
+            let forged = json!({"jia_user_id": "isucon2", "iat": now - 1, "exp": now + 30});
+            format!("{header}.{}.{signature}", URL_SAFE_NO_PAD.encode(forged.to_string()))
+        }),
+    ];
+    for (case, token) in &forbidden {
+        for authorization in [token.clone(), format!("Bearer {token}")] {
+            let agent = cluster.agent();
+            let reply = agent.auth(Some(&authorization)).await;
+            assert_eq!(
+                (reply.status.as_u16(), reply.text()),
+                (403, "forbidden"),
+                "{case}: {authorization}"
+            );
+            assert!(reply.content_type.starts_with("text/plain"), "{case}");
+            assert!(reply.set_cookies.is_empty(), "{case} set a cookie");
+            agent.me().await.assert_error(401, NOT_SIGNED_IN);
+        }
+    }
+    // What Go's verifier accepts (§4.1): no exp at all, an iat/nbf in the past.
+    for claims in [
+        json!({"jia_user_id": "isucon1"}),
+        json!({"jia_user_id": "isucon1", "iat": now - 1, "nbf": now - 1, "exp": now + 30}),
+    ] {
+        let agent = cluster.agent();
+        agent
+            .auth(Some(&cluster.signer.sign_claims(&claims)))
+            .await
+            .assert_empty(200);
+        assert_eq!(
+            agent.me().await.json(200),
+            json!({"jia_user_id": "isucon1"}),
+            "{claims}"
+        );
+    }
+    cluster.assert_no_crash();
+}
+
+// ------------------------------------------------------------------ session cookies
+
+/// The session cookie's value from a `Set-Cookie` list.
+fn session_value(set_cookies: &[String]) -> String {
+    set_cookies
+        .iter()
+        .find_map(|cookie| cookie.strip_prefix(&format!("{COOKIE_NAME}=")))
+        .and_then(|rest| rest.split(';').next())
+        .expect("a session cookie")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_cookies_are_http_only_and_forged_ones_are_refused_on_every_node() {
+    let mut cluster = spawn_cluster().await;
+    let agent = cluster.agent();
+    let reply = agent.auth(Some(&cluster.signer.sign("isucon2"))).await;
+    reply.assert_empty(200);
+    let set_cookie = reply.set_cookies.join("\n");
+    for attribute in ["HttpOnly", "Path=/", "SameSite=Lax", "Max-Age=2592000"] {
+        assert!(set_cookie.contains(attribute), "{attribute} missing: {set_cookie}");
+    }
+    let genuine = session_value(&reply.set_cookies);
+    let leaving = cluster.sign_in("isucon2").await;
+    let signout = leaving.signout().await;
+    signout.assert_empty(200);
+    let cleared = signout.set_cookies.join("\n");
+    assert!(
+        cleared.contains("HttpOnly") && cleared.contains("Max-Age=0"),
+        "{cleared}"
+    );
+
+    // isucon1's ISUs on both workers, and what the forgeries try to reach.
+    let targets: Vec<String> = dataset_isus_of("isucon1")
+        .iter()
+        .flat_map(|isu| {
+            [
+                format!("/api/isu/{}", isu.uuid),
+                format!("/api/isu/{}/graph?datetime={VIRTUAL_START}", isu.uuid),
+                format!(
+                    "/api/condition/{}?end_time={FAR_FUTURE}&condition_level={ALL_LEVELS}",
+                    isu.uuid
+                ),
+            ]
+        })
+        .chain(["/api/user/me".to_owned(), "/api/isu".to_owned()])
+        .collect();
+    let (payload, signature) = genuine.rsplit_once('.').unwrap();
+    let (user, generation) = payload.split_once('.').unwrap();
+    let isucon1 = URL_SAFE_NO_PAD.encode("isucon1");
+    let other_key = SessionKey::from_secret("not-the-cluster-secret");
+    let generation_number = u64::from_str_radix(generation, 16).unwrap();
+    let mut signature_flipped = signature.to_owned().into_bytes();
+    signature_flipped[0] = if signature_flipped[0] == b'A' { b'B' } else { b'A' };
+    let forgeries: Vec<(&str, String)> = vec![
+        (
+            "user replaced",
+            format!("{COOKIE_NAME}={isucon1}.{generation}.{signature}"),
+        ),
+        (
+            "generation replaced",
+            format!("{COOKIE_NAME}={user}.{:x}.{signature}", generation_number ^ 1),
+        ),
+        (
+            "signature changed",
+            format!(
+                "{COOKIE_NAME}={payload}.{}",
+                String::from_utf8(signature_flipped).unwrap()
+            ),
+        ),
+        ("signature removed", format!("{COOKIE_NAME}={payload}")),
+        ("signature empty", format!("{COOKIE_NAME}={payload}.")),
+        (
+            "signature truncated",
+            format!("{COOKIE_NAME}={payload}.{}", &signature[..signature.len() / 2]),
+        ),
+        (
+            "signed with another key",
+            format!("{COOKIE_NAME}={}", other_key.sign("isucon1", generation_number)),
+        ),
+        ("plain user name", format!("{COOKIE_NAME}=isucon1")),
+        ("empty", format!("{COOKIE_NAME}=")),
+        ("another cookie name", format!("isucondition_go={genuine}")),
+        ("cookie name case", format!("{}={genuine}", COOKIE_NAME.to_uppercase())),
+    ];
+    let client = cluster.raw_client();
+    let routes = cluster.routes();
+    let mut probes = 0;
+    for (case, cookie) in &forgeries {
+        for target in &targets {
+            let response = client
+                .get(routes.url(target))
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let body = response.text().await.unwrap();
+            assert_eq!((status, body.as_str()), (401, NOT_SIGNED_IN), "{case}: {target}");
+            probes += 1;
+        }
+    }
+    eprintln!("forged cookies: {probes} requests, all 401");
+
+    // A forged cookie beside a genuine one changes nothing: the genuine user is used,
+    // and that user still cannot see isucon1's ISUs.
+    let genuine_cookie = format!("{COOKIE_NAME}={genuine}");
+    let mixed = format!("{}; {genuine_cookie}", forgeries[0].1);
+    let me = client
+        .get(routes.url("/api/user/me"))
+        .header("cookie", &mixed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(me.json::<Value>().await.unwrap(), json!({"jia_user_id": "isucon2"}));
+    for isu in dataset_isus_of("isucon1") {
+        let response = client
+            .get(routes.url(&format!("/api/isu/{}", isu.uuid)))
+            .header("cookie", &mixed)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 404);
+    }
+    cluster.assert_no_crash();
+}
+
+// ------------------------------------------------------------------ isolation
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolation_probe_every_initial_isu_every_endpoint_other_users_and_no_session() {
+    let mut cluster = spawn_cluster().await;
+    let mut users: Vec<String> = dataset().users.clone();
+    users.push("intruder".to_owned());
+    let mut agents = Vec::new();
+    for user in &users {
+        agents.push((user.clone(), cluster.sign_in(user).await));
+    }
+    let anonymous = cluster.agent();
+    assert_eq!(dataset().isus.len(), 28);
+
+    let mut probes = 0;
+    let mut leaks: Vec<String> = Vec::new();
+    let mut owner_reads = 0;
+    for isu in &dataset().isus {
+        let uuid = &isu.uuid;
+        let endpoints = [
+            format!("/api/isu/{uuid}"),
+            format!("/api/isu/{uuid}/icon"),
+            format!("/api/isu/{uuid}/graph?datetime={}", isu.conditions[0].timestamp),
+            format!("/api/condition/{uuid}?end_time={FAR_FUTURE}&condition_level={ALL_LEVELS}"),
+        ];
+        for endpoint in &endpoints {
+            for (user, agent) in &agents {
+                let reply = agent.get(endpoint).await;
+                if *user == isu.owner {
+                    // The probe is not vacuous: the owner reads it.
+                    assert_eq!(reply.status.as_u16(), 200, "owner {user}: {endpoint}");
+                    owner_reads += 1;
+                    continue;
+                }
+                probes += 1;
+                let refused = reply.status.as_u16() == 404
+                    && reply.text() == NOT_FOUND_ISU
+                    && reply.content_type.starts_with("text/plain");
+                if !refused {
+                    leaks.push(format!("{user} → {endpoint}: {} {:?}", reply.status, reply.text()));
+                }
+            }
+            probes += 1;
+            let reply = anonymous.get(endpoint).await;
+            let refused = reply.status.as_u16() == 401
+                && reply.text() == NOT_SIGNED_IN
+                && reply.content_type.starts_with("text/plain");
+            if !refused {
+                leaks.push(format!("no session → {endpoint}: {} {:?}", reply.status, reply.text()));
+            }
+        }
+    }
+    // No user's list names another user's ISU.
+    for (user, agent) in &agents {
+        let list = agent.isu_list().await.json(200);
+        for item in list.as_array().unwrap() {
+            let uuid = item["jia_isu_uuid"].as_str().unwrap();
+            let owner = &dataset().isus.iter().find(|isu| isu.uuid == uuid).unwrap().owner;
+            if owner != user {
+                leaks.push(format!("{user}'s ISU list names {uuid} of {owner}"));
+            }
+        }
+    }
+    eprintln!(
+        "isolation: {probes} probes of 28 ISUs × 4 endpoints by {} other users and no session; {owner_reads} owner reads; {} leaks",
+        users.len() - 1,
+        leaks.len()
+    );
+    assert!(leaks.is_empty(), "{} leaks:\n{}", leaks.len(), leaks.join("\n"));
+    assert_eq!(probes, 28 * 4 * users.len());
+    assert_eq!(owner_reads, 28 * 4);
+    cluster.assert_no_crash();
+}
+
+// ------------------------------------------------------------------ limits
+
+/// A JSON batch of `count` valid conditions from `first_timestamp`, one second apart.
+fn batch_of(count: usize, first_timestamp: i64, message: &str) -> String {
+    let items: Vec<Value> = (0..count as i64)
+        .map(|offset| {
+            json!({"is_sitting": false, "condition": INFO, "message": message, "timestamp": first_timestamp + offset})
+        })
+        .collect();
+    Value::Array(items).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_batches_bodies_and_strings_get_a_clear_4xx_and_store_nothing() {
+    let mut cluster = spawn_cluster().await;
+    let alice = cluster.sign_in("alice").await;
+    let device = cluster.agent();
+    // Conditions of these tests lie far before anything the simulated devices send.
+    let base = 1_000_000;
+    for (digit, serial) in [('0', 1), ('1', 2)] {
+        let uuid = cluster.known_uuid(digit, serial);
+        alice.register(&uuid, "limits", None).await.json(201);
+        let post = |body: String| {
+            let device = device.clone();
+            let path = format!("/api/condition/{uuid}");
+            async move { device.post_json(&path, &body).await }
+        };
+        post(batch_of(1_001, base, "m"))
+            .await
+            .assert_error(413, "too many conditions in one batch");
+        let oversized = format!("[{}]", " ".repeat(2 << 20));
+        post(oversized).await.assert_error(413, "request body too large");
+        let long_message = "m".repeat(256);
+        let mut mixed: Vec<Value> = serde_json::from_str(&batch_of(5, base, "ok")).unwrap();
+        mixed[4]["message"] = json!(long_message);
+        post(Value::Array(mixed).to_string())
+            .await
+            .assert_error(400, BAD_REQUEST_BODY);
+        let deep = "[".repeat(100_000);
+        post(deep).await.assert_error(400, BAD_REQUEST_BODY);
+        // Nothing of the refused batches was stored.
+        let window = format!(
+            "start_time={base}&end_time={}&condition_level={ALL_LEVELS}",
+            base + 10_000
+        );
+        assert_eq!(alice.conditions(&uuid, &window).await.json(200), json!([]));
+
+        // At the limits exactly, everything is stored.
+        post(batch_of(1_000, base, "m")).await.assert_empty(202);
+        let longest = "椅".repeat(255);
+        post(batch_of(1, base + 5_000, &longest)).await.assert_empty(202);
+        let items = alice.conditions(&uuid, &window).await.json(200);
+        assert_eq!(items[0]["message"], json!(longest));
+        assert_eq!(items.as_array().unwrap().len(), 20);
+    }
+
+    // Registration: names and UUIDs longer than the reference's columns, icons over the limit.
+    let activations = cluster.jia.activations().len();
+    let uuid = cluster.known_uuid('2', 3);
+    alice
+        .register(&uuid, &"n".repeat(256), None)
+        .await
+        .assert_error(400, "bad format: isu_name");
+    alice
+        .register(&format!("{uuid}0"), "name", None)
+        .await
+        .assert_error(400, "bad format: jia_isu_uuid");
+    let huge_icon = vec![0xffu8; (10 << 20) + 1];
+    alice
+        .register(&uuid, "name", Some(&huge_icon))
+        .await
+        .assert_error(413, "request body too large");
+    assert_eq!(cluster.jia.activations().len(), activations, "JIA was called");
+    assert_eq!(alice.isu_list().await.json(200).as_array().unwrap().len(), 2);
+    let longest_name = "椅".repeat(255);
+    let created = alice
+        .register(&uuid, &longest_name, Some(&[0xff; 1000]))
+        .await
+        .json(201);
+    assert_eq!(created["name"], json!(longest_name));
+
+    // /initialize is public; its body is bounded too.
+    let big = format!("{{\"jia_service_url\": \"{}\"}}", "x".repeat(3 << 20));
+    let reply = cluster.agent().post_json("/initialize", &big).await;
+    assert_eq!(reply.status.as_u16(), 413, "{}", reply.text());
+    cluster.assert_no_crash();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_query_values_and_huge_requests_get_a_4xx_or_an_empty_answer() {
+    let mut cluster = spawn_cluster().await;
+    let isucon1 = cluster.sign_in("isucon1").await;
+    let isu = dataset_isus_of("isucon1")[0];
+    let uuid = &isu.uuid;
+    let max = i64::MAX;
+    let min = i64::MIN;
+    let condition_cases: Vec<(String, Result<usize, &str>)> = vec![
+        (format!("end_time={max}&condition_level={ALL_LEVELS}"), Ok(20)),
+        (format!("end_time={min}&condition_level={ALL_LEVELS}"), Ok(0)),
+        (format!("end_time=-1&condition_level={ALL_LEVELS}"), Ok(0)),
+        (
+            format!("end_time={max}&start_time={min}&condition_level={ALL_LEVELS}"),
+            Ok(20),
+        ),
+        (
+            format!("end_time={min}&start_time={max}&condition_level={ALL_LEVELS}"),
+            Ok(0),
+        ),
+        (
+            format!("end_time={max}&start_time={max}&condition_level={ALL_LEVELS}"),
+            Ok(0),
+        ),
+        (
+            "end_time=9223372036854775808&condition_level=info".to_owned(),
+            Err("bad format: end_time"),
+        ),
+        (
+            "end_time=-9223372036854775809&condition_level=info".to_owned(),
+            Err("bad format: end_time"),
+        ),
+        (
+            "end_time=1e9&condition_level=info".to_owned(),
+            Err("bad format: end_time"),
+        ),
+        (
+            "end_time=1.5&condition_level=info".to_owned(),
+            Err("bad format: end_time"),
+        ),
+        (
+            format!("end_time={}&condition_level=info", "9".repeat(5_000)),
+            Err("bad format: end_time"),
+        ),
+        (
+            format!("end_time={max}&start_time=9223372036854775808&condition_level=info"),
+            Err("bad format: start_time"),
+        ),
+        (
+            format!("end_time={max}&condition_level={}", vec!["critical"; 3_000].join(",")),
+            Ok(isu
+                .conditions
+                .iter()
+                .filter(|c| c.flags.level() == shared::domain::Level::Critical)
+                .count()
+                .min(20)),
+        ),
+        (format!("end_time={max}&condition_level={}", "x,".repeat(10_000)), Ok(0)),
+        (format!("end_time={max}&condition_level=%00%ff%fe"), Ok(0)),
+    ];
+    for (query, expected) in &condition_cases {
+        let reply = isucon1.conditions(uuid, query).await;
+        match expected {
+            Ok(count) => assert_eq!(reply.json(200).as_array().unwrap().len(), *count, "{query:.120}"),
+            Err(message) => reply.assert_error(400, message),
+        }
+    }
+    for datetime in [
+        max.to_string(),
+        min.to_string(),
+        "9223372036854775808".to_owned(),
+        "1e3".to_owned(),
+    ] {
+        isucon1
+            .get(&format!("/api/isu/{uuid}/graph?datetime={datetime}"))
+            .await
+            .assert_error(400, "bad format: datetime");
+    }
+    for datetime in [-(1_i64 << 60), 1 << 60, -1, 0] {
+        let points = isucon1.graph(uuid, datetime).await.json(200);
+        let points = points.as_array().unwrap();
+        assert_eq!(points.len(), 24, "{datetime}");
+        assert_eq!(
+            points[0]["start_at"],
+            json!(datetime.div_euclid(3600) * 3600),
+            "{datetime}"
+        );
+    }
+
+    // Requests too large for the HTTP layer: a 4xx, and the node keeps serving.
+    let client = cluster.raw_client();
+    let routes = cluster.routes();
+    let long_query = format!("end_time={max}&condition_level={}", "info,".repeat(20_000));
+    let worker = cluster.workers[shard_index(uuid)]
+        .trim_start_matches("http://")
+        .to_owned();
+    let (status, _) = raw_request(&worker, "GET", &format!("/api/condition/{uuid}?{long_query}"), &[]).await;
+    assert_eq!(status, 414, "a 100 KB request target");
+    let huge_cookie = format!("{COOKIE_NAME}={}", "a".repeat(1 << 20));
+    for path in [
+        "/api/user/me",
+        &format!("/api/condition/{uuid}?end_time=1&condition_level=info"),
+    ] {
+        let answer = client.get(routes.url(path)).header("cookie", &huge_cookie).send().await;
+        // hyper answers 431 or closes the connection; either way no 2xx/5xx.
+        if let Ok(response) = answer {
+            assert!(
+                response.status().is_client_error(),
+                "{path} with a 1 MiB cookie: {}",
+                response.status()
+            );
+        }
+    }
+    let long_uuid = "0".repeat(30_000);
+    for path in [
+        format!("/api/isu/{long_uuid}"),
+        format!("/api/isu/{long_uuid}/icon"),
+        format!("/api/isu/{long_uuid}/graph?datetime=0"),
+        format!("/api/condition/{long_uuid}?end_time=1&condition_level=info"),
+    ] {
+        isucon1.get(&path).await.assert_error(404, NOT_FOUND_ISU);
+    }
+    assert_eq!(isucon1.isu_list().await.json(200), expected_isu_list("isucon1"));
+    cluster.assert_no_crash();
+}
