@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use shared::dataset::DatasetSource;
+use shared::wal::FsyncPolicy;
 
 /// The coordinator of the ISUCONDITION cluster: auth, users, ISU registration
 /// and metadata, the latest condition of every ISU, trend and ISU lists.
@@ -67,6 +68,14 @@ pub struct Config {
     /// JIA service URL used until `POST /initialize` sets one.
     #[arg(long, env = "ISU_JIA_SERVICE_URL", default_value = "http://localhost:5000")]
     pub jia_service_url: String,
+
+    /// Directory of the durable log (`coordinator.wal`: generation, users, registered ISUs and icons), replayed on start; without it everything is in memory only.
+    #[arg(long, env = "ISU_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// When the log reaches the disk: `always` (fsync each group commit before answering), `<N>ms` (answer once the OS has it, fsync every N ms) or `never` (the OS decides).
+    #[arg(long, env = "ISU_FSYNC", default_value = "always")]
+    pub fsync: FsyncPolicy,
 
     /// Number of Tokio worker threads (0 = one per core).
     #[arg(long, env = "ISU_THREADS", default_value_t = 0)]

@@ -4,6 +4,7 @@
 //! Layout:
 //! - [`config`]: command-line/environment configuration;
 //! - [`state`]: the in-memory state and the registration protocol;
+//! - [`journal`]: the durable log of users and registrations (`--data-dir`);
 //! - [`jia_client`]: the only code that talks to JIA;
 //! - [`worker_client`]: the only code that builds worker URLs;
 //! - [`routes`]: public API, frontend, internal and debug routes;
@@ -12,6 +13,7 @@
 pub mod config;
 pub mod error;
 pub mod jia_client;
+pub mod journal;
 pub mod routes;
 pub mod state;
 pub mod worker_client;
@@ -28,11 +30,14 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::jia_client::JiaClient;
-use crate::state::State;
+use crate::state::{Start, State};
 use crate::worker_client::WorkerClient;
 
 /// The project's own JWT verification key (tests and the bench sign with its private half).
 const PROJECT_JWT_PUBLIC_KEY: &[u8] = include_bytes!("../../keys/jwt-public.pem");
+
+/// The coordinator's log grows only with users and registrations; compact it past this size.
+const COMPACT_AFTER_BYTES: u64 = 256 << 20;
 
 /// Shared state of the handlers (cheap to clone).
 #[derive(Clone)]
@@ -67,15 +72,32 @@ impl Application {
             .await?
             .context("loading the dataset")?;
         tracing::info!(users = dataset.users.len(), isus = dataset.isus.len(), "dataset loaded");
-        let state = State::new(
+        let restored = match config.data_dir.clone() {
+            Some(data_dir) => tokio::task::spawn_blocking(move || journal::replay(&data_dir))
+                .await?
+                .context("replaying the coordinator's log")?,
+            None => None,
+        };
+        let mut state = State::new(
             dataset,
             Bytes::from(default_icon),
             SessionKey::from_secret(&config.cluster_secret),
             WorkerClient::new(&config.worker_a_url, &config.worker_b_url, &config.cluster_secret)?,
             JiaClient::new()?,
             [config.worker_a_device_url.clone(), config.worker_b_device_url.clone()],
-            config.jia_service_url.clone(),
+            match restored {
+                Some(restored) => Start::Restored(restored),
+                None => Start::Fresh {
+                    jia_service_url: config.jia_service_url.clone(),
+                },
+            },
         );
+        if let Some(data_dir) = &config.data_dir {
+            state.journal = journal::Journal::open(data_dir, config.fsync, COMPACT_AFTER_BYTES, state.snapshot_fn())
+                .context("opening the coordinator's log")?;
+            // The log starts with this run's generation (also compacts it).
+            state.journal.snapshot().await?;
+        }
         let listener = TcpListener::bind(config.listen).await?;
         Ok(Application {
             listener,

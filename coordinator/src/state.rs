@@ -26,6 +26,7 @@ use tokio::sync::watch;
 
 use crate::error::ApiError;
 use crate::jia_client::{ActivateError, JiaClient};
+use crate::journal::{Journal, LoggedIsu, Restored};
 use crate::worker_client::WorkerClient;
 
 /// The latest condition of an ISU, as pushed by its worker.
@@ -98,6 +99,8 @@ pub struct Generation {
     /// Registrations in flight, by UUID.
     pending: Mutex<HashMap<String, watch::Receiver<Outcome>>>,
     next_id: AtomicI64,
+    /// Ids from here on are registrations (below: the dataset's ISUs).
+    first_registered_id: i64,
     /// Bumped whenever the trend may have changed.
     trend_version: AtomicU64,
     /// The last built trend and the version it was built from. Requests only
@@ -117,6 +120,7 @@ impl Generation {
             all: RwLock::new(Vec::new()),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicI64::new(dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1),
+            first_registered_id: dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1,
             trend_version: AtomicU64::new(1),
             trend_cache: Mutex::new((0, Trend::default())),
             trend_rebuilding: AtomicBool::new(false),
@@ -147,6 +151,45 @@ impl Generation {
         }
         generation.rebuild_trend();
         generation
+    }
+
+    /// The dataset's generation `id` with the users and registered ISUs of a replayed log.
+    fn restored(restored: &Restored, dataset: &Dataset, default_icon: &Bytes) -> Generation {
+        let generation = Generation::from_dataset(restored.generation, dataset, default_icon);
+        generation.users.write().extend(restored.users.iter().cloned());
+        for isu in &restored.isus {
+            generation.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
+            generation.insert(Isu {
+                id: isu.id,
+                uuid: isu.uuid.clone(),
+                name: isu.name.clone(),
+                character: isu.character.clone(),
+                owner: isu.owner.clone(),
+                image: isu.image.clone().unwrap_or_else(|| default_icon.clone()),
+                latest: Mutex::new(None),
+            });
+        }
+        generation.rebuild_trend();
+        generation
+    }
+
+    /// What the log must hold to rebuild this generation: users and registered ISUs.
+    fn to_restored(&self, jia_service_url: &str, default_icon: &Bytes) -> Restored {
+        let mut users: Vec<String> = self.users.read().iter().cloned().collect();
+        users.sort();
+        let isus = self
+            .all
+            .read()
+            .iter()
+            .filter(|isu| isu.id >= self.first_registered_id)
+            .map(|isu| logged(isu, default_icon))
+            .collect();
+        Restored {
+            generation: self.id,
+            jia_service_url: jia_service_url.to_owned(),
+            users,
+            isus,
+        }
     }
 
     /// Adds an ISU (dataset loading); see [`Generation::publish`] for registrations.
@@ -275,6 +318,18 @@ impl Generation {
     }
 }
 
+/// An ISU as the log holds it (the default icon is not copied into the log).
+fn logged(isu: &Isu, default_icon: &Bytes) -> LoggedIsu {
+    LoggedIsu {
+        id: isu.id,
+        uuid: isu.uuid.clone(),
+        name: isu.name.clone(),
+        character: isu.character.clone(),
+        owner: isu.owner.clone(),
+        image: (isu.image != *default_icon).then(|| isu.image.clone()),
+    }
+}
+
 /// Clears a flag when dropped, also while unwinding from a panic.
 struct ClearOnDrop<'a>(&'a AtomicBool);
 
@@ -384,10 +439,22 @@ const WORKER_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a registration of a UUID waits for a concurrent one of the same UUID.
 const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
 
+/// Where the state comes from at start.
+pub enum Start {
+    /// A new generation of the dataset; JIA at this URL until `/initialize` sets one.
+    Fresh { jia_service_url: String },
+    /// The generation, users and registrations of a replayed log.
+    Restored(Restored),
+}
+
 /// The coordinator's whole state (wrapped in `Arc` by [`AppState`](crate::AppState)).
 pub struct State {
-    current: RwLock<Arc<Generation>>,
-    pub jia_service_url: RwLock<String>,
+    current: Arc<RwLock<Arc<Generation>>>,
+    pub jia_service_url: Arc<RwLock<String>>,
+    /// The durable log (disabled without `--data-dir`); set once before serving.
+    pub journal: Journal,
+    /// The generation came from the log: workers that still hold it keep their data.
+    restored: bool,
     dataset: Arc<Dataset>,
     pub default_icon: Bytes,
     pub session_key: SessionKey,
@@ -406,12 +473,24 @@ impl State {
         workers: WorkerClient,
         jia: JiaClient,
         device_urls: [String; 2],
-        jia_service_url: String,
+        start: Start,
     ) -> State {
-        let generation = Generation::from_dataset(new_generation_id(), &dataset, &default_icon);
+        let restored = matches!(start, Start::Restored(_));
+        let (generation, jia_service_url) = match start {
+            Start::Restored(restored) => (
+                Generation::restored(&restored, &dataset, &default_icon),
+                restored.jia_service_url,
+            ),
+            Start::Fresh { jia_service_url } => (
+                Generation::from_dataset(new_generation_id(), &dataset, &default_icon),
+                jia_service_url,
+            ),
+        };
         State {
-            current: RwLock::new(Arc::new(generation)),
-            jia_service_url: RwLock::new(jia_service_url),
+            current: Arc::new(RwLock::new(Arc::new(generation))),
+            jia_service_url: Arc::new(RwLock::new(jia_service_url)),
+            journal: Journal::default(),
+            restored,
             dataset: Arc::new(dataset),
             default_icon,
             session_key,
@@ -425,6 +504,17 @@ impl State {
 
     pub fn generation(&self) -> Arc<Generation> {
         self.current.read().clone()
+    }
+
+    /// Builds the log's snapshot record of the state as it is when called.
+    pub fn snapshot_fn(&self) -> shared::wal::SnapshotFn {
+        let (current, jia_service_url) = (self.current.clone(), self.jia_service_url.clone());
+        let default_icon = self.default_icon.clone();
+        Arc::new(move || {
+            let generation = current.read().clone();
+            let jia_service_url = jia_service_url.read().clone();
+            crate::journal::snapshot_record(&generation.to_restored(&jia_service_url, &default_icon))
+        })
     }
 
     pub fn is_ready(&self) -> bool {
@@ -441,7 +531,7 @@ impl State {
                 return; // an `/initialize` reached every worker first
             }
             let generation = self.generation();
-            match self.reset_workers(&generation).await {
+            match self.reset_workers(&generation, self.restored).await {
                 Ok(()) => {
                     self.ready.store(true, Ordering::Release);
                     tracing::info!(generation = generation.id, "cluster ready");
@@ -457,6 +547,26 @@ impl State {
         }
     }
 
+    /// Resets a worker to `generation`; with `keep_current`, a worker that
+    /// already holds it (this node restored it from its log) keeps its data and
+    /// pushes its latest conditions again instead (this node forgot them).
+    async fn bring_worker_up(
+        &self,
+        generation: &Arc<Generation>,
+        shard: Shard,
+        keep_current: bool,
+    ) -> anyhow::Result<()> {
+        if keep_current && self.workers.health(shard).await?.generation == generation.id {
+            self.workers.resend_latest(shard, generation.id).await?;
+            tracing::info!(
+                shard = shard.name(),
+                "worker kept its data; its latest conditions are pushed again"
+            );
+            return Ok(());
+        }
+        self.reset_worker(generation, shard).await
+    }
+
     /// `POST /initialize`: a new generation from the dataset, on every node.
     pub async fn initialize(&self, jia_service_url: String) -> Result<(), ApiError> {
         let _resetting = self.reset_lock.lock().await;
@@ -470,17 +580,23 @@ impl State {
         // Swap first: pushes of the new generation must find it.
         *self.current.write() = generation.clone();
         *self.jia_service_url.write() = jia_service_url;
-        self.reset_workers(&generation)
+        // A fresh log: its snapshot holds the new generation.
+        self.journal
+            .snapshot()
+            .await
+            .map_err(|error| ApiError::Internal(error.to_string()))?;
+        self.reset_workers(&generation, false)
             .await
             .map_err(|error| ApiError::Internal(error.to_string()))?;
         self.ready.store(true, Ordering::Release);
         Ok(())
     }
 
-    async fn reset_workers(&self, generation: &Arc<Generation>) -> anyhow::Result<()> {
+    /// Brings both workers to `generation` (see [`State::bring_worker_up`]).
+    async fn reset_workers(&self, generation: &Arc<Generation>, keep_current: bool) -> anyhow::Result<()> {
         let (a, b) = tokio::join!(
-            self.reset_worker(generation, Shard::A),
-            self.reset_worker(generation, Shard::B)
+            self.bring_worker_up(generation, Shard::A, keep_current),
+            self.bring_worker_up(generation, Shard::B, keep_current)
         );
         a.and(b)
     }
@@ -524,10 +640,14 @@ impl State {
         }
     }
 
-    /// Signs a user in (creating it if needed) and returns the `Set-Cookie` value.
-    pub fn sign_in(self: &Arc<Self>, user: &str) -> String {
+    /// Signs a user in (creating it if needed, logged before the answer) and returns the `Set-Cookie` value.
+    pub async fn sign_in(self: &Arc<Self>, user: &str) -> Result<String, ApiError> {
         let generation = self.generation();
         if generation.add_user(user) {
+            self.journal
+                .user(generation.id, user)
+                .await
+                .map_err(|error| ApiError::Internal(error.to_string()))?;
             let state = self.clone();
             let sync = UserSync {
                 generation: generation.id,
@@ -541,7 +661,7 @@ impl State {
                 }
             });
         }
-        self.session_key.set_cookie(user, generation.id)
+        Ok(self.session_key.set_cookie(user, generation.id))
     }
 
     /// Registers an ISU: provisional on the owning worker, JIA activation, publish;
@@ -648,6 +768,12 @@ impl State {
             image: registration.image.clone().unwrap_or_else(|| self.default_icon.clone()),
             latest: Mutex::new(None),
         });
+        // Logged before the worker publishes it: an ISU visible anywhere is in the log.
+        if let Err(error) = self.journal.isu(generation.id, &logged(&isu, &self.default_icon)).await {
+            generation.remove(&registration.uuid);
+            self.rollback_worker(shard, &rollback).await;
+            return Err(ApiError::Internal(error.to_string()));
+        }
         let publish = PublishIsu {
             generation: generation.id,
             uuid: registration.uuid.clone(),
@@ -656,6 +782,9 @@ impl State {
         };
         if let Err(error) = self.workers.publish(shard, &publish).await {
             generation.remove(&registration.uuid);
+            if let Err(error) = self.journal.removed(generation.id, &registration.uuid).await {
+                tracing::error!(%error, uuid = %registration.uuid, "logging a failed registration failed");
+            }
             self.rollback_worker(shard, &rollback).await;
             return Err(ApiError::Internal(error.to_string()));
         }

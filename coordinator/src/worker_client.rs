@@ -6,8 +6,8 @@ use reqwest::StatusCode;
 use serde::Serialize;
 use shared::placement::Shard;
 use shared::protocol::{
-    Health, ProvisionalIsu, PublishIsu, RollbackIsu, UserSync, HEALTH, SECRET_HEADER, WORKER_PROVISIONAL,
-    WORKER_PUBLISH, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    Health, ProvisionalIsu, PublishIsu, ResendLatest, RollbackIsu, UserSync, HEALTH, SECRET_HEADER, WORKER_PROVISIONAL,
+    WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -138,6 +138,12 @@ impl WorkerClient {
             .json()
             .await
             .map_err(|source| WorkerCallError::Transport { shard, source })
+    }
+
+    /// Asks a worker to push the latest condition of every published ISU again.
+    pub async fn resend_latest(&self, shard: Shard, generation: u64) -> Result<(), WorkerCallError> {
+        self.post(shard, WORKER_RESEND_LATEST, &ResendLatest { generation }, CALL_TIMEOUT)
+            .await
     }
 
     pub async fn sync_users(&self, sync: &UserSync) -> Result<(), WorkerCallError> {

@@ -21,6 +21,9 @@ pub const WORKER_PROVISIONAL: &str = "/internal/isu/provisional";
 pub const WORKER_PUBLISH: &str = "/internal/isu/publish";
 /// Worker: forget a provisional ISU and everything posted to it.
 pub const WORKER_ROLLBACK: &str = "/internal/isu/rollback";
+/// Worker: push the latest condition of every published ISU again (a restarted
+/// coordinator restored its ISUs from its log, but not their latest conditions).
+pub const WORKER_RESEND_LATEST: &str = "/internal/latest/resend";
 /// Coordinator: a worker's batch of latest conditions.
 pub const COORDINATOR_LATEST: &str = "/internal/latest";
 /// Every node: liveness and readiness (`200` once the node can serve).
@@ -98,6 +101,12 @@ pub struct RollbackIsu {
     /// earlier attempt must not remove a newer registration of the UUID).
     pub id: i64,
     pub uuid: String,
+}
+
+/// Body of [`WORKER_RESEND_LATEST`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResendLatest {
+    pub generation: u64,
 }
 
 /// Latest condition of one ISU, pushed by its worker.

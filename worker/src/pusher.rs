@@ -2,9 +2,16 @@
 //! default), sends the coordinator one batch with the latest condition of each
 //! published ISU that changed, and nothing when nothing changed. A failed push
 //! puts its ISUs back in the queue, so the coordinator eventually converges
-//! (it keeps the newest timestamp, so a repeat is harmless).
+//! (it keeps the newest timestamp, so a repeat is harmless). The queue holds
+//! each ISU at most once and the latest condition is read when a batch is
+//! built, so while the coordinator is down memory stays bounded by the number
+//! of ISUs however many conditions arrive. Failed pushes back off
+//! exponentially (20 ms doubling, capped at [`MAX_BACKOFF`]) and are logged
+//! once when they start, every tenth time, and once when pushes recover.
 
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use shared::protocol::{LatestBatch, LatestCondition, WireCondition, COORDINATOR_LATEST, SECRET_HEADER};
 use shared::telemetry::{BATCH_ITEMS, PUSH_LAG_SECONDS};
@@ -12,6 +19,18 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::store::Store;
+
+/// First pause after a failed push.
+const FIRST_BACKOFF: Duration = Duration::from_millis(20);
+/// Longest pause between attempts while the coordinator is unreachable.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What one push did.
+enum Pushed {
+    Nothing,
+    Sent,
+    Failed(String),
+}
 
 pub struct Pusher {
     store: Store,
@@ -41,10 +60,32 @@ impl Pusher {
     pub async fn run(self, cancel: CancellationToken) {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut failures = 0u64;
+        let mut backoff = FIRST_BACKOFF;
+        let mut retry_at = Instant::now();
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
-                    self.push_changed().await;
+                    if Instant::now() < retry_at {
+                        continue;
+                    }
+                    match self.push_changed().await {
+                        Pushed::Failed(reason) => {
+                            failures += 1;
+                            if failures == 1 || failures.is_multiple_of(10) {
+                                tracing::warn!(%reason, failures, retry_in_ms = backoff.as_millis() as u64, "latest push failed; will retry");
+                            }
+                            retry_at = Instant::now() + backoff;
+                            backoff = (backoff * 2).min(MAX_BACKOFF);
+                        }
+                        Pushed::Sent | Pushed::Nothing => {
+                            if failures > 0 {
+                                tracing::info!(failures, "latest pushes recovered");
+                            }
+                            failures = 0;
+                            backoff = FIRST_BACKOFF;
+                        }
+                    }
                 }
                 () = cancel.cancelled() => {
                     self.push_changed().await;
@@ -55,11 +96,11 @@ impl Pusher {
     }
 
     /// Pushes one batch of what changed since the last one.
-    async fn push_changed(&self) {
+    async fn push_changed(&self) -> Pushed {
         let shard = self.store.shard();
         let (changed, oldest) = shard.take_changed();
         if changed.is_empty() {
-            return;
+            return Pushed::Nothing;
         }
         let items: Vec<LatestCondition> = {
             let messages = shard.messages.view();
@@ -93,18 +134,20 @@ impl Pusher {
                 if let Some(oldest) = oldest {
                     metrics::histogram!(PUSH_LAG_SECONDS).record(oldest.elapsed().as_secs_f64());
                 }
+                Pushed::Sent
             }
             Ok(response) if response.status() == reqwest::StatusCode::PRECONDITION_FAILED => {
                 // The coordinator moved to another generation: this shard is stale, drop the batch.
                 tracing::debug!("latest batch refused as stale");
+                Pushed::Sent
             }
             failed => {
                 let reason = match failed {
                     Ok(response) => format!("status {}", response.status()),
                     Err(error) => error.to_string(),
                 };
-                tracing::warn!(%reason, "latest push failed; will retry");
                 shard.requeue(changed.into_iter().map(|(entry, _)| entry));
+                Pushed::Failed(reason)
             }
         }
     }

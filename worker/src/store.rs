@@ -427,6 +427,19 @@ impl Shard {
         (changed, oldest)
     }
 
+    /// Queues every published ISU with a condition (the coordinator asked for all of them again).
+    pub fn requeue_published(&self) -> usize {
+        let published: Vec<Arc<IsuEntry>> = self
+            .isus
+            .iter()
+            .filter(|entry| entry.is_published())
+            .map(|entry| entry.value().clone())
+            .collect();
+        let count = published.len();
+        self.requeue(published);
+        count
+    }
+
     /// Puts ISUs back in the push queue (after a failed push).
     pub fn requeue(&self, entries: impl IntoIterator<Item = Arc<IsuEntry>>) {
         for entry in entries {

@@ -57,7 +57,7 @@ async fn sign_in(State(app): State<AppState>, headers: HeaderMap) -> Result<Resp
         .ok_or(ApiError::Forbidden)?;
     let token = authorization.strip_prefix("Bearer ").unwrap_or(authorization);
     let user = verify_jwt(token, &app.jwt_key)?;
-    let cookie = app.state.sign_in(&user);
+    let cookie = app.state.sign_in(&user).await?;
     Ok((StatusCode::OK, [(header::SET_COOKIE, cookie)]).into_response())
 }
 

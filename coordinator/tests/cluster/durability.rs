@@ -234,3 +234,86 @@ async fn a_torn_log_tail_is_truncated_and_reported_and_earlier_records_survive()
     assert!(cluster.node_log(0).matches("checksum mismatch").count() == 1);
     cluster.assert_no_crash();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_coordinator_restores_users_and_isus_and_receives_the_latest_conditions() {
+    let mut cluster = spawn_cluster_with(durable()).await;
+    let alice = cluster.sign_in("alice").await;
+    let on_a = cluster.known_uuid('8', 33);
+    let on_b = cluster.known_uuid('9', 33);
+    let icon: &[u8] = b"\x89PNG a logged icon";
+    alice.register(&on_a, "with icon", Some(icon)).await.json(201);
+    let registered_b = alice.register(&on_b, "default icon", None).await.json(201);
+    let list_before = alice.isu_list().await.json(200);
+
+    cluster.kill_node(2);
+    // Workers keep accepting device posts and serving reads without the coordinator.
+    for serial in 0..10 {
+        post_own_batch(&cluster.workers[0], &on_a, 0, serial).await;
+        post_own_batch(&cluster.workers[1], &on_b, 0, serial).await;
+    }
+    let newest = VIRTUAL_START * 2;
+    for (index, uuid) in [(0, &on_a), (1, &on_b)] {
+        let future = [sent(
+            newest + index as i64,
+            true,
+            CRITICAL,
+            "while the coordinator was down",
+        )];
+        let answer = device_client()
+            .post(format!("{}/api/condition/{uuid}", cluster.workers[index]))
+            .json(&future)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::ACCEPTED);
+    }
+    wait_for_own_conditions(&alice, &on_b, 50).await;
+
+    cluster.start_node(2);
+    let list = wait_until(
+        "the restarted coordinator lists alice's ISUs with the newest conditions",
+        Duration::from_secs(10),
+        || async {
+            let reply = alice.isu_list().await;
+            if reply.status.as_u16() != 200 {
+                return None;
+            }
+            let list = reply.json(200);
+            let newest_seen = list
+                .as_array()?
+                .iter()
+                .all(|isu| isu["latest_isu_condition"]["timestamp"].as_i64().unwrap_or(0) >= newest);
+            newest_seen.then_some(list)
+        },
+    )
+    .await;
+    let names = |list: &serde_json::Value| -> Vec<(i64, String)> {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .map(|isu| (isu["id"].as_i64().unwrap(), isu["name"].as_str().unwrap().to_owned()))
+            .collect()
+    };
+    assert_eq!(names(&list), names(&list_before), "alice and her ISUs are back");
+    let icon_reply = alice.icon(&on_a).await;
+    assert_eq!(icon_reply.status.as_u16(), 200);
+    assert_eq!(&icon_reply.body[..], icon, "the icon is back");
+    let default_icon = alice.icon(&on_b).await;
+    assert_eq!(
+        &default_icon.body[..],
+        shared::dataset::DEFAULT_ICON,
+        "the default icon is kept"
+    );
+    assert!(
+        cluster.node_log(2).contains("worker kept its data"),
+        "the workers were not reset"
+    );
+    // Conditions the workers took while the coordinator was down are still there.
+    assert!(own_timestamps(&alice, &on_a).await.len() >= 50);
+    // Registration goes on with the next id.
+    let next = cluster.known_uuid('a', 33);
+    let created = alice.register(&next, "after the restart", None).await.json(201);
+    assert_eq!(created["id"].as_i64(), registered_b["id"].as_i64().map(|id| id + 1));
+    cluster.assert_no_crash();
+}

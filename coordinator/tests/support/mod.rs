@@ -431,6 +431,7 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
         "--jia-service-url".into(),
         jia.url(),
     ]);
+    args.extend(data_dir("coordinator"));
     args.extend(options.coordinator_args.iter().cloned());
     let processes = (0..3)
         .map(|index| NodeProcess::spawn(NODE_NAMES[index], node_command(index, &node_args[index]), &scratch.path))

@@ -7,8 +7,8 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::protocol::{
-    Health, ProvisionalIsu, PublishIsu, ResetShard, RollbackIsu, UserSync, HEALTH, WORKER_PROVISIONAL, WORKER_PUBLISH,
-    WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    Health, ProvisionalIsu, PublishIsu, ResendLatest, ResetShard, RollbackIsu, UserSync, HEALTH, WORKER_PROVISIONAL,
+    WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 
 use super::{json_response, ClusterPeer};
@@ -26,6 +26,7 @@ pub fn router() -> Router<AppState> {
         .route(WORKER_PROVISIONAL, post(provisional))
         .route(WORKER_PUBLISH, post(publish))
         .route(WORKER_ROLLBACK, post(rollback))
+        .route(WORKER_RESEND_LATEST, post(resend_latest))
         .route(HEALTH, get(health))
 }
 
@@ -105,6 +106,17 @@ async fn rollback(
 ) -> Result<StatusCode, WorkerError> {
     current_shard(&state, isu.generation)?.rollback(&isu.uuid, isu.id);
     state.journal.rollback(&isu).await?;
+    Ok(StatusCode::OK)
+}
+
+/// The pusher sends the latest condition of every published ISU with its next batch.
+async fn resend_latest(
+    _: ClusterPeer,
+    State(state): State<AppState>,
+    Json(resend): Json<ResendLatest>,
+) -> Result<StatusCode, WorkerError> {
+    let queued = current_shard(&state, resend.generation)?.requeue_published();
+    tracing::info!(queued, "latest conditions queued again for the coordinator");
     Ok(StatusCode::OK)
 }
 

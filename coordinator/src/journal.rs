@@ -1,0 +1,296 @@
+//! The coordinator's durable log (`--data-dir`): `<data-dir>/coordinator.wal`
+//! (see [`shared::wal`]) holds what the dataset does not: the generation id,
+//! JIA's URL, the users and the registered ISUs with their icons. It is
+//! replayed on start, so a restarted coordinator keeps its generation and the
+//! workers keep their data (they are asked to push their latest conditions again).
+//!
+//! Records (first byte = tag, then little-endian fields):
+//! - `1` snapshot: generation, JIA URL, every user, every registered ISU; written
+//!   at start, by `POST /initialize` (a fresh log) and on compaction;
+//! - `2` user, `3` ISU (icon bytes, or none for the default icon), `4` removed
+//!   ISU (its publish failed): each carries its generation, and replay skips
+//!   records of another generation (a registration that raced an `/initialize`).
+//!
+//! A user is logged before the sign-in is answered; an ISU after JIA activated
+//! it and before it is published on its worker, so a registered ISU is never
+//! acknowledged without being logged.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use shared::wal::{read_log, Decoder, Encoder, FsyncPolicy, SnapshotFn, Wal, WalError, WalOptions};
+
+const SNAPSHOT_TAG: u8 = 1;
+const USER_TAG: u8 = 2;
+const ISU_TAG: u8 = 3;
+const REMOVED_TAG: u8 = 4;
+
+/// A registered ISU as logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedIsu {
+    pub id: i64,
+    pub uuid: String,
+    pub name: String,
+    pub character: String,
+    pub owner: String,
+    /// `None`: the default icon.
+    pub image: Option<Bytes>,
+}
+
+impl LoggedIsu {
+    fn encode(&self, encoder: &mut Encoder) {
+        encoder
+            .i64(self.id)
+            .str(&self.uuid)
+            .str(&self.name)
+            .str(&self.character)
+            .str(&self.owner);
+        match &self.image {
+            Some(image) => encoder.u8(1).bytes(image),
+            None => encoder.u8(0),
+        };
+    }
+
+    fn decode(decoder: &mut Decoder<'_>) -> Option<LoggedIsu> {
+        Some(LoggedIsu {
+            id: decoder.i64()?,
+            uuid: decoder.str()?.to_owned(),
+            name: decoder.str()?.to_owned(),
+            character: decoder.str()?.to_owned(),
+            owner: decoder.str()?.to_owned(),
+            image: match decoder.u8()? {
+                0 => None,
+                _ => Some(Bytes::copy_from_slice(decoder.bytes()?)),
+            },
+        })
+    }
+}
+
+/// The state a log describes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub generation: u64,
+    pub jia_service_url: String,
+    pub users: Vec<String>,
+    /// In registration order.
+    pub isus: Vec<LoggedIsu>,
+}
+
+/// One record holding `restored` whole.
+pub fn snapshot_record(restored: &Restored) -> Vec<u8> {
+    let mut encoder = Encoder::new(SNAPSHOT_TAG);
+    encoder
+        .u64(restored.generation)
+        .str(&restored.jia_service_url)
+        .u32(restored.users.len() as u32);
+    for user in &restored.users {
+        encoder.str(user);
+    }
+    encoder.u32(restored.isus.len() as u32);
+    for isu in &restored.isus {
+        isu.encode(&mut encoder);
+    }
+    encoder.bytes
+}
+
+/// Cheap-clone handle to the log; disabled (every call a no-op) without `--data-dir`.
+#[derive(Clone, Default)]
+pub struct Journal {
+    wal: Option<Wal>,
+}
+
+/// The log's path in `data_dir`.
+pub fn log_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("coordinator.wal")
+}
+
+/// Reads the log in `data_dir`; `None` when there is none (or it holds no snapshot).
+pub fn replay(data_dir: &Path) -> std::io::Result<Option<Restored>> {
+    std::fs::create_dir_all(data_dir)?;
+    let mut restored: Option<Restored> = None;
+    // uuid → position in `isus`, so a removal finds its ISU.
+    let mut isus: BTreeMap<String, (i64, LoggedIsu)> = BTreeMap::new();
+    let mut skipped = 0u64;
+    let report = read_log(&log_path(data_dir), |payload| {
+        let mut decoder = Decoder::new(payload);
+        let applied = match decoder.u8() {
+            Some(SNAPSHOT_TAG) => decode_snapshot(&mut decoder).map(|snapshot| {
+                isus = snapshot
+                    .isus
+                    .iter()
+                    .map(|isu| (isu.uuid.clone(), (isu.id, isu.clone())))
+                    .collect();
+                restored = Some(snapshot);
+            }),
+            Some(tag) => restored.as_mut().and_then(|state| {
+                if decoder.u64()? != state.generation {
+                    return None;
+                }
+                match tag {
+                    USER_TAG => state.users.push(decoder.str()?.to_owned()),
+                    ISU_TAG => {
+                        let isu = LoggedIsu::decode(&mut decoder)?;
+                        isus.insert(isu.uuid.clone(), (isu.id, isu));
+                    }
+                    REMOVED_TAG => {
+                        isus.remove(decoder.str()?);
+                    }
+                    _ => return None,
+                }
+                Some(())
+            }),
+            None => None,
+        };
+        if applied.is_none() {
+            skipped += 1;
+        }
+    })?;
+    let Some(mut restored) = restored else {
+        return Ok(None);
+    };
+    let mut registered: Vec<(i64, LoggedIsu)> = isus.into_values().collect();
+    registered.sort_by_key(|(id, _)| *id);
+    restored.isus = registered.into_iter().map(|(_, isu)| isu).collect();
+    restored.users.sort();
+    restored.users.dedup();
+    tracing::info!(
+        records = report.records,
+        skipped,
+        truncated_bytes = report.truncated_bytes,
+        generation = restored.generation,
+        users = restored.users.len(),
+        isus = restored.isus.len(),
+        "log replayed"
+    );
+    Ok(Some(restored))
+}
+
+fn decode_snapshot(decoder: &mut Decoder<'_>) -> Option<Restored> {
+    let generation = decoder.u64()?;
+    let jia_service_url = decoder.str()?.to_owned();
+    let users = (0..decoder.u32()?)
+        .map(|_| decoder.str().map(str::to_owned))
+        .collect::<Option<Vec<_>>>()?;
+    let isus = (0..decoder.u32()?)
+        .map(|_| LoggedIsu::decode(decoder))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Restored {
+        generation,
+        jia_service_url,
+        users,
+        isus,
+    })
+}
+
+impl Journal {
+    /// Opens the log in `data_dir` for appending; `snapshot` describes the current state.
+    pub fn open(
+        data_dir: &Path,
+        policy: FsyncPolicy,
+        compact_after_bytes: u64,
+        snapshot: SnapshotFn,
+    ) -> std::io::Result<Journal> {
+        let wal = Wal::open(
+            &log_path(data_dir),
+            WalOptions {
+                policy,
+                compact_after_bytes,
+                snapshot,
+            },
+        )?;
+        Ok(Journal { wal: Some(wal) })
+    }
+
+    async fn append(&self, record: impl FnOnce() -> Encoder) -> Result<(), WalError> {
+        match &self.wal {
+            Some(wal) => wal.append(&record().bytes).await,
+            None => Ok(()),
+        }
+    }
+
+    /// A fresh log holding the current state (at start and after `/initialize`).
+    pub async fn snapshot(&self) -> Result<(), WalError> {
+        match &self.wal {
+            Some(wal) => wal.snapshot().await,
+            None => Ok(()),
+        }
+    }
+
+    pub async fn user(&self, generation: u64, user: &str) -> Result<(), WalError> {
+        self.append(|| {
+            let mut encoder = Encoder::new(USER_TAG);
+            encoder.u64(generation).str(user);
+            encoder
+        })
+        .await
+    }
+
+    pub async fn isu(&self, generation: u64, isu: &LoggedIsu) -> Result<(), WalError> {
+        self.append(|| {
+            let mut encoder = Encoder::new(ISU_TAG);
+            encoder.u64(generation);
+            isu.encode(&mut encoder);
+            encoder
+        })
+        .await
+    }
+
+    pub async fn removed(&self, generation: u64, uuid: &str) -> Result<(), WalError> {
+        self.append(|| {
+            let mut encoder = Encoder::new(REMOVED_TAG);
+            encoder.u64(generation).str(uuid);
+            encoder
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn isu(id: i64, uuid: &str, image: Option<&'static [u8]>) -> LoggedIsu {
+        LoggedIsu {
+            id,
+            uuid: uuid.into(),
+            name: format!("isu {id}"),
+            character: "いじっぱり".into(),
+            owner: "alice".into(),
+            image: image.map(Bytes::from_static),
+        }
+    }
+
+    #[tokio::test]
+    async fn replay_restores_the_snapshot_and_later_records_of_its_generation_only() {
+        let directory = std::env::temp_dir().join(format!("coordinator-journal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        assert_eq!(replay(&directory).unwrap(), None);
+        let base = Restored {
+            generation: 7,
+            jia_service_url: "http://jia".into(),
+            users: vec!["alice".into()],
+            isus: vec![isu(29, "u29", None)],
+        };
+        let snapshot = snapshot_record(&base);
+        let journal = Journal::open(
+            &directory,
+            FsyncPolicy::Always,
+            u64::MAX,
+            std::sync::Arc::new(move || snapshot.clone()),
+        )
+        .unwrap();
+        journal.snapshot().await.unwrap();
+        journal.user(7, "bob").await.unwrap();
+        journal.isu(7, &isu(30, "u30", Some(b"icon"))).await.unwrap();
+        journal.isu(7, &isu(31, "u31", None)).await.unwrap();
+        journal.removed(7, "u31").await.unwrap();
+        journal.user(6, "from another generation").await.unwrap();
+        let restored = replay(&directory).unwrap().unwrap();
+        assert_eq!(restored.generation, 7);
+        assert_eq!(restored.jia_service_url, "http://jia");
+        assert_eq!(restored.users, vec!["alice".to_owned(), "bob".to_owned()]);
+        assert_eq!(restored.isus, vec![isu(29, "u29", None), isu(30, "u30", Some(b"icon"))]);
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+}
