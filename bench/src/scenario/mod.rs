@@ -401,7 +401,7 @@ fn show_progress(bar: &ProgressBar, ctx: &RunContext, started: Instant) {
         "score≈{} users {} viewers {} read {} errors {} timeouts {}",
         snapshot.score().points,
         ctx.users_started.load(Ordering::Relaxed),
-        ctx.viewer_slots.available_permits(),
+        ctx.viewers_started.load(Ordering::Relaxed),
         snapshot.conditions_read(),
         snapshot.error_count(),
         snapshot.timeouts,
