@@ -142,6 +142,30 @@ pub fn carries_secret(secret: &str, secret_header: Option<&[u8]>, authorization:
         .any(|given| constant_time_eq(given, secret.as_bytes()))
 }
 
+/// The secret a node uses when none is configured; acceptable on loopback only.
+pub const DEFAULT_CLUSTER_SECRET: &str = "local-cluster-secret";
+/// Shortest secret a node accepts when it listens on an address other than loopback.
+pub const MIN_EXPOSED_SECRET_LEN: usize = 16;
+
+/// Refuses a secret that would leave the internal routes open: an empty one (an empty
+/// header would match it) anywhere, and the built-in default or a short one on an
+/// address other than loopback (deployments set `ISU_CLUSTER_SECRET`).
+pub fn check_cluster_secret(listen: std::net::SocketAddr, secret: &str) -> Result<(), String> {
+    if secret.is_empty() {
+        return Err("the cluster secret must not be empty".to_owned());
+    }
+    if listen.ip().is_loopback() {
+        return Ok(());
+    }
+    if secret == DEFAULT_CLUSTER_SECRET || secret.len() < MIN_EXPOSED_SECRET_LEN {
+        return Err(format!(
+            "listening on {listen}, which is not loopback, needs a cluster secret of at least \
+             {MIN_EXPOSED_SECRET_LEN} bytes other than the default (set ISU_CLUSTER_SECRET)"
+        ));
+    }
+    Ok(())
+}
+
 fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
     left.len() == right.len() && left.iter().zip(right).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
@@ -157,5 +181,20 @@ mod tests {
         assert!(!carries_secret("s3", Some(b"s4"), Some(b"Bearer s")));
         assert!(!carries_secret("s3", None, Some(b"s3")));
         assert!(!carries_secret("s3", None, None));
+    }
+
+    #[test]
+    fn default_short_or_empty_secrets_only_on_loopback() {
+        let loopback: std::net::SocketAddr = "127.0.0.2:3000".parse().unwrap();
+        let exposed: std::net::SocketAddr = "0.0.0.0:3000".parse().unwrap();
+        let long = "0123456789abcdef";
+        assert_eq!(check_cluster_secret(loopback, DEFAULT_CLUSTER_SECRET), Ok(()));
+        assert_eq!(check_cluster_secret(loopback, "s"), Ok(()));
+        assert_eq!(check_cluster_secret(exposed, long), Ok(()));
+        assert_eq!(check_cluster_secret("[::1]:1".parse().unwrap(), "s"), Ok(()));
+        assert!(check_cluster_secret(loopback, "").is_err());
+        assert!(check_cluster_secret(exposed, DEFAULT_CLUSTER_SECRET).is_err());
+        assert!(check_cluster_secret(exposed, &long[1..]).is_err());
+        assert!(check_cluster_secret("10.0.0.1:3000".parse().unwrap(), "short").is_err());
     }
 }

@@ -5,6 +5,7 @@ use worker::{config::Config, Application};
 
 fn main() -> anyhow::Result<()> {
     let config = Config::parse();
+    shared::protocol::check_cluster_secret(config.listen, &config.cluster_secret).map_err(anyhow::Error::msg)?;
     shared::telemetry::init_tracing();
     shared::runtime(config.threads)?.block_on(async move {
         let metrics = shared::telemetry::init_metrics()?;

@@ -880,3 +880,63 @@ async fn extreme_query_values_and_huge_requests_get_a_4xx_or_an_empty_answer() {
     assert_eq!(isucon1.isu_list().await.json(200), expected_isu_list("isucon1"));
     cluster.assert_no_crash();
 }
+
+// ------------------------------------------------------------------ node configuration
+
+/// The worker binary beside this test executable (built by `cargo build --workspace --bins`).
+fn worker_binary_path() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    exe.parent()
+        .and_then(std::path::Path::parent)
+        .expect("target/<profile>/deps")
+        .join(format!("worker{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// Runs a node binary that must refuse its configuration; returns its stderr. Killed by
+/// PID if it is still running after 10 s (it would be serving: the refusal failed).
+fn refused_start(binary: &std::path::Path, args: &[&str]) -> String {
+    let mut child = std::process::Command::new(binary)
+        .args(args)
+        .env_remove("ISU_CLUSTER_SECRET")
+        .env_remove("ISU_LISTEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the node");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("polling the node") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{} {args:?} started instead of refusing", binary.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{args:?}: {status}");
+    stderr
+}
+
+#[test]
+fn nodes_refuse_an_empty_secret_and_a_default_or_short_one_beyond_loopback() {
+    // Not a local address: if the refusal were missing, binding would fail instead.
+    let exposed = "10.255.255.1:3000";
+    let coordinator = std::path::PathBuf::from(env!("CARGO_BIN_EXE_coordinator"));
+    let worker = worker_binary_path();
+    for (binary, base) in [(&coordinator, vec![]), (&worker, vec!["--shard", "a"])] {
+        for extra in [
+            vec!["--listen", exposed],
+            vec!["--listen", exposed, "--cluster-secret", "short-secret"],
+            vec!["--listen", "127.0.0.1:1", "--cluster-secret", ""],
+        ] {
+            let args: Vec<&str> = base.iter().chain(&extra).copied().collect();
+            let stderr = refused_start(binary, &args);
+            assert!(stderr.contains("cluster secret"), "{args:?}: {stderr}");
+        }
+    }
+}
