@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use shared::dataset::generated::VIRTUAL_START;
 use shared::protocol::{
     COORDINATOR_LATEST, HEALTH, METRICS, PPROF_LAST, PPROF_PROFILE, SECRET_HEADER, WORKER_PROVISIONAL, WORKER_PUBLISH,
-    WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 use shared::session::{SessionKey, COOKIE_NAME};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,6 +23,21 @@ use super::support::*;
 const PROJECT_PUBLIC_KEY_PEM: &str = include_str!("../../../keys/jwt-public.pem");
 /// The body of every refusal of an internal route.
 const SECRET_REQUIRED: &str = "cluster secret required";
+/// Where every inter-node path is declared; the tests below must cover each of them.
+const PROTOCOL_SOURCE: &str = include_str!("../../../shared/src/protocol.rs");
+
+/// Every `/internal/`, `/debug/` and metrics path `shared::protocol` declares, read from
+/// its source, so that a route added later cannot be left out of these tests.
+fn declared_secret_paths() -> std::collections::BTreeSet<String> {
+    PROTOCOL_SOURCE
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("pub const "))
+        .filter_map(|declaration| declaration.split_once(": &str = \"").map(|(_, rest)| rest))
+        .filter_map(|rest| rest.split_once('"').map(|(path, _)| path))
+        .filter(|path| path.starts_with("/internal/") || path.starts_with("/debug/") || *path == METRICS)
+        .map(str::to_owned)
+        .collect()
+}
 
 // ------------------------------------------------------------------ the cluster secret
 
@@ -95,6 +110,7 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
             WORKER_ROLLBACK,
             json!({"generation": generation, "id": victim.id, "uuid": victim.uuid}),
         ));
+        requests.push(post(WORKER_RESEND_LATEST, json!({"generation": generation})));
     }
     for node in [&cluster.coordinator, &cluster.workers[0], &cluster.workers[1]] {
         for path in [METRICS, PPROF_LAST, "/debug/pprof/profile?seconds=1"] {
@@ -106,7 +122,18 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
             });
         }
     }
-    assert!(requests.iter().any(|request| request.path.starts_with(PPROF_PROFILE)));
+    let covered: std::collections::BTreeSet<String> = requests
+        .iter()
+        .map(|request| request.path.split('?').next().unwrap_or_default().to_owned())
+        .collect();
+    let declared = declared_secret_paths();
+    assert!(declared.len() >= 10, "{declared:?}");
+    assert!(
+        covered.is_superset(&declared),
+        "not probed: {:?}",
+        declared.difference(&covered)
+    );
+    assert!(covered.contains(PPROF_PROFILE));
     requests
 }
 
@@ -167,7 +194,7 @@ async fn every_internal_route_of_every_node_refuses_a_missing_or_wrong_secret() 
             refused += 1;
         }
     }
-    assert_eq!(requests.len(), 1 + 2 * 5 + 3 * 3);
+    assert_eq!(requests.len(), 1 + 2 * 6 + 3 * 3);
     eprintln!(
         "internal routes: {refused} requests without the right secret, all refused ({} routes × {} credentials)",
         requests.len(),
@@ -272,6 +299,7 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
     // Whoever calls the public server with the secret in both headers reaches no internal route.
     let headers = [(SECRET_HEADER, secret.as_str()), ("Authorization", bearer.as_str())];
     let mut targets: Vec<(&str, String)> = Vec::new();
+    let declared = declared_secret_paths();
     for path in [
         COORDINATOR_LATEST,
         WORKER_RESET,
@@ -279,6 +307,7 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
         WORKER_PROVISIONAL,
         WORKER_PUBLISH,
         WORKER_ROLLBACK,
+        WORKER_RESEND_LATEST,
     ] {
         targets.push(("POST", path.to_owned()));
         targets.push(("POST", format!("/{path}")));
@@ -313,6 +342,15 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
             "{method} {target} reached a node: {body:?}"
         );
     }
+    let covered: std::collections::BTreeSet<String> = targets
+        .iter()
+        .map(|(_, target)| target.split('?').next().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        covered.is_superset(&declared),
+        "not tried: {:?}",
+        declared.difference(&covered)
+    );
     eprintln!(
         "nginx: {} spellings of internal routes, none reached a node",
         targets.len()
@@ -321,6 +359,23 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
     assert_eq!(parse_trend(&cluster.agent().trend().await.json(200)), expected_trend());
     let isucon1 = cluster.sign_in("isucon1").await;
     assert_eq!(isucon1.isu_list().await.json(200), expected_isu_list("isucon1"));
+
+    // The isolation probe again, through nginx (no cache of it may mix users up).
+    let mut agents = Vec::new();
+    for user in ["isucon1", "isucon2", "intruder"] {
+        let agent = sign_in_with(Agent::new(Routes::Public(public.clone())), &cluster.signer, user).await;
+        agents.push((user.to_owned(), agent));
+    }
+    let report = probe_isolation(&agents, &Agent::new(Routes::Public(public.clone()))).await;
+    eprintln!(
+        "isolation through nginx: {} probes, {} owner reads, {} leaks",
+        report.probes,
+        report.owner_reads,
+        report.leaks.len()
+    );
+    report.assert_no_leak();
+    assert_eq!(report.owner_reads, 25 * 4);
+    server.assert_running();
     cluster.assert_no_crash();
 }
 
@@ -595,21 +650,37 @@ async fn session_cookies_are_http_only_and_forged_ones_are_refused_on_every_node
 
 // ------------------------------------------------------------------ isolation
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn isolation_probe_every_initial_isu_every_endpoint_other_users_and_no_session() {
-    let mut cluster = spawn_cluster().await;
-    let mut users: Vec<String> = dataset().users.clone();
-    users.push("intruder".to_owned());
-    let mut agents = Vec::new();
-    for user in &users {
-        agents.push((user.clone(), cluster.sign_in(user).await));
-    }
-    let anonymous = cluster.agent();
-    assert_eq!(dataset().isus.len(), 28);
+/// What an isolation probe found.
+struct IsolationReport {
+    /// Requests by a user who does not own the ISU, or without a session.
+    probes: usize,
+    /// Requests by the owner (each must succeed, so the probe is not vacuous).
+    owner_reads: usize,
+    /// Every answer other than the contract's refusal, described.
+    leaks: Vec<String>,
+}
 
-    let mut probes = 0;
-    let mut leaks: Vec<String> = Vec::new();
-    let mut owner_reads = 0;
+impl IsolationReport {
+    #[track_caller]
+    fn assert_no_leak(&self) {
+        assert!(
+            self.leaks.is_empty(),
+            "{} leaks:\n{}",
+            self.leaks.len(),
+            self.leaks.join("\n")
+        );
+    }
+}
+
+/// Every per-ISU endpoint of every initial ISU, asked by each signed-in agent (404
+/// `not found: isu` unless it owns the ISU, then 200) and by `anonymous` (401); and
+/// every agent's ISU list, which must name only its own ISUs.
+async fn probe_isolation(agents: &[(String, Agent)], anonymous: &Agent) -> IsolationReport {
+    let mut report = IsolationReport {
+        probes: 0,
+        owner_reads: 0,
+        leaks: Vec::new(),
+    };
     for isu in &dataset().isus {
         let uuid = &isu.uuid;
         let endpoints = [
@@ -619,51 +690,69 @@ async fn isolation_probe_every_initial_isu_every_endpoint_other_users_and_no_ses
             format!("/api/condition/{uuid}?end_time={FAR_FUTURE}&condition_level={ALL_LEVELS}"),
         ];
         for endpoint in &endpoints {
-            for (user, agent) in &agents {
+            for (user, agent) in agents {
                 let reply = agent.get(endpoint).await;
                 if *user == isu.owner {
-                    // The probe is not vacuous: the owner reads it.
                     assert_eq!(reply.status.as_u16(), 200, "owner {user}: {endpoint}");
-                    owner_reads += 1;
+                    report.owner_reads += 1;
                     continue;
                 }
-                probes += 1;
+                report.probes += 1;
                 let refused = reply.status.as_u16() == 404
                     && reply.text() == NOT_FOUND_ISU
                     && reply.content_type.starts_with("text/plain");
                 if !refused {
-                    leaks.push(format!("{user} → {endpoint}: {} {:?}", reply.status, reply.text()));
+                    report
+                        .leaks
+                        .push(format!("{user} → {endpoint}: {} {:?}", reply.status, reply.text()));
                 }
             }
-            probes += 1;
+            report.probes += 1;
             let reply = anonymous.get(endpoint).await;
             let refused = reply.status.as_u16() == 401
                 && reply.text() == NOT_SIGNED_IN
                 && reply.content_type.starts_with("text/plain");
             if !refused {
-                leaks.push(format!("no session → {endpoint}: {} {:?}", reply.status, reply.text()));
+                report
+                    .leaks
+                    .push(format!("no session → {endpoint}: {} {:?}", reply.status, reply.text()));
             }
         }
     }
-    // No user's list names another user's ISU.
-    for (user, agent) in &agents {
+    for (user, agent) in agents {
         let list = agent.isu_list().await.json(200);
         for item in list.as_array().unwrap() {
             let uuid = item["jia_isu_uuid"].as_str().unwrap();
             let owner = &dataset().isus.iter().find(|isu| isu.uuid == uuid).unwrap().owner;
             if owner != user {
-                leaks.push(format!("{user}'s ISU list names {uuid} of {owner}"));
+                report.leaks.push(format!("{user}'s ISU list names {uuid} of {owner}"));
             }
         }
     }
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolation_probe_every_initial_isu_every_endpoint_other_users_and_no_session() {
+    let mut cluster = spawn_cluster().await;
+    let mut users: Vec<String> = dataset().users.clone();
+    users.push("intruder".to_owned());
+    let mut agents = Vec::new();
+    for user in &users {
+        agents.push((user.clone(), cluster.sign_in(user).await));
+    }
+    assert_eq!(dataset().isus.len(), 28);
+    let report = probe_isolation(&agents, &cluster.agent()).await;
     eprintln!(
-        "isolation: {probes} probes of 28 ISUs × 4 endpoints by {} other users and no session; {owner_reads} owner reads; {} leaks",
+        "isolation: {} probes of 28 ISUs × 4 endpoints by {} other users and no session; {} owner reads; {} leaks",
+        report.probes,
         users.len() - 1,
-        leaks.len()
+        report.owner_reads,
+        report.leaks.len()
     );
-    assert!(leaks.is_empty(), "{} leaks:\n{}", leaks.len(), leaks.join("\n"));
-    assert_eq!(probes, 28 * 4 * users.len());
-    assert_eq!(owner_reads, 28 * 4);
+    report.assert_no_leak();
+    assert_eq!(report.probes, 28 * 4 * users.len());
+    assert_eq!(report.owner_reads, 28 * 4);
     cluster.assert_no_crash();
 }
 
