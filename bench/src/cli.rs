@@ -61,6 +61,10 @@ pub struct RunArgs {
     /// `coordinator=http://127.0.0.2:3000`.
     #[arg(long = "node", value_name = "NAME=URL", value_parser = crate::nodes::parse_node)]
     pub nodes: Vec<crate::nodes::Node>,
+    /// A local process of the cluster (and its children) whose CPU time the report shows
+    /// (repeatable), e.g. `nginx=<master pid>`.
+    #[arg(long = "process", value_name = "NAME=PID", value_parser = crate::nodes::parse_process)]
+    pub processes: Vec<crate::nodes::LocalProcess>,
     /// File holding the cluster secret that the nodes' internal routes require.
     #[arg(long, env = "BENCH_CLUSTER_SECRET_FILE")]
     pub cluster_secret_file: Option<PathBuf>,
@@ -165,6 +169,7 @@ impl RunArgs {
             url_policy: url_policy(self.official_urls),
             resolve: self.resolve,
             nodes,
+            processes: self.processes,
             profile_seconds: self.profile,
             out_dir: self.out,
             progress: !self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()),

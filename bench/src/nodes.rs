@@ -129,6 +129,57 @@ pub fn own_cpu_seconds() -> Option<f64> {
     shared::telemetry::process_cpu_seconds()
 }
 
+/// A local process whose CPU time counts as the cluster's (nginx: master and workers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalProcess {
+    pub name: String,
+    pub pid: u32,
+}
+
+/// Parses `NAME=PID`.
+pub fn parse_process(text: &str) -> Result<LocalProcess, String> {
+    let (name, pid) = text
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=PID, got {text:?}"))?;
+    let pid = pid.trim().parse().map_err(|_| format!("{pid:?} is not a process id"))?;
+    if name.is_empty() {
+        return Err(format!("empty name in {text:?}"));
+    }
+    Ok(LocalProcess {
+        name: name.to_owned(),
+        pid,
+    })
+}
+
+/// User + system CPU seconds of process `pid` and its live child processes (nginx's workers),
+/// from `/proc`; `None` when the process is gone or `/proc` is unreadable.
+pub fn process_tree_cpu_seconds(pid: u32) -> Option<f64> {
+    let ticks_per_second = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    let mut ticks = stat_cpu_ticks(pid)?.1;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some((parent, child_ticks)) = stat_cpu_ticks(child) {
+            if parent == pid {
+                ticks += child_ticks;
+            }
+        }
+    }
+    Some(ticks as f64 / ticks_per_second as f64)
+}
+
+/// (parent pid, utime + stime in clock ticks) from `/proc/<pid>/stat`.
+fn stat_cpu_ticks(pid: u32) -> Option<(u32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name (which may hold spaces): state is field 3.
+    let fields: Vec<&str> = stat.rsplit_once(") ")?.1.split(' ').collect();
+    let parent = fields.get(1)?.parse().ok()?;
+    let user: u64 = fields.get(11)?.parse().ok()?;
+    let system: u64 = fields.get(12)?.parse().ok()?;
+    Some((parent, user + system))
+}
+
 /// Parses `NAME=URL`.
 pub fn parse_node(text: &str) -> Result<Node, String> {
     let (name, url) = text
@@ -165,6 +216,25 @@ mod tests {
         assert!(parse_node("worker-a").is_err());
         assert!(parse_node("=http://x").is_err());
         assert!(parse_node("a=ftp://x").is_err());
+    }
+
+    #[test]
+    fn a_process_tree_counts_its_children() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+            .spawn()
+            .unwrap();
+        let own = std::process::id();
+        std::thread::sleep(Duration::from_millis(300));
+        let with_child = process_tree_cpu_seconds(own).unwrap();
+        let child_alone = process_tree_cpu_seconds(child.id()).unwrap();
+        child.kill().ok();
+        child.wait().unwrap();
+        assert!(child_alone > 0.0, "the busy child used no CPU?");
+        assert!(with_child >= child_alone, "{with_child} < {child_alone}");
+        assert!(process_tree_cpu_seconds(u32::MAX).is_none());
+        assert_eq!(parse_process("nginx=42").unwrap().pid, 42);
+        assert!(parse_process("nginx").is_err() && parse_process("nginx=x").is_err());
     }
 
     #[test]

@@ -183,6 +183,25 @@ impl fmt::Display for Report {
                     None => writeln!(out, "  {:<12} {:>8}", usage.name, "n/a")?,
                 }
             }
+            let cluster: f64 = self
+                .cpu
+                .iter()
+                .filter(|usage| usage.name != "bench")
+                .filter_map(|usage| usage.seconds)
+                .sum();
+            let bench = self
+                .cpu
+                .iter()
+                .find(|usage| usage.name == "bench")
+                .and_then(|usage| usage.seconds);
+            if let (Some(bench), true) = (bench, cluster > 0.0) {
+                writeln!(
+                    out,
+                    "  {:<12} {cluster:>8.2}  (bench/cluster = {:.2})",
+                    "cluster",
+                    bench / cluster
+                )?;
+            }
         }
         if !self.profiles.is_empty() {
             writeln!(out, "\nprofiles taken under load")?;

@@ -32,7 +32,7 @@ use self::stats::{Stats, Tag};
 use self::validate::TrendIsu;
 use crate::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
 use crate::jwt::JwtSigner;
-use crate::nodes::{own_cpu_seconds, Nodes};
+use crate::nodes::{own_cpu_seconds, process_tree_cpu_seconds, LocalProcess, Nodes};
 use crate::report::{CpuUse, Report};
 use rand::{Rng, SeedableRng};
 
@@ -72,6 +72,8 @@ pub struct ScenarioConfig {
     pub initialize_timeout: Duration,
     /// The nodes' internal URLs and secret, for CPU time and profiles (optional).
     pub nodes: Option<Nodes>,
+    /// Local processes of the cluster whose CPU time is reported too (nginx).
+    pub processes: Vec<LocalProcess>,
     /// Profile every node for this long during load, into `out_dir`.
     pub profile_seconds: Option<u64>,
     /// Where profiles are written.
@@ -105,6 +107,7 @@ impl ScenarioConfig {
             request_timeout: Duration::from_secs(1),
             initialize_timeout: Duration::from_secs(20),
             nodes: None,
+            processes: Vec::new(),
             profile_seconds: None,
             out_dir: PathBuf::from("run/bench"),
             progress: false,
@@ -261,7 +264,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         tasks: Mutex::new(JoinSet::new()),
         deadline: started + config.duration,
     });
-    let cpu_before = cpu_seconds(config.nodes.as_ref()).await;
+    let cpu_before = cpu_seconds(config.nodes.as_ref(), &config.processes).await;
     stats.add(Tag::StartBenchmark);
     jia.start_error_poster(ERROR_POST_INTERVAL);
     for _ in 0..config.users {
@@ -300,7 +303,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     let mut tasks = std::mem::take(&mut *ctx.tasks.lock().expect("tasks poisoned"));
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
-    let cpu_after = cpu_seconds(config.nodes.as_ref()).await;
+    let cpu_after = cpu_seconds(config.nodes.as_ref(), &config.processes).await;
     let profiles = profiles.await.unwrap_or_default();
     jia.shutdown().await;
 
@@ -419,12 +422,15 @@ async fn take_profiles(config: ScenarioConfig, load: Duration) -> Vec<PathBuf> {
     nodes.profile_all(seconds, &out).await
 }
 
-/// Node and bench CPU seconds so far.
-async fn cpu_seconds(nodes: Option<&Nodes>) -> Vec<(String, Option<f64>)> {
+/// Node, local process and bench CPU seconds so far.
+async fn cpu_seconds(nodes: Option<&Nodes>, processes: &[LocalProcess]) -> Vec<(String, Option<f64>)> {
     let mut readings = match nodes {
         Some(nodes) => nodes.cpu_seconds().await,
         None => Vec::new(),
     };
+    for process in processes {
+        readings.push((process.name.clone(), process_tree_cpu_seconds(process.pid)));
+    }
     readings.push(("bench".to_owned(), own_cpu_seconds()));
     readings
 }
