@@ -967,6 +967,55 @@ async fn extreme_query_values_and_huge_requests_get_a_4xx_or_an_empty_answer() {
         isucon1.get(&path).await.assert_error(404, NOT_FOUND_ISU);
     }
     assert_eq!(isucon1.isu_list().await.json(200), expected_isu_list("isucon1"));
+
+    // Devices may send any i64 timestamp: stored, listed, graphed and trended without overflow.
+    let extremes = [min, -1, 0, max];
+    let batch: Vec<Value> = extremes
+        .iter()
+        .map(|timestamp| json!({"is_sitting": true, "condition": CRITICAL, "message": "edge", "timestamp": timestamp}))
+        .collect();
+    cluster
+        .agent()
+        .post_json(&format!("/api/condition/{uuid}"), &Value::Array(batch).to_string())
+        .await
+        .assert_empty(202);
+    let window = format!("start_time={min}&end_time=1&condition_level={ALL_LEVELS}");
+    assert_eq!(
+        timestamps_of(isucon1.conditions(uuid, &window).await.json(200).as_array().unwrap()),
+        [0, -1, min]
+    );
+    let newest = isucon1
+        .conditions(uuid, &format!("end_time={max}&condition_level=critical"))
+        .await
+        .json(200);
+    assert!(
+        newest
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|item| item["timestamp"] != json!(max)),
+        "end_time is exclusive"
+    );
+    let points = isucon1.graph(uuid, -3600).await.json(200);
+    assert_eq!(points[0]["condition_timestamps"], json!([-1]));
+    assert_eq!(points[1]["condition_timestamps"], json!([0]));
+    wait_until(
+        "the ISU list shows the newest possible timestamp",
+        Duration::from_secs(5),
+        || async {
+            let list = isucon1.isu_list().await.json(200);
+            let item = list
+                .as_array()?
+                .iter()
+                .find(|item| item["jia_isu_uuid"] == json!(uuid))?
+                .clone();
+            (item["latest_isu_condition"]["timestamp"] == json!(max)).then_some(())
+        },
+    )
+    .await;
+    let spots = parse_trend(&cluster.agent().trend().await.json(200));
+    assert_eq!(spots[&isu.id].timestamp, max);
+    assert_eq!(spots[&isu.id].level, "critical");
     cluster.assert_no_crash();
 }
 
