@@ -197,12 +197,13 @@ impl Wal {
     pub fn open(path: &Path, options: WalOptions) -> io::Result<Wal> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let size = file.metadata()?.len();
+        // A log opened past the threshold is compacted after its first write.
         let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
         let writer = Writer {
             path: path.to_owned(),
             file: Arc::new(file),
             size,
-            compact_at: options.compact_after_bytes.max(size.saturating_mul(2)),
+            compact_at: options.compact_after_bytes,
             options,
             dirty: false,
             last_sync: Instant::now(),
