@@ -100,7 +100,8 @@ pub enum Failure {
 #[derive(Clone)]
 pub struct Agent {
     client: reqwest::Client,
-    base_url: String,
+    /// Parsed once: building each request's URL from it skips re-parsing the host.
+    base_url: reqwest::Url,
     stats: Arc<Stats>,
 }
 
@@ -114,7 +115,7 @@ impl Agent {
             .build()?;
         Ok(Agent {
             client,
-            base_url: base_url.trim_end_matches('/').to_owned(),
+            base_url: reqwest::Url::parse(base_url.trim_end_matches('/'))?,
             stats,
         })
     }
@@ -125,7 +126,13 @@ impl Agent {
 
     /// A request to `path` (absolute path of the public API).
     pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        self.client.request(method, format!("{}{}", self.base_url, path))
+        let mut url = self.base_url.clone();
+        let (path, query) = path
+            .split_once('?')
+            .map_or((path, None), |(path, query)| (path, Some(query)));
+        url.set_path(path);
+        url.set_query(query);
+        self.client.request(method, url)
     }
 
     /// Sends, and accepts only the `expected` statuses. `label` names the call in error reports.

@@ -29,7 +29,7 @@ use self::api::{Agent, InitializeResponse};
 use self::expected::ExpectedData;
 use self::prepare::{ErrorCheckConfig, ErrorCheckUser, PrepareContext, PrepareOutcome};
 use self::stats::{Stats, Tag};
-use self::validate::TrendIsu;
+use self::validate::{LastFound, TrendIsu};
 use crate::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
 use crate::jwt::JwtSigner;
 use crate::nodes::{own_cpu_seconds, process_tree_cpu_seconds, LocalProcess, Nodes};
@@ -129,6 +129,8 @@ pub(crate) struct RunContext {
     stats: Arc<Stats>,
     /// Every ISU registered so far (id → uuid, character), for trend checks.
     registered: Mutex<HashMap<i64, TrendIsu>>,
+    /// The devices' sent log as viewers consult it (latest finds remembered).
+    trend_log: LastFound<JiaHandle>,
     /// Free viewer slots (each user adds some).
     viewer_slots: Arc<Semaphore>,
     /// Trend entries fresher than 2 real seconds, first seen by a viewer since the last growth check.
@@ -255,6 +257,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         jia: jia.clone(),
         stats: stats.clone(),
         registered: Mutex::new(registered),
+        trend_log: LastFound::new(jia.clone()),
         viewer_slots: Arc::new(Semaphore::new(0)),
         fresh_trend_entries: AtomicU64::new(0),
         users_started: AtomicUsize::new(0),

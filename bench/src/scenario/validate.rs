@@ -28,6 +28,40 @@ impl SentLog for JiaHandle {
     }
 }
 
+/// A [`SentLog`] that remembers the last condition found per ISU. Trend checks ask for each
+/// ISU's latest condition again and again (every viewer, every poll); answering repeats from
+/// this small, warm map spares a search of a log that is cold in the cache.
+pub struct LastFound<L> {
+    inner: L,
+    last: std::sync::Mutex<HashMap<String, SentCondition>>,
+}
+
+impl<L: SentLog> LastFound<L> {
+    pub fn new(inner: L) -> LastFound<L> {
+        LastFound {
+            inner,
+            last: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<L: SentLog> SentLog for LastFound<L> {
+    fn find(&self, isu_uuid: &str, timestamp: i64) -> Option<SentCondition> {
+        let mut last = self.last.lock().expect("last found poisoned");
+        if let Some(found) = last.get(isu_uuid).filter(|found| found.timestamp == timestamp) {
+            return Some(*found);
+        }
+        let found = self.inner.find(isu_uuid, timestamp)?;
+        match last.get_mut(isu_uuid) {
+            Some(slot) => *slot = found,
+            None => {
+                last.insert(isu_uuid.to_owned(), found);
+            }
+        }
+        Some(found)
+    }
+}
+
 impl SentLog for HashMap<String, Vec<SentCondition>> {
     fn find(&self, isu_uuid: &str, timestamp: i64) -> Option<SentCondition> {
         self.get(isu_uuid)?
@@ -420,6 +454,16 @@ mod tests {
             start_time: None,
             levels: Level::ALL.to_vec(),
         }
+    }
+
+    #[test]
+    fn the_last_found_cache_answers_like_the_log_it_wraps() {
+        let log = log(vec![sent(100, true, false, false), sent(160, false, true, false)]);
+        let cached = LastFound::new(log.clone());
+        for timestamp in [160, 160, 100, 160, 161, 99, 100] {
+            assert_eq!(cached.find(UUID, timestamp), log.find(UUID, timestamp), "{timestamp}");
+        }
+        assert_eq!(cached.find("other", 100), None);
     }
 
     #[test]

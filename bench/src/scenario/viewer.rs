@@ -81,7 +81,7 @@ async fn poll_trend(
     };
     let result = {
         let known = ctx.registered.lock().expect("registered poisoned");
-        check_trend(&entries, &known, &ctx.jia, memory)
+        check_trend(&entries, &known, &ctx.trend_log, memory)
     };
     if let Err(problem) = result {
         ctx.stats.data_error(problem);
