@@ -317,3 +317,97 @@ async fn a_sigkilled_coordinator_restores_users_and_isus_and_receives_the_latest
     assert_eq!(created["id"].as_i64(), registered_b["id"].as_i64().map(|id| id + 1));
     cluster.assert_no_crash();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_while_its_worker_is_down_fails_cleanly_and_a_retry_succeeds() {
+    let mut cluster = spawn_cluster_with(durable()).await;
+    let alice = cluster.sign_in("alice").await;
+    let uuid = cluster.known_uuid('c', 34); // worker A
+    cluster.kill_node(0);
+    let started = Instant::now();
+    let refused = alice.register(&uuid, "too early", None).await;
+    assert!(refused.status.is_server_error(), "{}", refused.text());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the registration failed fast"
+    );
+    assert_eq!(
+        alice.isu_list().await.json(200),
+        serde_json::json!([]),
+        "nothing half-registered"
+    );
+    assert_eq!(alice.isu(&uuid).await.status.as_u16(), 404);
+
+    cluster.start_node(0);
+    let created = wait_until("a retried registration succeeds", Duration::from_secs(10), || async {
+        let reply = alice.register(&uuid, "retried", None).await;
+        (reply.status.as_u16() == 201).then(|| reply.json(201))
+    })
+    .await;
+    assert_eq!(created["name"], "retried");
+    post_own_batch(&cluster.workers[0], &uuid, 0, 0).await;
+    wait_for_own_conditions(&alice, &uuid, CONDITIONS_PER_BATCH as usize).await;
+    // Restarted again, the worker replays the registration and the conditions.
+    cluster.kill_node(0);
+    cluster.start_node(0);
+    wait_until_served(&alice, &uuid).await;
+    assert_eq!(own_timestamps(&alice, &uuid).await.len(), CONDITIONS_PER_BATCH as usize);
+    cluster.assert_no_crash();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_starts_a_fresh_log_so_a_restart_never_brings_back_old_data() {
+    let mut cluster = spawn_cluster_with(durable()).await;
+    let alice = cluster.sign_in("alice").await;
+    let uuid = cluster.known_uuid('e', 35); // worker A
+    alice.register(&uuid, "before initialize", None).await.json(201);
+    post_own_batch(&cluster.workers[0], &uuid, 0, 0).await;
+    let isucon1 = dataset_isus_of("isucon1")
+        .into_iter()
+        .find(|isu| shard_index(&isu.uuid) == 0)
+        .expect("isucon1 has an ISU on worker A");
+    // Posts to a dataset ISU race the initialize: none may survive it.
+    let poster = {
+        let (worker, dataset_uuid) = (cluster.workers[0].clone(), isucon1.uuid.clone());
+        tokio::spawn(async move {
+            for serial in 0..200 {
+                let _ = device_client()
+                    .post(format!("{worker}/api/condition/{dataset_uuid}"))
+                    .json(&own_batch(1, serial))
+                    .send()
+                    .await;
+            }
+        })
+    };
+    let reply = cluster.initialize().await;
+    assert_eq!(reply.status.as_u16(), 200);
+    poster.await.unwrap();
+    let reader = cluster.sign_in("isucon1").await;
+    let end_time = VIRTUAL_START + 100 * 86_400;
+    let newest_before = reader.condition_items(&isucon1.uuid, end_time).await;
+    let own_before = own_timestamps(&reader, &isucon1.uuid).await;
+
+    for node in [0, 2] {
+        cluster.kill_node(node);
+        cluster.start_node(node);
+    }
+    let reader = cluster.sign_in("isucon1").await;
+    wait_until_served(&reader, &isucon1.uuid).await;
+    assert_eq!(
+        reader.condition_items(&isucon1.uuid, end_time).await,
+        newest_before,
+        "the dataset's conditions as before the restart"
+    );
+    assert_eq!(
+        own_timestamps(&reader, &isucon1.uuid).await,
+        own_before,
+        "only posts taken after the initialize, as before the restart"
+    );
+    let alice = cluster.sign_in("alice").await;
+    assert_eq!(
+        alice.isu_list().await.json(200),
+        serde_json::json!([]),
+        "alice's ISU is gone"
+    );
+    cluster.assert_no_crash();
+}
