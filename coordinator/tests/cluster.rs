@@ -978,11 +978,7 @@ async fn internal_routes_need_the_cluster_secret() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn public_nginx_routes_by_parity_and_hides_internal_routes() {
-    let Some(nginx) = nginx_binary() else {
-        if std::env::var_os("CI").is_some() {
-            panic!("nginx is not installed (apt-get install -y nginx-light) and CI is set");
-        }
-        eprintln!("skipping: nginx is not installed (apt-get install -y nginx-light)");
+    let Some(nginx) = nginx_or_skip() else {
         return;
     };
     let [public_port, device_a_port, device_b_port] = free_ports::<3>();
@@ -1447,11 +1443,7 @@ async fn the_bench_compatibility_check_and_error_checks_pass_through_nginx() {
     use bench::scenario::stats::Stats;
     use std::sync::Arc;
 
-    let Some(nginx) = nginx_binary() else {
-        if std::env::var_os("CI").is_some() {
-            panic!("nginx is not installed (apt-get install -y nginx-light) and CI is set");
-        }
-        eprintln!("skipping: nginx is not installed (apt-get install -y nginx-light)");
+    let Some(nginx) = nginx_or_skip() else {
         return;
     };
     let cluster = spawn_cluster().await;
@@ -1520,11 +1512,7 @@ async fn the_bench_compatibility_check_passes_on_the_official_data_shared_data()
     use std::sync::Arc;
 
     let Some(dir) = official_data_dir() else { return };
-    let Some(nginx) = nginx_binary() else {
-        if std::env::var_os("CI").is_some() {
-            panic!("nginx is not installed (apt-get install -y nginx-light) and CI is set");
-        }
-        eprintln!("skipping: nginx is not installed (apt-get install -y nginx-light)");
+    let Some(nginx) = nginx_or_skip() else {
         return;
     };
     let arg = |name: &str| dir.join(name).display().to_string();
@@ -1553,5 +1541,55 @@ async fn the_bench_compatibility_check_passes_on_the_official_data_shared_data()
     let snapshot = stats.snapshot();
     assert!(outcome.passed, "{snapshot}\n{}", snapshot.error_samples.join("\n"));
     assert!(outcome.registered.iter().all(|isu| isu.isu.id > 28));
+    server.assert_running();
+}
+
+/// A dead worker: reads of its ISUs through nginx get a short text 503 at once, never a hang,
+/// while the other worker's ISUs are served as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_workers_reads_fail_fast_with_503_through_nginx_while_the_other_serves() {
+    let Some(nginx) = nginx_or_skip() else {
+        return;
+    };
+    let mut cluster = spawn_cluster().await;
+    let web = support::fixture_front_end();
+    let (mut server, public) = public_nginx(&cluster, &nginx, &web.path).await;
+    let isucon1 = sign_in_with(Agent::new(Routes::Public(public.clone())), &cluster.signer, "isucon1").await;
+    let isus = dataset_isus_of("isucon1");
+    let on = |even: bool| {
+        isus.iter()
+            .find(|isu| u8::from_str_radix(&isu.uuid[..1], 16).unwrap() % 2 == u8::from(!even))
+            .map(|isu| isu.uuid.clone())
+            .expect("isucon1 owns ISUs on both shards")
+    };
+    let (on_a, on_b) = (on(true), on(false));
+    assert_eq!(
+        isucon1
+            .conditions(&on_a, "end_time=9999999999&condition_level=info")
+            .await
+            .status,
+        200
+    );
+
+    cluster.kill_node(0);
+    for _ in 0..5 {
+        let started = Instant::now();
+        let dead = isucon1
+            .conditions(&on_a, "end_time=9999999999&condition_level=info")
+            .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            started.elapsed()
+        );
+        dead.assert_error(503, "service unavailable");
+        let graph = isucon1.get(&format!("/api/isu/{on_a}/graph?datetime=1627916400")).await;
+        assert_eq!(graph.status.as_u16(), 503, "{}", graph.request);
+        let alive = isucon1
+            .conditions(&on_b, "end_time=9999999999&condition_level=info")
+            .await;
+        assert_eq!(alive.status.as_u16(), 200, "{}", alive.request);
+        assert_eq!(isucon1.isu_list().await.status.as_u16(), 200);
+    }
     server.assert_running();
 }

@@ -1094,3 +1094,16 @@ pub fn fixture_front_end() -> ScratchDir {
     std::fs::write(dir.path.join("assets/app.css"), "body { margin: 0; }\n").expect("writing app.css");
     dir
 }
+
+/// nginx for the tests that need it; `None` (the test then skips, saying why) when it is not
+/// installed, except under CI, where its absence is a failure.
+pub fn nginx_or_skip() -> Option<PathBuf> {
+    let nginx = nginx_binary();
+    if nginx.is_none() {
+        if std::env::var_os("CI").is_some() {
+            panic!("nginx is not installed (apt-get install -y nginx-light) and CI is set");
+        }
+        eprintln!("skipping: nginx is not installed (apt-get install -y nginx-light)");
+    }
+    nginx
+}
