@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE};
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -107,8 +107,13 @@ pub struct Agent {
 
 impl Agent {
     pub fn new(base_url: &str, timeout: Duration, stats: Arc<Stats>) -> anyhow::Result<Agent> {
+        // Like a browser or Go's client (the official bench), every request accepts gzip; the
+        // service compresses what is worth it (the trend, static files).
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
         let client = reqwest::Client::builder()
             .cookie_store(true)
+            .default_headers(headers)
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -158,6 +163,21 @@ impl Agent {
         let body = match body {
             Ok(body) => body,
             Err(error) => return self.transport_failure(label, &error),
+        };
+        let gzipped = headers
+            .get(CONTENT_ENCODING)
+            .is_some_and(|encoding| encoding.as_bytes().eq_ignore_ascii_case(b"gzip"));
+        let body = if gzipped {
+            match gunzip(&body) {
+                Ok(body) => body,
+                Err(error) => {
+                    self.stats
+                        .error(ErrorKind::Json, format!("{label}: undecodable gzip body: {error}"));
+                    return Err(Failure::Error);
+                }
+            }
+        } else {
+            body
         };
         if !expected.contains(&status.as_u16()) {
             let excerpt = String::from_utf8_lossy(&body[..body.len().min(120)]).into_owned();
@@ -245,5 +265,30 @@ impl Agent {
         self.stats
             .error(ErrorKind::Connection, format!("{label}: {description}"));
         Err(Failure::Error)
+    }
+}
+
+/// Decompresses a gzip body.
+fn gunzip(body: &[u8]) -> std::io::Result<Bytes> {
+    use std::io::Read;
+    let mut out = Vec::with_capacity(body.len() * 6);
+    flate2::read::GzDecoder::new(body).read_to_end(&mut out)?;
+    Ok(Bytes::from(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_bodies_are_decompressed_and_broken_ones_refused() {
+        use std::io::Write;
+        let json = r#"[{"character":"いじっぱり","info":[],"warning":[],"critical":[]}]"#.as_bytes();
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(json).unwrap();
+        let gzipped = encoder.finish().unwrap();
+        assert_eq!(&gunzip(&gzipped).unwrap()[..], json);
+        assert!(gunzip(&gzipped[..gzipped.len() / 2]).is_err());
+        assert!(gunzip(b"not gzip").is_err());
     }
 }
