@@ -1000,14 +1000,7 @@ async fn get_json<T: serde::de::DeserializeOwned>(
 }
 
 async fn get_conditions(agent: &Agent, uuid: &str, query: &ConditionQuery) -> Step<Vec<ConditionItem>> {
-    let levels: Vec<&str> = query.levels.iter().map(|level| level.as_str()).collect();
-    let mut params = vec![
-        ("end_time", query.end_time.to_string()),
-        ("condition_level", levels.join(",")),
-    ];
-    if let Some(start_time) = query.start_time {
-        params.push(("start_time", start_time.to_string()));
-    }
+    let params = query.params();
     get_json(
         agent,
         "GET /api/condition/:uuid",

@@ -508,14 +508,7 @@ impl User {
     async fn condition_page(&mut self, which: usize, query: &ConditionQuery) -> Option<Vec<ConditionItem>> {
         let isu = &mut self.isus[which];
         let uuid = isu.expected.uuid.clone();
-        let levels: Vec<&str> = query.levels.iter().map(|level| level.as_str()).collect();
-        let mut params = vec![
-            ("end_time", query.end_time.to_string()),
-            ("condition_level", levels.join(",")),
-        ];
-        if let Some(start_time) = query.start_time {
-            params.push(("start_time", start_time.to_string()));
-        }
+        let params = query.params();
         let requested_at = Instant::now();
         let request = self
             .agent

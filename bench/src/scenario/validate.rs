@@ -167,6 +167,21 @@ pub struct ConditionQuery {
     pub levels: Vec<Level>,
 }
 
+impl ConditionQuery {
+    /// The query string parameters of the request.
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let levels: Vec<&str> = self.levels.iter().map(|level| level.as_str()).collect();
+        let mut params = vec![
+            ("end_time", self.end_time.to_string()),
+            ("condition_level", levels.join(",")),
+        ];
+        if let Some(start_time) = self.start_time {
+            params.push(("start_time", start_time.to_string()));
+        }
+        params
+    }
+}
+
 /// A page: at most 20, strictly descending, inside the window, only requested levels, all real.
 pub fn check_condition_page(
     items: &[ConditionItem],
