@@ -1125,20 +1125,7 @@ fn official_data_dir() -> Option<std::path::PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_dump_dataset_key_and_icon_serve_initialize_json_shared_data() {
     let Some(dir) = official_data_dir() else { return };
-    let arg = |name: &str| dir.join(name).display().to_string();
-    let cluster = spawn_cluster_with(ClusterOptions {
-        coordinator_args: vec![
-            "--dataset".into(),
-            arg("1_InitData.sql"),
-            "--jwt-public-key".into(),
-            arg("ec256-public.pem"),
-            "--default-icon".into(),
-            arg("NoImage.jpg"),
-        ],
-        signer: Some(bench::jwt::JwtSigner::from_file(&dir.join("ec256-private.pem")).unwrap()),
-        ..ClusterOptions::default()
-    })
-    .await;
+    let cluster = spawn_official_cluster(&dir).await;
     let reference: Value = serde_json::from_slice(&std::fs::read(dir.join("initialize.json")).unwrap()).unwrap();
     // Newest condition of every initial ISU, by uuid, from the contest's own record.
     let mut expected_ids = BTreeSet::new();
@@ -1515,24 +1502,12 @@ async fn the_bench_compatibility_check_passes_on_the_official_data_shared_data()
     let Some(nginx) = nginx_or_skip() else {
         return;
     };
-    let arg = |name: &str| dir.join(name).display().to_string();
-    let cluster = spawn_cluster_with(ClusterOptions {
-        coordinator_args: vec![
-            "--dataset".into(),
-            arg("1_InitData.sql"),
-            "--jwt-public-key".into(),
-            arg("ec256-public.pem"),
-            "--default-icon".into(),
-            arg("NoImage.jpg"),
-        ],
-        signer: Some(bench::jwt::JwtSigner::from_file(&dir.join("ec256-private.pem")).unwrap()),
-        ..ClusterOptions::default()
-    })
-    .await;
+    let cluster = spawn_official_cluster(&dir).await;
     let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
     let (mut server, public) = public_nginx(&cluster, &nginx, &web).await;
     let stats = Arc::new(Stats::default());
-    let expected = ExpectedData::load(&arg("initialize.json")).expect("the official initialize.json");
+    let expected =
+        ExpectedData::load(&dir.join("initialize.json").display().to_string()).expect("the official initialize.json");
     let ctx = PrepareContext {
         signer: cluster.signer.clone(),
         ..PrepareContext::new(&public, cluster.jia.clone(), stats.clone(), Arc::new(expected))
@@ -1592,4 +1567,22 @@ async fn a_dead_workers_reads_fail_fast_with_503_through_nginx_while_the_other_s
         assert_eq!(isucon1.isu_list().await.status.as_u16(), 200);
     }
     server.assert_running();
+}
+
+/// A cluster on the contest's dump, JWT key pair and default icon from `dir`.
+async fn spawn_official_cluster(dir: &std::path::Path) -> Cluster {
+    let arg = |name: &str| dir.join(name).display().to_string();
+    spawn_cluster_with(ClusterOptions {
+        coordinator_args: vec![
+            "--dataset".into(),
+            arg("1_InitData.sql"),
+            "--jwt-public-key".into(),
+            arg("ec256-public.pem"),
+            "--default-icon".into(),
+            arg("NoImage.jpg"),
+        ],
+        signer: Some(bench::jwt::JwtSigner::from_file(&dir.join("ec256-private.pem")).unwrap()),
+        ..ClusterOptions::default()
+    })
+    .await
 }
