@@ -76,6 +76,24 @@ impl JiaClient {
         target_base_url: &str,
         isu_uuid: &str,
     ) -> Result<String, ActivateError> {
+        let started = std::time::Instant::now();
+        let result = self.activate_call(service_url, target_base_url, isu_uuid).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(ActivateError::Refused(_) | ActivateError::BadBody) => "status",
+            Err(ActivateError::Transport(error)) if error.is_timeout() => "timeout",
+            Err(ActivateError::Transport(_)) => "transport",
+        };
+        shared::telemetry::record_outgoing_call("jia", "/api/activate", outcome, started.elapsed());
+        result
+    }
+
+    async fn activate_call(
+        &self,
+        service_url: &str,
+        target_base_url: &str,
+        isu_uuid: &str,
+    ) -> Result<String, ActivateError> {
         let response = self
             .client
             .post(format!("{}/api/activate", service_url.trim_end_matches('/')))

@@ -6,6 +6,7 @@
 //! - [`state`]: the in-memory state and the registration protocol;
 //! - [`journal`]: the durable log of users and registrations (`--data-dir`);
 //! - [`jia_client`]: the only code that talks to JIA;
+//! - [`user_sync`]: the actor that tells the workers about new users, in batches;
 //! - [`worker_client`]: the only code that builds worker URLs;
 //! - [`routes`]: public API, frontend, internal and debug routes;
 //! - [`error`]: the error type mapped to the API's statuses and messages.
@@ -16,6 +17,7 @@ pub mod jia_client;
 pub mod journal;
 pub mod routes;
 pub mod state;
+pub mod user_sync;
 pub mod worker_client;
 
 use std::net::SocketAddr;
@@ -126,11 +128,21 @@ impl Application {
             state.sync_workers_until_ready().await;
             state.watch_workers().await;
         });
+        let stop_user_sync = tokio_util::sync::CancellationToken::new();
+        let user_sync = tokio::spawn(
+            self.state
+                .state
+                .user_sync
+                .clone()
+                .run(self.state.state.workers.clone(), stop_user_sync.clone()),
+        );
         let router = routes::router(self.state)?;
         let served = axum::serve(self.listener, router)
             .with_graceful_shutdown(shutdown)
             .await;
         sync.abort();
+        stop_user_sync.cancel();
+        let _ = user_sync.await;
         Ok(served?)
     }
 }

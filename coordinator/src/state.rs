@@ -18,15 +18,14 @@ use serde::Serialize;
 use shared::dataset::Dataset;
 use shared::domain::Flags;
 use shared::placement::{shard_of, Shard};
-use shared::protocol::{
-    LatestBatch, ProvisionalIsu, PublishIsu, ResetShard, RollbackIsu, ShardIsu, UserSync, WireCondition,
-};
+use shared::protocol::{LatestBatch, ProvisionalIsu, PublishIsu, ResetShard, RollbackIsu, ShardIsu, WireCondition};
 use shared::session::SessionKey;
 use tokio::sync::watch;
 
 use crate::error::ApiError;
 use crate::jia_client::{ActivateError, JiaClient};
 use crate::journal::{Journal, LoggedIsu, Restored};
+use crate::user_sync::UserSyncer;
 use crate::worker_client::WorkerClient;
 
 /// The latest condition of an ISU, as pushed by its worker.
@@ -481,6 +480,8 @@ pub struct State {
     pub default_icon: Bytes,
     pub session_key: SessionKey,
     pub workers: WorkerClient,
+    /// Tells the workers about new users, in the background.
+    pub user_sync: UserSyncer,
     jia: JiaClient,
     device_urls: [String; 2],
     ready: AtomicBool,
@@ -517,6 +518,7 @@ impl State {
             default_icon,
             session_key,
             workers,
+            user_sync: UserSyncer::new(Shard::ALL.len()),
             jia,
             device_urls,
             ready: AtomicBool::new(false),
@@ -670,18 +672,7 @@ impl State {
                 .user(generation.id, user)
                 .await
                 .map_err(|error| ApiError::Internal(error.to_string()))?;
-            let state = self.clone();
-            let sync = UserSync {
-                generation: generation.id,
-                users: vec![user.to_owned()],
-            };
-            // Workers accept sessions of the current generation without the user
-            // table, so this sync only serves sessions that outlive a reset.
-            tokio::spawn(async move {
-                if let Err(error) = state.workers.sync_users(&sync).await {
-                    tracing::warn!(%error, "user sync failed");
-                }
-            });
+            self.user_sync.add(generation.id, user);
         }
         Ok(self.session_key.set_cookie(user, generation.id))
     }

@@ -1586,3 +1586,128 @@ async fn spawn_official_cluster(dir: &std::path::Path) -> Cluster {
     })
     .await
 }
+
+/// Sums the samples of a Prometheus counter or histogram `_count` whose labels contain every `label`.
+fn metric_sum(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(name) && labels.iter().all(|label| line.contains(label)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A bench load starts (and grows) with a burst: many users sign in and register at once
+/// while devices post. On a saturated machine that burst used to get 500s from
+/// `POST /api/isu` (a provisional registration timing out, never retried) and lost user
+/// syncs. Here two threads spin on every core the test may share while 120 users sign in
+/// and register 240 ISUs on both shards at once, and the devices of earlier ISUs post.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_sign_ins_and_registrations_on_a_loaded_machine_gets_no_errors() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    const USERS: u32 = 120;
+    const ISUS_PER_USER: u32 = 2;
+    let mut cluster = spawn_cluster().await;
+    // Devices posting: ISUs registered before the burst (their simulated devices post every 40 ms).
+    let early = cluster.sign_in("early-user").await;
+    for serial in 0..8u32 {
+        let uuid = cluster.known_uuid(['4', '5'][serial as usize % 2], 9000 + serial);
+        early.register(&uuid, "early", None).await.json(201);
+    }
+    // CPU hogs, bounded in time whatever happens to the test.
+    let stop = Arc::new(AtomicBool::new(false));
+    let hogs: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let mut spin = 0u64;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    spin = std::hint::black_box(spin.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+
+    let uuids: Vec<Vec<String>> = (0..USERS)
+        .map(|user| {
+            (0..ISUS_PER_USER)
+                .map(|index| {
+                    let serial = user * ISUS_PER_USER + index;
+                    cluster.known_uuid(['0', '1', 'a', 'b'][serial as usize % 4], serial + 1)
+                })
+                .collect()
+        })
+        .collect();
+    let cluster_ref = &cluster;
+    let outcomes = futures_util::future::join_all(uuids.iter().enumerate().map(|(user, uuids)| async move {
+        let agent = cluster_ref.agent();
+        let signed_in = agent
+            .auth(Some(&cluster_ref.signer.sign(&format!("burst-{user}"))))
+            .await;
+        let mut statuses = vec![signed_in.status.as_u16()];
+        let registrations =
+            futures_util::future::join_all(uuids.iter().map(|uuid| agent.register(uuid, "burst", None))).await;
+        statuses.extend(registrations.iter().map(|reply| reply.status.as_u16()));
+        (agent, statuses)
+    }))
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for hog in hogs {
+        hog.join().expect("a CPU hog thread");
+    }
+
+    let failures: Vec<(usize, Vec<u16>)> = outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, statuses))| statuses[0] != 200 || statuses[1..].iter().any(|status| *status != 201))
+        .map(|(user, (_, statuses))| (user, statuses.clone()))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "sign-in (200) and registrations (201) that failed: {failures:?}"
+    );
+    for ((agent, _), uuids) in outcomes.iter().zip(&uuids) {
+        let listed: BTreeSet<String> = agent
+            .isu_list()
+            .await
+            .json(200)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|isu| isu["jia_isu_uuid"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(listed, uuids.iter().cloned().collect::<BTreeSet<_>>());
+    }
+
+    // The users reached both workers, in batches rather than a call per user and worker.
+    let metrics = cluster
+        .raw_client()
+        .get(format!("{}/metrics", cluster.coordinator))
+        .header("x-cluster-secret", &cluster.secret)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for worker in ["worker-a", "worker-b"] {
+        let peer = format!("peer=\"{worker}\"");
+        let syncs = metric_sum(
+            &metrics,
+            "outgoing_call_duration_seconds_count",
+            &[&peer, "path=\"/internal/users\"", "outcome=\"ok\""],
+        );
+        assert!(
+            (1.0..f64::from(USERS)).contains(&syncs),
+            "{syncs} user syncs to {worker} for {USERS} new users"
+        );
+    }
+    let coordinator_log = cluster.node_log(2);
+    assert!(
+        !coordinator_log.contains("ERROR") && !coordinator_log.contains("user sync failed"),
+        "the coordinator logged failures:\n{coordinator_log}"
+    );
+    cluster.assert_no_crash();
+}

@@ -45,6 +45,23 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// An error and its sources on one line (`a: b: c`): `reqwest` errors say only
+/// "error sending request" at the top, the cause (timeout, refused, reset) is below.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // Some layers repeat their source in their own message.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// The multi-threaded Tokio runtime of a node binary (`threads == 0`: one per core).
 pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -52,4 +69,17 @@ pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
         builder.worker_threads(threads);
     }
     builder.enable_all().build()
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn error_chain_names_every_cause() {
+        let error = Outer(std::io::Error::new(std::io::ErrorKind::TimedOut, "operation timed out"));
+        assert_eq!(super::error_chain(&error), "outer: operation timed out");
+    }
 }

@@ -26,6 +26,14 @@ impl Shard {
         }
     }
 
+    /// The worker's node name (`worker-a`), as logs and metrics name it.
+    pub fn role(self) -> &'static str {
+        match self {
+            Shard::A => "worker-a",
+            Shard::B => "worker-b",
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Shard> {
         match name {
             "a" | "A" => Some(Shard::A),

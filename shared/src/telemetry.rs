@@ -14,6 +14,9 @@ pub const REQUESTS_TOTAL: &str = "http_requests_total";
 pub const BATCH_ITEMS: &str = "latest_batch_items";
 /// Histogram of seconds from a condition's arrival on a worker to its push being acknowledged.
 pub const PUSH_LAG_SECONDS: &str = "latest_push_lag_seconds";
+/// Histogram of seconds one outgoing call to another node (or JIA) took, as the caller saw
+/// it, labelled by `peer` and `path`, and `outcome` (`ok`, `status`, `timeout`, `transport`).
+pub const OUTGOING_CALL_SECONDS: &str = "outgoing_call_duration_seconds";
 /// Counter of conditions stored by a worker.
 pub const CONDITIONS_STORED: &str = "conditions_stored_total";
 
@@ -38,6 +41,7 @@ pub fn init_metrics() -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(REQUEST_SECONDS.into()), &latency_buckets)?
         .set_buckets_for_metric(Matcher::Full(PUSH_LAG_SECONDS.into()), &latency_buckets)?
+        .set_buckets_for_metric(Matcher::Full(OUTGOING_CALL_SECONDS.into()), &latency_buckets)?
         .set_buckets_for_metric(Matcher::Full(BATCH_ITEMS.into()), &size_buckets)?
         .install_recorder()?;
     Ok(handle)
@@ -94,18 +98,30 @@ pub async fn cpu_profile(seconds: u64, format: ProfileFormat) -> Result<Vec<u8>,
         return Err(ProfileError::BadDuration);
     }
     let _only_one = PROFILING.try_lock().map_err(|_| ProfileError::Busy)?;
-    let guard = pprof::ProfilerGuardBuilder::default()
-        .frequency(99)
-        .blocklist(&["libc", "libgcc", "pthread", "vdso"])
-        .build()
-        .map_err(|error| ProfileError::Failed(error.to_string()))?;
+    // The first start allocates the sampler's tables: also off the async threads.
+    let guard = tokio::task::spawn_blocking(|| {
+        pprof::ProfilerGuardBuilder::default()
+            .frequency(99)
+            .blocklist(&["libc", "libgcc", "pthread", "vdso"])
+            .build()
+            .map_err(|error| ProfileError::Failed(error.to_string()))
+    })
+    .await
+    .map_err(|error| ProfileError::Failed(error.to_string()))??;
     tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let report = guard
-        .report()
-        .build()
-        .map_err(|error| ProfileError::Failed(error.to_string()))?;
-    drop(guard);
-    let rendered = RenderedProfile::of(&report)?;
+    // Symbolising and rendering take tens to hundreds of milliseconds of CPU (more on the
+    // first profile, which loads the debug info): off the async threads, or every request
+    // queued behind this task on its thread waits for it.
+    let rendered = tokio::task::spawn_blocking(move || {
+        let report = guard
+            .report()
+            .build()
+            .map_err(|error| ProfileError::Failed(error.to_string()))?;
+        drop(guard);
+        RenderedProfile::of(&report)
+    })
+    .await
+    .map_err(|error| ProfileError::Failed(error.to_string()))??;
     let requested = rendered.get(format).to_vec();
     *LAST_PROFILE.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(rendered);
     Ok(requested)
@@ -217,6 +233,12 @@ pub fn record_request(route: String, status: u16, elapsed: std::time::Duration) 
     let labels = [("route", route), ("status", status.to_string())];
     metrics::counter!(REQUESTS_TOTAL, &labels).increment(1);
     metrics::histogram!(REQUEST_SECONDS, &labels).record(elapsed.as_secs_f64());
+}
+
+/// Records one outgoing call (see [`OUTGOING_CALL_SECONDS`]).
+pub fn record_outgoing_call(peer: &'static str, path: &'static str, outcome: &'static str, elapsed: Duration) {
+    let labels = [("peer", peer), ("path", path), ("outcome", outcome)];
+    metrics::histogram!(OUTGOING_CALL_SECONDS, &labels).record(elapsed.as_secs_f64());
 }
 
 /// User + system CPU seconds of this process so far (all threads), to the microsecond.

@@ -214,7 +214,7 @@ fn apply(shard: &Shard, tag: u8, decoder: &mut Decoder<'_>) -> Option<()> {
         }
         PROVISIONAL_TAG => {
             let (id, uuid, owner, name) = (decoder.i64()?, decoder.str()?, decoder.str()?, decoder.str()?);
-            shard.provisional(uuid, owner, name, id).ok()
+            shard.provisional(uuid, owner, name, id).ok().map(drop)
         }
         PUBLISH_TAG => {
             let (id, uuid) = (decoder.i64()?, decoder.str()?);

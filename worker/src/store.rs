@@ -102,6 +102,13 @@ impl IsuEntry {
         }
     }
 
+    /// An unpublished entry of registration `id`.
+    fn provisional(uuid: &str, owner: &str, name: &str, id: i64) -> Arc<IsuEntry> {
+        let entry = IsuEntry::new(uuid, owner, name);
+        entry.id.store(id, Ordering::Relaxed);
+        Arc::new(entry)
+    }
+
     pub fn is_published(&self) -> bool {
         self.published.load(Ordering::Acquire)
     }
@@ -258,6 +265,15 @@ struct PushQueue {
     oldest: Option<Instant>,
 }
 
+/// What a provisional registration did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provisional {
+    /// A new entry (to be logged).
+    Created,
+    /// This registration's entry was already there (nothing changed, nothing to log).
+    Repeated,
+}
+
 /// Why a provisional registration was refused.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ProvisionalError {
@@ -343,20 +359,28 @@ impl Shard {
     /// Registers `uuid` provisionally for registration `id`. An unpublished
     /// entry of an earlier registration (its rollback lost) is replaced, with
     /// whatever was posted to it; a published one, or a newer registration's, is kept.
-    pub fn provisional(&self, uuid: &str, owner: &str, name: &str, id: i64) -> Result<(), ProvisionalError> {
-        let entry = Arc::new(IsuEntry::new(uuid, owner, name));
-        entry.id.store(id, Ordering::Relaxed);
+    /// The same registration sent again (the coordinator retries a call whose answer
+    /// it lost) is [`Provisional::Repeated`]: the entry and what was posted to it stay.
+    pub fn provisional(&self, uuid: &str, owner: &str, name: &str, id: i64) -> Result<Provisional, ProvisionalError> {
         match self.isus.entry(uuid.into()) {
+            dashmap::Entry::Occupied(occupied)
+                if !occupied.get().is_published()
+                    && occupied.get().id() == id
+                    && &*occupied.get().owner == owner
+                    && &*occupied.get().name == name =>
+            {
+                Ok(Provisional::Repeated)
+            }
             dashmap::Entry::Occupied(occupied) if occupied.get().is_published() || occupied.get().id() >= id => {
                 Err(ProvisionalError::AlreadyExists)
             }
             dashmap::Entry::Occupied(mut occupied) => {
-                occupied.insert(entry);
-                Ok(())
+                occupied.insert(IsuEntry::provisional(uuid, owner, name, id));
+                Ok(Provisional::Created)
             }
             dashmap::Entry::Vacant(vacant) => {
-                vacant.insert(entry);
-                Ok(())
+                vacant.insert(IsuEntry::provisional(uuid, owner, name, id));
+                Ok(Provisional::Created)
             }
         }
     }
@@ -669,6 +693,16 @@ mod tests {
         assert_eq!(
             shard.provisional("p", "late", "stale", 1),
             Err(ProvisionalError::AlreadyExists)
+        );
+        assert_eq!(
+            shard.provisional("p", "alice", "old", 1),
+            Ok(Provisional::Repeated),
+            "the same registration sent again"
+        );
+        assert_eq!(
+            shard.isu("p").unwrap().condition_count(),
+            1,
+            "a repeat keeps what was posted"
         );
         shard.provisional("p", "bob", "new", 2).unwrap();
         let entry = shard.isu("p").unwrap();

@@ -435,8 +435,14 @@ async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
     );
     assert_eq!(
         call(WORKER_PROVISIONAL, provisional(uuid, 29)).await,
+        StatusCode::OK,
+        "a repeated message (the coordinator retries a call whose answer it lost)"
+    );
+    let other_owner = json!({"generation": GENERATION, "id": 29, "uuid": uuid, "owner": "mallory", "name": "new"});
+    assert_eq!(
+        call(WORKER_PROVISIONAL, other_owner).await,
         StatusCode::CONFLICT,
-        "a repeated message"
+        "the same id with other fields is not a repeat"
     );
     // A later registration replaces the unpublished leftover of an earlier one.
     assert_eq!(

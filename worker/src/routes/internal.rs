@@ -13,7 +13,7 @@ use shared::protocol::{
 
 use super::{json_response, ClusterPeer};
 use crate::error::WorkerError;
-use crate::store::{ProvisionalError, Shard};
+use crate::store::{Provisional, ProvisionalError, Shard};
 use crate::AppState;
 
 /// A reset carries a whole dataset shard.
@@ -78,10 +78,12 @@ async fn provisional(
     Json(isu): Json<ProvisionalIsu>,
 ) -> Result<StatusCode, WorkerError> {
     match current_shard(&state, isu.generation)?.provisional(&isu.uuid, &isu.owner, &isu.name, isu.id) {
-        Ok(()) => {
+        Ok(Provisional::Created) => {
             state.journal.provisional(&isu).await?;
             Ok(StatusCode::CREATED)
         }
+        // A retried call whose first answer was lost: already logged.
+        Ok(Provisional::Repeated) => Ok(StatusCode::OK),
         Err(ProvisionalError::AlreadyExists) => Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU)),
     }
 }
