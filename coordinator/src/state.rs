@@ -687,11 +687,17 @@ impl State {
     }
 
     async fn register_inner(&self, registration: Registration) -> Result<Arc<Isu>, ApiError> {
+        let started = std::time::Instant::now();
         let generation = self.generation();
         let (mut claim, id) = self.claim(&generation, &registration.uuid).await?;
-        let result = self.activate_and_publish(&generation, &registration, id).await;
+        let mut jia_time = Duration::ZERO;
+        let result = self
+            .activate_and_publish(&generation, &registration, id, &mut jia_time)
+            .await;
         if result.is_ok() {
             claim.outcome = Outcome::Published;
+            metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
+                .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
         }
         result
     }
@@ -736,6 +742,7 @@ impl State {
         generation: &Arc<Generation>,
         registration: &Registration,
         id: i64,
+        jia_time: &mut Duration,
     ) -> Result<Arc<Isu>, ApiError> {
         let shard = shard_of(&registration.uuid);
         let provisional = ProvisionalIsu {
@@ -758,11 +765,13 @@ impl State {
             uuid: registration.uuid.clone(),
         };
         let service_url = self.jia_service_url.read().clone();
-        let character = match self
+        let asked_jia = std::time::Instant::now();
+        let activated = self
             .jia
             .activate(&service_url, &self.device_urls[shard.index()], &registration.uuid)
-            .await
-        {
+            .await;
+        *jia_time = asked_jia.elapsed();
+        let character = match activated {
             Ok(character) => character,
             Err(error) => {
                 self.rollback_worker(shard, &rollback).await;

@@ -17,6 +17,9 @@ pub const PUSH_LAG_SECONDS: &str = "latest_push_lag_seconds";
 /// Histogram of seconds one outgoing call to another node (or JIA) took, as the caller saw
 /// it, labelled by `peer` and `path`, and `outcome` (`ok`, `status`, `timeout`, `transport`).
 pub const OUTGOING_CALL_SECONDS: &str = "outgoing_call_duration_seconds";
+/// Histogram of seconds a successful registration took on the coordinator, JIA's answer time
+/// excluded: what the cluster itself adds to `POST /api/isu`.
+pub const REGISTRATION_OWN_SECONDS: &str = "isu_registration_own_duration_seconds";
 /// Counter of conditions stored by a worker.
 pub const CONDITIONS_STORED: &str = "conditions_stored_total";
 
@@ -42,6 +45,7 @@ pub fn init_metrics() -> anyhow::Result<PrometheusHandle> {
         .set_buckets_for_metric(Matcher::Full(REQUEST_SECONDS.into()), &latency_buckets)?
         .set_buckets_for_metric(Matcher::Full(PUSH_LAG_SECONDS.into()), &latency_buckets)?
         .set_buckets_for_metric(Matcher::Full(OUTGOING_CALL_SECONDS.into()), &latency_buckets)?
+        .set_buckets_for_metric(Matcher::Full(REGISTRATION_OWN_SECONDS.into()), &latency_buckets)?
         .set_buckets_for_metric(Matcher::Full(BATCH_ITEMS.into()), &size_buckets)?
         .install_recorder()?;
     Ok(handle)

@@ -19,6 +19,21 @@ pub struct Config {
     #[arg(long, env = "ISU_LISTEN", default_value = "127.0.0.1:3001")]
     pub listen: SocketAddr,
 
+    /// Also take device posts on this address, the one devices are given at activation
+    /// (`POST /api/condition/:uuid` only; every other path is 404 there), so they need no
+    /// proxy. Without it devices post to `--listen` or through nginx's device server.
+    #[arg(long, env = "ISU_DEVICE_LISTEN")]
+    pub device_listen: Option<SocketAddr>,
+
+    /// PEM certificate chain of the device server: with `--device-tls-key` it speaks TLS
+    /// (rustls; HTTP/2 and HTTP/1.1 by ALPN). Needs `--device-listen`.
+    #[arg(long, env = "ISU_DEVICE_TLS_CERT", requires_all = ["device_tls_key", "device_listen"])]
+    pub device_tls_cert: Option<PathBuf>,
+
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the device server's certificate.
+    #[arg(long, env = "ISU_DEVICE_TLS_KEY", requires = "device_tls_cert")]
+    pub device_tls_key: Option<PathBuf>,
+
     /// Base URL of the coordinator's internal routes.
     #[arg(long, env = "ISU_COORDINATOR_URL", default_value = "http://127.0.0.1:3000")]
     pub coordinator_url: String,

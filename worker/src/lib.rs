@@ -4,11 +4,13 @@
 //! - [`config`]: command-line/environment configuration;
 //! - [`store`]: the in-memory shard (ISUs, conditions, message interning);
 //! - [`journal`]: the durable log of the shard (`--data-dir`), replayed on start;
+//! - [`device_server`]: device posts on their own address, optionally over TLS;
 //! - [`pusher`]: the 10 ms actor pushing latest conditions to the coordinator;
 //! - [`routes`]: public reads, device posts, internal and debug routes;
 //! - [`error`]: the error type mapped to the API's statuses and messages.
 
 pub mod config;
+pub mod device_server;
 pub mod error;
 pub mod journal;
 pub mod pusher;
@@ -25,6 +27,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::device_server::DeviceServer;
 use crate::journal::Journal;
 use crate::store::{Shard, Store};
 
@@ -41,6 +44,7 @@ pub struct AppState {
 /// A bound, not yet running worker.
 pub struct Application {
     listener: TcpListener,
+    device_server: Option<DeviceServer>,
     state: AppState,
 }
 
@@ -74,6 +78,13 @@ impl Application {
             None => Journal::disabled(),
         };
         let listener = TcpListener::bind(config.listen).await?;
+        let device_server = match config.device_listen {
+            Some(address) => {
+                let tls = config.device_tls_cert.as_deref().zip(config.device_tls_key.as_deref());
+                Some(DeviceServer::bind(address, tls).await?)
+            }
+            None => None,
+        };
         let state = AppState {
             store,
             journal,
@@ -81,11 +92,22 @@ impl Application {
             config: Arc::new(config),
             metrics,
         };
-        Ok(Application { listener, state })
+        Ok(Application {
+            listener,
+            device_server,
+            state,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// The device server's address and whether it speaks TLS (with `--device-listen`).
+    pub fn device_addr(&self) -> Option<(SocketAddr, bool)> {
+        self.device_server
+            .as_ref()
+            .map(|server| (server.local_addr(), server.is_tls()))
     }
 
     /// Serves until `shutdown` resolves; the pusher flushes once more before returning.
@@ -101,6 +123,10 @@ impl Application {
             Duration::from_millis(self.state.config.push_interval_ms.max(1)),
         )?;
         let pusher_task = tokio::spawn(pusher.run(cancel.clone()));
+        let device_task = self.device_server.map(|server| {
+            let router = routes::device_router(self.state.clone());
+            tokio::spawn(server.run(router, cancel.clone()))
+        });
         let router = routes::router(self.state);
         let stop = cancel.clone();
         axum::serve(self.listener, router)
@@ -111,6 +137,9 @@ impl Application {
             .await?;
         cancel.cancel();
         let _ = pusher_task.await;
+        if let Some(device_task) = device_task {
+            device_task.await??;
+        }
         Ok(())
     }
 }

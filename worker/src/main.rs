@@ -11,6 +11,9 @@ fn main() -> anyhow::Result<()> {
         let metrics = shared::telemetry::init_metrics()?;
         let application = Application::build(config, metrics).await?;
         tracing::info!(address = %application.local_addr(), "worker listening");
+        if let Some((address, tls)) = application.device_addr() {
+            tracing::info!(%address, tls, "device server listening");
+        }
         application.run_until_stopped(shared::shutdown_signal()).await
     })
 }

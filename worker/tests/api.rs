@@ -23,8 +23,35 @@ const CRITICAL: &str = "is_dirty=true,is_overweight=true,is_broken=true";
 /// Owned by alice, even first digit (shard A).
 const ISU: &str = "0b104b95-3532-4828-8550-89da717b9667";
 
+/// A worker of shard A on a free port, memory only, without a device server.
+fn test_config(coordinator_url: String) -> Config {
+    Config {
+        shard: shared::placement::Shard::A,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        coordinator_url,
+        cluster_secret: SECRET.into(),
+        push_interval_ms: 10,
+        threads: 0,
+        data_dir: None,
+        fsync: shared::wal::FsyncPolicy::Always,
+        compact_after_mb: 256,
+        device_listen: None,
+        device_tls_cert: None,
+        device_tls_key: None,
+    }
+}
+
+/// A metrics handle that is not the global recorder (tests run side by side).
+fn unregistered_metrics() -> metrics_exporter_prometheus::PrometheusHandle {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .build_recorder()
+        .handle()
+}
+
 struct TestWorker {
     base: String,
+    /// The device server's base URL (`http://` or `https://`), when it was asked for.
+    device_base: Option<String>,
     client: reqwest::Client,
     pushes: Arc<Mutex<Vec<LatestBatch>>>,
     key: SessionKey,
@@ -32,6 +59,12 @@ struct TestWorker {
 
 impl TestWorker {
     async fn spawn() -> TestWorker {
+        TestWorker::spawn_with_device(None).await
+    }
+
+    /// With `Some(tls)`, also a device server on its own port (`Some(None)`: plain HTTP;
+    /// `Some(Some((cert, key)))`: TLS with that certificate).
+    async fn spawn_with_device(device: Option<Option<(std::path::PathBuf, std::path::PathBuf)>>) -> TestWorker {
         let pushes: Arc<Mutex<Vec<LatestBatch>>> = Arc::default();
         let recorded = pushes.clone();
         let coordinator = Router::new().route(
@@ -49,24 +82,21 @@ impl TestWorker {
         tokio::spawn(async move { axum::serve(listener, coordinator).await });
 
         let config = Config {
-            shard: shared::placement::Shard::A,
-            listen: "127.0.0.1:0".parse().unwrap(),
-            coordinator_url: format!("http://{coordinator_addr}"),
-            cluster_secret: SECRET.into(),
-            push_interval_ms: 10,
-            threads: 0,
-            data_dir: None,
-            fsync: shared::wal::FsyncPolicy::Always,
-            compact_after_mb: 256,
+            device_listen: device.as_ref().map(|_| "127.0.0.1:0".parse().unwrap()),
+            device_tls_cert: device.clone().flatten().map(|(cert, _)| cert),
+            device_tls_key: device.clone().flatten().map(|(_, key)| key),
+            ..test_config(format!("http://{coordinator_addr}"))
         };
-        let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
-            .build_recorder()
-            .handle();
-        let application = Application::build(config, metrics).await.unwrap();
+        let application = Application::build(config, unregistered_metrics()).await.unwrap();
         let base = format!("http://{}", application.local_addr());
+        let device_base = application.device_addr().map(|(address, tls)| {
+            let scheme = if tls { "https" } else { "http" };
+            format!("{scheme}://{address}")
+        });
         tokio::spawn(application.run_until_stopped(std::future::pending()));
         let worker = TestWorker {
             base,
+            device_base,
             client: reqwest::Client::new(),
             pushes,
             key: SessionKey::from_secret(SECRET),
@@ -610,4 +640,187 @@ async fn profile_endpoint_returns_a_flamegraph() {
         .await
         .unwrap();
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+}
+
+/// `POST {device}/api/condition/{uuid}` with a JSON body.
+async fn device_post(client: &reqwest::Client, device: &str, uuid: &str, body: String) -> reqwest::Response {
+    client
+        .post(format!("{device}/api/condition/{uuid}"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Every path and method the device server must not serve: reads, internal, metrics, profiling.
+async fn assert_device_server_serves_posts_only(worker: &TestWorker, client: &reqwest::Client) {
+    let device = worker.device_base.as_deref().expect("a device server");
+    let accepted = device_post(client, device, ISU, batch(&[(5000, INFO), (5001, CRITICAL)])).await;
+    assert_eq!(accepted.status(), StatusCode::ACCEPTED);
+    assert_eq!(
+        worker.timestamps("end_time=9999&condition_level=info,critical").await[..2],
+        [5001, 5000]
+    );
+    // The same limits and all-or-nothing validation as on the main listener.
+    let refused = device_post(client, device, ISU, batch(&[(6000, INFO), (6001, "is_dirty=maybe")])).await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(refused.text().await.unwrap(), "bad request body");
+    assert!(!worker
+        .timestamps("end_time=9999&condition_level=info")
+        .await
+        .contains(&6000));
+    let unknown = device_post(
+        client,
+        device,
+        "ffffffff-0000-4000-8000-000000000000",
+        batch(&[(7000, INFO)]),
+    )
+    .await;
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+
+    let read = client
+        .get(format!(
+            "{device}/api/condition/{ISU}?end_time=9999&condition_level=info"
+        ))
+        .header("cookie", worker.cookie("alice", GENERATION))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        read.status(),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "no reads on the device server"
+    );
+    for path in [
+        shared::protocol::WORKER_RESET,
+        shared::protocol::WORKER_USERS,
+        shared::protocol::WORKER_PROVISIONAL,
+        shared::protocol::METRICS,
+        shared::protocol::PPROF_PROFILE,
+        shared::protocol::HEALTH,
+        "/api/isu/x/graph",
+        "/",
+    ] {
+        for method in [reqwest::Method::GET, reqwest::Method::POST] {
+            let response = client
+                .request(method.clone(), format!("{device}{path}"))
+                .header(SECRET_HEADER, SECRET)
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                response.status(),
+                StatusCode::NOT_FOUND,
+                "{method} {path} on the device server"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_device_server_takes_posts_and_nothing_else() {
+    let worker = TestWorker::spawn_with_device(Some(None)).await;
+    assert!(worker.device_base.as_deref().unwrap().starts_with("http://"));
+    assert_device_server_serves_posts_only(&worker, &reqwest::Client::new()).await;
+}
+
+/// A self-signed certificate for 127.0.0.1 and its key, written as PEM files in a fresh directory.
+fn self_signed_certificate() -> (
+    tempdir::Dir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    reqwest::Certificate,
+) {
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .expect("generating a certificate");
+    let dir = tempdir::Dir::new();
+    let cert = dir.path.join("device.crt");
+    let key = dir.path.join("device.key");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    let trusted = reqwest::Certificate::from_pem(certified.cert.pem().as_bytes()).unwrap();
+    (dir, cert, key, trusted)
+}
+
+#[tokio::test]
+async fn the_device_server_speaks_tls_with_http2_and_http1() {
+    let (_dir, cert, key, trusted) = self_signed_certificate();
+    let worker = TestWorker::spawn_with_device(Some(Some((cert, key)))).await;
+    let device = worker.device_base.clone().unwrap();
+    assert!(device.starts_with("https://"), "{device}");
+    let http2 = reqwest::Client::builder()
+        .add_root_certificate(trusted.clone())
+        .build()
+        .unwrap();
+    let http1 = reqwest::Client::builder()
+        .add_root_certificate(trusted)
+        .http1_only()
+        .build()
+        .unwrap();
+    for (client, version) in [(&http2, reqwest::Version::HTTP_2), (&http1, reqwest::Version::HTTP_11)] {
+        let response = device_post(client, &device, ISU, batch(&[(4000, WARNING)])).await;
+        assert_eq!((response.status(), response.version()), (StatusCode::ACCEPTED, version));
+    }
+    assert_device_server_serves_posts_only(&worker, &http2).await;
+    // Plain HTTP to the TLS port gets no answer, and a client that does not trust the certificate is refused.
+    let plain = reqwest::Client::new()
+        .post(format!("{}/api/condition/{ISU}", device.replace("https://", "http://")))
+        .body(batch(&[(4001, INFO)]))
+        .send()
+        .await;
+    assert!(plain.map_or(true, |response| !response.status().is_success()));
+    let untrusting = reqwest::Client::new()
+        .post(format!("{device}/api/condition/{ISU}"))
+        .body(batch(&[(4002, INFO)]))
+        .send()
+        .await;
+    assert!(
+        untrusting.is_err(),
+        "an untrusted certificate is refused: {untrusting:?}"
+    );
+    assert!(!worker
+        .timestamps("end_time=9999&condition_level=info")
+        .await
+        .contains(&4001));
+}
+
+#[tokio::test]
+async fn a_bad_device_certificate_stops_the_worker_at_start_with_a_clear_error() {
+    let dir = tempdir::Dir::new();
+    let cert = dir.path.join("missing.crt");
+    let key = dir.path.join("missing.key");
+    let config = Config {
+        device_listen: Some("127.0.0.1:0".parse().unwrap()),
+        device_tls_cert: Some(cert.clone()),
+        device_tls_key: Some(key),
+        ..test_config("http://127.0.0.1:9".into())
+    };
+    let error = match Application::build(config, unregistered_metrics()).await {
+        Ok(_) => panic!("a worker started with a missing certificate"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(error.contains(&cert.display().to_string()), "{error}");
+}
+
+/// A scratch directory removed when dropped.
+mod tempdir {
+    pub struct Dir {
+        pub path: std::path::PathBuf,
+    }
+
+    impl Dir {
+        pub fn new() -> Dir {
+            let path = std::env::temp_dir().join(format!("worker-test-{}", uuid::Uuid::new_v4().simple()));
+            std::fs::create_dir_all(&path).unwrap();
+            Dir { path }
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
 }

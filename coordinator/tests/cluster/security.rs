@@ -237,6 +237,24 @@ async fn every_internal_route_of_every_node_refuses_a_missing_or_wrong_secret() 
             assert_eq!(response.status(), StatusCode::OK, "{node}{METRICS} with {name}");
         }
     }
+    // The workers' device servers serve none of these routes, even with the right secret.
+    let mut hidden = 0;
+    for device in &cluster.device_servers {
+        for path in declared_secret_paths() {
+            for method in [reqwest::Method::GET, reqwest::Method::POST] {
+                let response = client
+                    .request(method.clone(), format!("{device}{path}"))
+                    .header(SECRET_HEADER, &cluster.secret)
+                    .json(&json!({"generation": 1}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status().as_u16(), 404, "{method} {device}{path}");
+                hidden += 1;
+            }
+        }
+    }
+    eprintln!("device servers: {hidden} requests for internal routes with the secret, all 404");
     let stale = client
         .post(format!("{}{WORKER_USERS}", cluster.workers[0]))
         .header(SECRET_HEADER, &cluster.secret)
@@ -806,6 +824,49 @@ async fn oversized_batches_bodies_and_strings_get_a_clear_4xx_and_store_nothing(
         let items = alice.conditions(&uuid, &window).await.json(200);
         assert_eq!(items[0]["message"], json!(longest));
         assert_eq!(items.as_array().unwrap().len(), 20);
+
+        // The worker's own device server, where devices post: the same limits and answers.
+        let device_server = &cluster.device_servers[shard_index(&uuid)];
+        let client = cluster.raw_client();
+        let post_direct = |body: String| {
+            let request = client
+                .post(format!("{device_server}/api/condition/{uuid}"))
+                .header("content-type", "application/json")
+                .body(body);
+            async move {
+                let response = request.send().await.expect("the device server answers");
+                (response.status().as_u16(), response.text().await.unwrap_or_default())
+            }
+        };
+        let far = base + 100_000;
+        assert_eq!(
+            post_direct(batch_of(1_001, far, "m")).await,
+            (413, "too many conditions in one batch".to_owned())
+        );
+        assert_eq!(
+            post_direct(format!("[{}]", " ".repeat(2 << 20))).await,
+            (413, "request body too large".to_owned())
+        );
+        assert_eq!(
+            post_direct(batch_of(1, far, &"m".repeat(256))).await,
+            (400, BAD_REQUEST_BODY.to_owned())
+        );
+        let window = format!(
+            "start_time={far}&end_time={}&condition_level={ALL_LEVELS}",
+            far + 10_000
+        );
+        assert_eq!(alice.conditions(&uuid, &window).await.json(200), json!([]));
+        assert_eq!(post_direct(batch_of(3, far, "m")).await, (202, String::new()));
+        assert_eq!(
+            alice
+                .conditions(&uuid, &window)
+                .await
+                .json(200)
+                .as_array()
+                .unwrap()
+                .len(),
+            3
+        );
     }
 
     // Registration: names and UUIDs longer than the reference's columns, icons over the limit.

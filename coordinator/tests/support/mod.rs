@@ -321,7 +321,8 @@ async fn read_reply(request: String, response: reqwest::Response) -> Reply {
 pub struct ClusterOptions {
     /// How long the JIA simulator waits before answering an activation (its device already posts).
     pub activation_delay: Duration,
-    /// `target_base_url` of each shard's devices; default: straight to the worker.
+    /// `target_base_url` of each shard's devices; default: the worker's own device server
+    /// (`--device-listen`), as `scripts/cluster` runs it.
     pub device_urls: Option<[String; 2]>,
     /// Extra coordinator flags (dataset, keys, static directory).
     pub coordinator_args: Vec<String>,
@@ -351,6 +352,8 @@ pub struct Cluster {
     pub coordinator: String,
     /// Worker A (even first hex digit) and worker B (odd).
     pub workers: [String; 2],
+    /// The workers' own device servers (`--device-listen`): device posts only.
+    pub device_servers: [String; 2],
     pub jia: JiaHandle,
     pub secret: String,
     pub signer: JwtSigner,
@@ -371,7 +374,7 @@ pub async fn spawn_cluster() -> Cluster {
 /// Starts workers A and B and the coordinator on free ports, waits until every
 /// `/healthz` answers 200, then sends `POST /initialize` with the simulator's URL.
 pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
-    let [coordinator_port, worker_a_port, worker_b_port] = free_ports::<3>();
+    let [coordinator_port, worker_a_port, worker_b_port, device_a_port, device_b_port] = free_ports::<5>();
     let scratch = ScratchDir::new("cluster");
     let secret = format!("test-secret-{}", uuid::Uuid::new_v4().simple());
     let coordinator = format!("http://127.0.0.1:{coordinator_port}");
@@ -388,7 +391,11 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
     })
     .await
     .expect("starting the JIA simulator");
-    let device_urls = options.device_urls.unwrap_or_else(|| workers.clone());
+    let device_servers = [
+        format!("http://127.0.0.1:{device_a_port}"),
+        format!("http://127.0.0.1:{device_b_port}"),
+    ];
+    let device_urls = options.device_urls.unwrap_or_else(|| device_servers.clone());
 
     let data_dir = |node: &str| -> Vec<String> {
         let path = scratch.path.join("data").join(node);
@@ -398,13 +405,16 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
         }
     };
     let mut node_args: [Vec<String>; 3] = Default::default();
-    for (index, (shard, port)) in [("a", worker_a_port), ("b", worker_b_port)].into_iter().enumerate() {
+    let worker_ports = [("a", worker_a_port, device_a_port), ("b", worker_b_port, device_b_port)];
+    for (index, (shard, port, device_port)) in worker_ports.into_iter().enumerate() {
         let args = &mut node_args[index];
         args.extend([
             "--shard".into(),
             shard.into(),
             "--listen".into(),
             format!("127.0.0.1:{port}"),
+            "--device-listen".into(),
+            format!("127.0.0.1:{device_port}"),
         ]);
         args.extend([
             "--coordinator-url".into(),
@@ -440,6 +450,7 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
     let mut cluster = Cluster {
         coordinator,
         workers,
+        device_servers,
         jia,
         secret,
         signer: options.signer.unwrap_or_else(JwtSigner::project_default),

@@ -5,7 +5,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use shared::domain::{ConditionView, LevelSet};
 use shared::error as messages;
@@ -19,12 +19,23 @@ use crate::AppState;
 /// The limit of one condition page.
 const PAGE_SIZE: usize = 20;
 
+/// The route of both: reads (behind the public router) and device posts.
+const CONDITION_ROUTE: &str = "/api/condition/{uuid}";
+
 pub fn router() -> Router<AppState> {
     Router::new().route(
-        "/api/condition/{uuid}",
+        CONDITION_ROUTE,
         get(list_conditions)
             .post(post_conditions)
             .layer(DefaultBodyLimit::max(CONDITION_BODY_LIMIT)),
+    )
+}
+
+/// Device posts only: what the device server serves.
+pub fn device_router() -> Router<AppState> {
+    Router::new().route(
+        CONDITION_ROUTE,
+        post(post_conditions).layer(DefaultBodyLimit::max(CONDITION_BODY_LIMIT)),
     )
 }
 

@@ -9,8 +9,8 @@ mod internal;
 use std::time::Instant;
 
 use axum::extract::{FromRequestParts, MatchedPath, Request};
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -25,6 +25,16 @@ pub fn router(state: AppState) -> Router {
         .merge(internal::router())
         .merge(debug::router())
         .route_layer(middleware::from_fn(track_request))
+        .with_state(state)
+}
+
+/// The device server's router: `POST /api/condition/:uuid` and nothing else (no read,
+/// internal, metrics or profiling route; any other path is 404, another method 405).
+pub fn device_router(state: AppState) -> Router {
+    Router::new()
+        .merge(condition::device_router())
+        .route_layer(middleware::from_fn(track_request))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not found") })
         .with_state(state)
 }
 

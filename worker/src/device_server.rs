@@ -1,0 +1,77 @@
+//! The device server: where JIA's devices post (`POST /api/condition/:uuid`), on an address of
+//! its own (the one devices are given at activation), optionally over TLS (rustls; HTTP/2 and
+//! HTTP/1.1 by ALPN, keep-alive). Devices then reach their worker without a proxy in between:
+//! nginx's device server cost about twice the worker's own CPU per post. Only device posts are
+//! served there; reads, internal, metrics and profiling routes stay on `--listen`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum_server::tls_rustls::RustlsConfig;
+use tokio_util::sync::CancellationToken;
+
+/// How long open device connections get to finish their requests at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// A bound, not yet serving device server.
+pub struct DeviceServer {
+    listener: std::net::TcpListener,
+    tls: Option<RustlsConfig>,
+}
+
+impl DeviceServer {
+    /// Binds `address` (port 0 allowed) and, with a certificate and key, loads them now, so a
+    /// bad path or PEM stops the worker at start with a clear message.
+    pub async fn bind(address: SocketAddr, tls: Option<(&Path, &Path)>) -> anyhow::Result<DeviceServer> {
+        let tls = match tls {
+            Some((cert, key)) => Some(RustlsConfig::from_pem_file(cert, key).await.with_context(|| {
+                format!(
+                    "loading the device server's certificate {} and key {}",
+                    cert.display(),
+                    key.display()
+                )
+            })?),
+            None => None,
+        };
+        let listener =
+            std::net::TcpListener::bind(address).with_context(|| format!("binding the device server to {address}"))?;
+        Ok(DeviceServer { listener, tls })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Serves `router` until `stop` fires, then lets open requests finish (bounded).
+    pub async fn run(self, router: Router, stop: CancellationToken) -> anyhow::Result<()> {
+        let handle = axum_server::Handle::new();
+        let shutdown = handle.clone();
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            shutdown.graceful_shutdown(Some(SHUTDOWN_GRACE));
+        });
+        let service = router.into_make_service();
+        match self.tls {
+            Some(config) => {
+                axum_server::from_tcp_rustls(self.listener, config)?
+                    .handle(handle)
+                    .serve(service)
+                    .await?
+            }
+            None => {
+                axum_server::from_tcp(self.listener)?
+                    .handle(handle)
+                    .serve(service)
+                    .await?
+            }
+        }
+        Ok(())
+    }
+}
