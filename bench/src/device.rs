@@ -1,6 +1,6 @@
 //! A simulated ISU: its evolving state and the task that posts its conditions to the service.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -145,6 +145,8 @@ pub(crate) struct Device {
     pub stop: CancellationToken,
     pub deadline: Instant,
     pub running: Arc<std::sync::atomic::AtomicUsize>,
+    /// Counts of every device's posts and their answers.
+    pub posts: Arc<PostCounts>,
     /// Set by [`crate::jia::JiaHandle::repair`]; the device clears its bad flags and this.
     pub repair: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -173,10 +175,12 @@ impl Device {
             }
             self.log.lock().expect("sent log poisoned").extend_from_slice(&batch);
             let post = self.client.post(self.post_url.clone()).json(&batch).send();
-            // Status and errors are ignored, as by real devices; only shutdown cuts a post short.
+            self.posts.sent.fetch_add(1, Ordering::Relaxed);
+            // Devices ignore the answer (as real ones do; it is only counted); only shutdown
+            // cuts a post short.
             tokio::select! {
                 _ = self.stop.cancelled() => return,
-                _ = post => {}
+                answer = post => self.posts.count(answer.map(|response| response.status().as_u16()), batch.len()),
             }
         }
     }
@@ -193,6 +197,48 @@ impl Device {
             }
         }
         batch
+    }
+}
+
+/// What the devices' posts got, for the report (CPU per stored condition, acceptance).
+#[derive(Debug, Default)]
+pub struct PostCounts {
+    pub sent: AtomicU64,
+    /// Answered 202: every condition of the batch is stored.
+    pub accepted: AtomicU64,
+    pub accepted_conditions: AtomicU64,
+    /// Answered with another status.
+    pub refused: AtomicU64,
+    /// No answer: a timeout (the device's 100 ms) or a connection error.
+    pub failed: AtomicU64,
+}
+
+impl PostCounts {
+    fn count(&self, answer: reqwest::Result<u16>, conditions: usize) {
+        match answer {
+            Ok(202) => {
+                self.accepted.fetch_add(1, Ordering::Relaxed);
+                self.accepted_conditions.fetch_add(conditions as u64, Ordering::Relaxed);
+            }
+            Ok(_) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// `sent`, `accepted`, `accepted_conditions`, `refused`, `failed`, in that order.
+    pub fn snapshot(&self) -> [u64; 5] {
+        [
+            &self.sent,
+            &self.accepted,
+            &self.accepted_conditions,
+            &self.refused,
+            &self.failed,
+        ]
+        .map(|counter| counter.load(Ordering::Relaxed))
     }
 }
 

@@ -163,6 +163,7 @@ impl JiaSimulator {
             activations: Mutex::new(Vec::new()),
             running_devices: Arc::new(AtomicUsize::new(0)),
             error_posts: AtomicUsize::new(0),
+            posts: Arc::default(),
             tracker: TaskTracker::new(),
             deadline: Instant::now() + config.run_for,
             stop: stop.clone(),
@@ -315,6 +316,11 @@ impl JiaHandle {
         self.shared.error_posts.load(Ordering::Relaxed)
     }
 
+    /// The devices' posts so far: see [`crate::device::PostCounts::snapshot`].
+    pub fn device_posts(&self) -> [u64; 5] {
+        self.shared.posts.snapshot()
+    }
+
     /// Stops the server and every device, and waits until they have stopped.
     /// The sent logs stay readable afterwards.
     pub async fn shutdown(&self) {
@@ -335,6 +341,8 @@ struct Shared {
     activations: Mutex<Vec<Activation>>,
     running_devices: Arc<AtomicUsize>,
     error_posts: AtomicUsize,
+    /// Counts of the devices' posts (the malformed batches are counted apart).
+    posts: Arc<crate::device::PostCounts>,
     tracker: TaskTracker,
     deadline: Instant,
     stop: CancellationToken,
@@ -457,6 +465,7 @@ impl Shared {
             stop: self.stop.clone(),
             deadline: self.deadline,
             running: self.running_devices.clone(),
+            posts: self.posts.clone(),
             repair,
         };
         self.tracker.spawn(device.run());

@@ -194,6 +194,15 @@ pub fn parse_node(text: &str) -> Result<Node, String> {
     })
 }
 
+/// The CPUs this process may run on, as the kernel lists them (`Cpus_allowed_list`, e.g. `0-1`).
+pub fn own_cpus_allowed() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Cpus_allowed_list:"))
+        .map(|list| list.trim().to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,34 @@ pub struct CpuUse {
     pub seconds: Option<f64>,
 }
 
+/// The devices' posts during the load (the malformed batches of the error poster apart).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DevicePosts {
+    pub sent: u64,
+    /// Answered 202.
+    pub accepted: u64,
+    /// Conditions in the accepted posts: stored by the cluster.
+    pub stored_conditions: u64,
+    pub refused: u64,
+    /// Timed out (the device's 100 ms) or failed to connect.
+    pub failed: u64,
+}
+
+impl DevicePosts {
+    /// The difference of two [`crate::jia::JiaHandle::device_posts`] readings.
+    pub fn between(before: [u64; 5], after: [u64; 5]) -> DevicePosts {
+        let [sent, accepted, stored_conditions, refused, failed] =
+            std::array::from_fn(|index| after[index].saturating_sub(before[index]));
+        DevicePosts {
+            sent,
+            accepted,
+            stored_conditions,
+            refused,
+            failed,
+        }
+    }
+}
+
 /// Everything a run found out.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -34,6 +62,9 @@ pub struct Report {
     pub sent_conditions: usize,
     /// Per node, then `bench` itself.
     pub cpu: Vec<CpuUse>,
+    pub device_posts: DevicePosts,
+    /// The CPUs the bench may run on (`Cpus_allowed_list`; pinned runs show one).
+    pub bench_cpus: Option<String>,
     /// Flamegraphs and protobufs written.
     pub profiles: Vec<PathBuf>,
 }
@@ -50,6 +81,35 @@ impl Report {
         } else {
             0
         }
+    }
+
+    /// Every HTTP request the cluster served for the bench during the load: the users' and
+    /// viewers' requests and the devices' posts.
+    pub fn cluster_requests(&self) -> u64 {
+        self.stats.requests + self.device_posts.sent
+    }
+
+    /// CPU seconds of each cluster process (and of the whole cluster, `cluster`) per `per`
+    /// units of `count`; empty when nothing was counted or no CPU was read.
+    fn cluster_cpu_per(&self, count: u64, per: f64) -> Vec<(String, f64)> {
+        if count == 0 {
+            return Vec::new();
+        }
+        let cluster: Vec<(String, f64)> = self
+            .cpu
+            .iter()
+            .filter(|usage| usage.name != "bench")
+            .filter_map(|usage| Some((usage.name.clone(), usage.seconds?)))
+            .collect();
+        if cluster.is_empty() {
+            return Vec::new();
+        }
+        let total: f64 = cluster.iter().map(|(_, seconds)| seconds).sum();
+        cluster
+            .into_iter()
+            .chain(std::iter::once(("cluster".to_owned(), total)))
+            .map(|(name, seconds)| (name, seconds * per / count as f64))
+            .collect()
     }
 
     /// The whole report as JSON: `score`, `passed`, `errors`, `timeouts`, `breakdown`
@@ -107,8 +167,24 @@ impl Report {
             "sent_conditions": self.sent_conditions,
             "latency_ms": self.stats.latencies,
             "cpu_seconds": cpu,
+            "bench_cpus": self.bench_cpus,
+            "device_posts": {
+                "sent": self.device_posts.sent,
+                "accepted": self.device_posts.accepted,
+                "stored_conditions": self.device_posts.stored_conditions,
+                "refused": self.device_posts.refused,
+                "failed": self.device_posts.failed,
+            },
+            "cluster_requests": self.cluster_requests(),
+            "cluster_cpu_per_1000_requests": as_object(self.cluster_cpu_per(self.cluster_requests(), 1000.0)),
+            "cluster_cpu_per_1000_conditions":
+                as_object(self.cluster_cpu_per(self.device_posts.stored_conditions, 1000.0)),
         })
     }
+}
+
+fn as_object(pairs: Vec<(String, f64)>) -> Value {
+    Value::Object(pairs.into_iter().map(|(name, value)| (name, json!(value))).collect())
 }
 
 impl fmt::Display for Report {
@@ -203,6 +279,35 @@ impl fmt::Display for Report {
                 )?;
             }
         }
+        let per_request = self.cluster_cpu_per(self.cluster_requests(), 1000.0);
+        let per_condition = self.cluster_cpu_per(self.device_posts.stored_conditions, 1000.0);
+        if !per_request.is_empty() {
+            writeln!(
+                out,
+                "\ncluster CPU (ms) per 1,000 requests ({} requests, {} of them device posts) \
+                 and per 1,000 stored conditions ({})",
+                self.cluster_requests(),
+                self.device_posts.sent,
+                self.device_posts.stored_conditions
+            )?;
+            for ((name, request), (_, condition)) in per_request.iter().zip(&per_condition) {
+                writeln!(
+                    out,
+                    "  {name:<12} {:>8.1} {:>8.1}",
+                    request * 1000.0,
+                    condition * 1000.0
+                )?;
+            }
+        }
+        writeln!(
+            out,
+            "  device posts: {} sent, {} accepted, {} refused, {} without answer; bench on CPUs {}",
+            self.device_posts.sent,
+            self.device_posts.accepted,
+            self.device_posts.refused,
+            self.device_posts.failed,
+            self.bench_cpus.as_deref().unwrap_or("?")
+        )?;
         if !self.profiles.is_empty() {
             writeln!(out, "\nprofiles taken under load")?;
             for path in &self.profiles {
@@ -220,5 +325,84 @@ impl fmt::Display for Report {
                 format!("  ({})", self.score.fail_reasons.join("; "))
             }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report_of(cpu: &[(&str, Option<f64>)], requests: u64, posts: DevicePosts) -> Report {
+        let stats = Snapshot {
+            requests,
+            ..Snapshot::default()
+        };
+        Report {
+            target: String::new(),
+            language: String::new(),
+            failed_phase: None,
+            load_time: Duration::from_secs(10),
+            stats,
+            score: Score::default(),
+            users: 0,
+            viewers: 0,
+            activations: 0,
+            sent_conditions: 0,
+            cpu: cpu
+                .iter()
+                .map(|(name, seconds)| CpuUse {
+                    name: (*name).to_owned(),
+                    seconds: *seconds,
+                })
+                .collect(),
+            device_posts: posts,
+            bench_cpus: Some("0".into()),
+            profiles: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn device_posts_are_the_difference_of_two_readings() {
+        let posts = DevicePosts::between([10, 8, 80, 1, 1], [110, 105, 1050, 2, 3]);
+        assert_eq!(
+            (
+                posts.sent,
+                posts.accepted,
+                posts.stored_conditions,
+                posts.refused,
+                posts.failed
+            ),
+            (100, 97, 970, 1, 2)
+        );
+    }
+
+    #[test]
+    fn cluster_cpu_per_thousand_counts_users_requests_and_device_posts_but_not_the_bench() {
+        let posts = DevicePosts::between([0; 5], [1_000, 1_000, 8_000, 0, 0]);
+        let report = report_of(
+            &[
+                ("coordinator", Some(1.0)),
+                ("worker-a", Some(3.0)),
+                ("bench", Some(9.0)),
+            ],
+            3_000,
+            posts,
+        );
+        assert_eq!(report.cluster_requests(), 4_000);
+        let json = report.to_json();
+        let per_request = &json["cluster_cpu_per_1000_requests"];
+        assert_eq!(per_request["coordinator"], json!(0.25));
+        assert_eq!(per_request["worker-a"], json!(0.75));
+        assert_eq!(per_request["cluster"], json!(1.0));
+        assert!(per_request.get("bench").is_none());
+        assert_eq!(json["cluster_cpu_per_1000_conditions"]["cluster"], json!(0.5));
+        assert_eq!(json["device_posts"]["stored_conditions"], json!(8_000));
+
+        let unread = report_of(
+            &[("coordinator", None), ("bench", Some(1.0))],
+            10,
+            DevicePosts::default(),
+        );
+        assert_eq!(unread.to_json()["cluster_cpu_per_1000_requests"], json!({}));
     }
 }

@@ -33,7 +33,7 @@ use self::validate::{LastFound, TrendIsu};
 use crate::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
 use crate::jwt::JwtSigner;
 use crate::nodes::{own_cpu_seconds, process_tree_cpu_seconds, LocalProcess, Nodes};
-use crate::report::{CpuUse, Report};
+use crate::report::{CpuUse, DevicePosts, Report};
 use rand::{Rng, SeedableRng};
 
 /// How often load may grow (§13.4).
@@ -268,6 +268,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         deadline: started + config.duration,
     });
     let cpu_before = cpu_seconds(config.nodes.as_ref(), &config.processes).await;
+    let posts_before = jia.device_posts();
     stats.add(Tag::StartBenchmark);
     jia.start_error_poster(ERROR_POST_INTERVAL);
     for _ in 0..config.users {
@@ -307,6 +308,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     let cpu_after = cpu_seconds(config.nodes.as_ref(), &config.processes).await;
+    let posts_after = jia.device_posts();
     let profiles = profiles.await.unwrap_or_default();
     jia.shutdown().await;
 
@@ -323,6 +325,8 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         activations: jia.activations().len(),
         sent_conditions: jia.sent_total(),
         cpu: cpu_difference(&cpu_before, &cpu_after),
+        device_posts: DevicePosts::between(posts_before, posts_after),
+        bench_cpus: crate::nodes::own_cpus_allowed(),
         profiles,
     })
 }
@@ -487,6 +491,8 @@ async fn failed_before_load(config: &ScenarioConfig, jia: &JiaHandle, stats: Arc
         activations: jia.activations().len(),
         sent_conditions: jia.sent_total(),
         cpu: Vec::new(),
+        device_posts: DevicePosts::default(),
+        bench_cpus: crate::nodes::own_cpus_allowed(),
         profiles: Vec::new(),
     }
 }
