@@ -103,6 +103,24 @@ pub struct RunArgs {
     /// `isucondition-2.t.isucon.dev=127.0.0.3:8080`; no DNS needed.
     #[arg(long = "resolve", value_name = "HOST=ADDR:PORT", value_parser = parse_resolve)]
     pub resolve: Vec<(String, SocketAddr)>,
+    /// Instead of a scored run: ramp the number of active ISUs (devices posting every 40 ms,
+    /// users reading) until device post p99 > 100 ms, read p99 > 50 ms or any error, and
+    /// report the ISUs sustained per cluster core and the cluster CPU per device post.
+    #[arg(long)]
+    pub capacity: bool,
+    /// Capacity mode: ISUs added at each step.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub capacity_step: u32,
+    /// Capacity mode: how long each step is measured after its registrations.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub capacity_step_time: Duration,
+    /// Capacity mode: stop the ramp here even if nothing broke.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub capacity_max_isus: u32,
+    /// Capacity mode: CPUs the cluster may use, for ISUs per core (`scripts/bench --pin`
+    /// gives it 1); default: every CPU of this machine.
+    #[arg(long)]
+    pub cluster_cores: Option<f64>,
 }
 
 /// Options of the standalone JIA simulator.
@@ -144,22 +162,56 @@ fn url_policy(official: bool) -> UrlPolicy {
 }
 
 impl RunArgs {
+    /// The nodes whose CPU (and profiles) the run reads, with the cluster secret.
+    fn nodes(&self) -> anyhow::Result<Option<Nodes>> {
+        if self.nodes.is_empty() {
+            return Ok(None);
+        }
+        let secret = match &self.cluster_secret_file {
+            Some(path) => std::fs::read_to_string(path)
+                .with_context(|| format!("reading the cluster secret {}", path.display()))?
+                .trim()
+                .to_owned(),
+            None => anyhow::bail!("--node needs --cluster-secret-file"),
+        };
+        Ok(Some(Nodes::new(self.nodes.clone(), secret)?))
+    }
+
+    /// The settings of a capacity ramp (`--capacity`).
+    pub fn into_capacity_config(self) -> anyhow::Result<crate::capacity::CapacityConfig> {
+        let cluster_cores = self
+            .cluster_cores
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |cores| cores.get() as f64));
+        anyhow::ensure!(cluster_cores > 0.0, "--cluster-cores must be positive");
+        Ok(crate::capacity::CapacityConfig {
+            nodes: self.nodes()?,
+            target: self.target.clone(),
+            jia: JiaConfig {
+                listen: self.jia_listen,
+                url_policy: url_policy(self.official_urls),
+                resolve: self.resolve.clone(),
+                run_for: Duration::from_secs(3600),
+                ..JiaConfig::default()
+            },
+            signer: load_signer(self.private_key.as_deref())?,
+            processes: self.processes,
+            step_isus: self.capacity_step as usize,
+            step_time: self.capacity_step_time,
+            max_isus: self.capacity_max_isus as usize,
+            cluster_cores,
+            device_post_p99_limit: Duration::from_millis(100),
+            read_p99_limit: Duration::from_millis(50),
+            isus_per_reader: 50,
+            read_pause: Duration::from_millis(100),
+            request_timeout: Duration::from_secs(2),
+        })
+    }
+
     pub fn into_config(self) -> anyhow::Result<ScenarioConfig> {
         if self.profile.is_some() && self.nodes.is_empty() {
             anyhow::bail!("--profile needs the nodes: --node NAME=URL (and --cluster-secret-file)");
         }
-        let nodes = if self.nodes.is_empty() {
-            None
-        } else {
-            let secret = match &self.cluster_secret_file {
-                Some(path) => std::fs::read_to_string(path)
-                    .with_context(|| format!("reading the cluster secret {}", path.display()))?
-                    .trim()
-                    .to_owned(),
-                None => anyhow::bail!("--node needs --cluster-secret-file"),
-            };
-            Some(Nodes::new(self.nodes, secret)?)
-        };
+        let nodes = self.nodes()?;
         Ok(ScenarioConfig {
             duration: self.duration,
             users: self.users,

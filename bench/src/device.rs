@@ -147,6 +147,11 @@ pub(crate) struct Device {
     pub running: Arc<std::sync::atomic::AtomicUsize>,
     /// Counts of every device's posts and their answers.
     pub posts: Arc<PostCounts>,
+    /// Append each batch to the sent log (validation needs it; the capacity ramp does not,
+    /// and its log would grow by megabytes a second).
+    pub keep_log: bool,
+    /// Post on a lean connection of its own instead of `client` (capacity runs).
+    pub lean: Option<crate::lean::LeanConnection>,
     /// Set by [`crate::jia::JiaHandle::repair`]; the device clears its bad flags and this.
     pub repair: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -173,15 +178,31 @@ impl Device {
             if batch.is_empty() {
                 continue;
             }
-            self.log.lock().expect("sent log poisoned").extend_from_slice(&batch);
-            let post = self.client.post(self.post_url.clone()).json(&batch).send();
+            if self.keep_log {
+                self.log.lock().expect("sent log poisoned").extend_from_slice(&batch);
+            }
             self.posts.sent.fetch_add(1, Ordering::Relaxed);
+            let started = std::time::Instant::now();
             // Devices ignore the answer (as real ones do; it is only counted); only shutdown
             // cuts a post short.
-            tokio::select! {
-                _ = self.stop.cancelled() => return,
-                answer = post => self.posts.count(answer.map(|response| response.status().as_u16()), batch.len()),
-            }
+            let answer = match &mut self.lean {
+                Some(lean) => {
+                    let body = bytes::Bytes::from(serde_json::to_vec(&batch).unwrap_or_default());
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        answer = lean.post(body, self.timing.post_timeout) => answer,
+                    }
+                }
+                None => {
+                    let post = self.client.post(self.post_url.clone()).json(&batch).send();
+                    tokio::select! {
+                        _ = self.stop.cancelled() => return,
+                        answer = post => answer.ok().map(|response| response.status().as_u16()),
+                    }
+                }
+            };
+            self.posts.count(answer, batch.len());
+            self.posts.record_latency(started.elapsed());
         }
     }
 
@@ -211,22 +232,38 @@ pub struct PostCounts {
     pub refused: AtomicU64,
     /// No answer: a timeout (the device's 100 ms) or a connection error.
     pub failed: AtomicU64,
+    /// Latency of every answered or failed post, in microseconds, since the last
+    /// [`PostCounts::take_latencies`].
+    latencies: Mutex<Option<hdrhistogram::Histogram<u64>>>,
 }
 
 impl PostCounts {
-    fn count(&self, answer: reqwest::Result<u16>, conditions: usize) {
+    fn count(&self, answer: Option<u16>, conditions: usize) {
         match answer {
-            Ok(202) => {
+            Some(202) => {
                 self.accepted.fetch_add(1, Ordering::Relaxed);
                 self.accepted_conditions.fetch_add(conditions as u64, Ordering::Relaxed);
             }
-            Ok(_) => {
+            Some(_) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
             }
-            Err(_) => {
+            None => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    fn record_latency(&self, elapsed: std::time::Duration) {
+        let mut latencies = self.latencies.lock().expect("latencies poisoned");
+        let histogram = latencies.get_or_insert_with(|| {
+            hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+        });
+        histogram.saturating_record(elapsed.as_micros().max(1) as u64);
+    }
+
+    /// The post latencies (µs) recorded since the last call, and a fresh start.
+    pub fn take_latencies(&self) -> Option<hdrhistogram::Histogram<u64>> {
+        self.latencies.lock().expect("latencies poisoned").take()
     }
 
     /// `sent`, `accepted`, `accepted_conditions`, `refused`, `failed`, in that order.

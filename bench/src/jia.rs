@@ -111,6 +111,10 @@ pub struct JiaConfig {
     pub sign_in: Option<SignIn>,
     /// Host name → address overrides for device posts (no DNS needed for device FQDNs).
     pub resolve: Vec<(String, SocketAddr)>,
+    /// Devices keep the log of what they sent (what validation reads); off for capacity runs.
+    pub keep_sent_log: bool,
+    /// Devices post on lean connections of their own (`crate::lean`) where the URL allows.
+    pub lean_devices: bool,
 }
 
 impl Default for JiaConfig {
@@ -127,6 +131,8 @@ impl Default for JiaConfig {
             seed: 0x15c0_4d17,
             sign_in: None,
             resolve: Vec::new(),
+            keep_sent_log: true,
+            lean_devices: false,
         }
     }
 }
@@ -321,6 +327,11 @@ impl JiaHandle {
         self.shared.posts.snapshot()
     }
 
+    /// The devices' post latencies (µs) since the last call.
+    pub fn take_device_latencies(&self) -> Option<hdrhistogram::Histogram<u64>> {
+        self.shared.posts.take_latencies()
+    }
+
     /// Stops the server and every device, and waits until they have stopped.
     /// The sent logs stay readable afterwards.
     pub async fn shutdown(&self) {
@@ -455,6 +466,11 @@ impl Shared {
             target_base_url: target_base_url.to_string(),
             character: character.to_owned(),
         });
+        let lean = self
+            .config
+            .lean_devices
+            .then(|| crate::lean::LeanConnection::for_url(&post_url, &self.config.resolve, DEVICE_USER_AGENT))
+            .flatten();
         let device = Device {
             post_url,
             clock: self.config.clock,
@@ -466,6 +482,8 @@ impl Shared {
             deadline: self.deadline,
             running: self.running_devices.clone(),
             posts: self.posts.clone(),
+            keep_log: self.config.keep_sent_log,
+            lean,
             repair,
         };
         self.tracker.spawn(device.run());

@@ -11,11 +11,13 @@
 //! - [`scenario`]: initialize, users, registration, the read/verify loop, scoring;
 //! - [`cli`]: the command line of the `bench` binary.
 
+pub mod capacity;
 pub mod cli;
 pub mod clock;
 pub mod device;
 pub mod jia;
 pub mod jwt;
+pub mod lean;
 pub mod model;
 pub mod nodes;
 pub mod report;

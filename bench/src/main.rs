@@ -43,6 +43,9 @@ async fn run(cli: Cli) -> ExitCode {
         };
     }
     let json_path = cli.run.json.clone();
+    if cli.run.capacity {
+        return run_capacity(cli.run, json_path).await;
+    }
     let outcome = match cli.run.into_config() {
         Ok(config) => bench::scenario::run(config).await,
         Err(error) => Err(error),
@@ -57,19 +60,49 @@ async fn run(cli: Cli) -> ExitCode {
     };
     println!("{report}");
     if let Some(path) = json_path {
-        let written = serde_json::to_vec_pretty(&report.to_json())
-            .map_err(anyhow::Error::from)
-            .and_then(|json| std::fs::write(&path, json).map_err(anyhow::Error::from));
-        match written {
-            Ok(()) => println!("report: {}", path.display()),
-            Err(error) => eprintln!("bench: cannot write {}: {error:#}", path.display()),
-        }
+        write_json(&path, &report.to_json());
     }
     println!("score: {}", report.final_score());
     if report.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// `--capacity`: the ramp, its table and `capacity.*` in the JSON; fails when not even the
+/// first step held.
+async fn run_capacity(args: bench::cli::RunArgs, json_path: Option<std::path::PathBuf>) -> ExitCode {
+    let outcome = match args.into_capacity_config() {
+        Ok(config) => bench::capacity::run(config).await,
+        Err(error) => Err(error),
+    };
+    let report = match outcome {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("bench capacity failed: {error:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{report}");
+    if let Some(path) = json_path {
+        write_json(&path, &report.to_json());
+    }
+    if report.sustained().is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Writes the report's JSON (a failure to write is said, not fatal: the report was printed).
+fn write_json(path: &std::path::Path, report: &serde_json::Value) {
+    let written = serde_json::to_vec_pretty(report)
+        .map_err(anyhow::Error::from)
+        .and_then(|json| std::fs::write(path, json).map_err(anyhow::Error::from));
+    match written {
+        Ok(()) => println!("report: {}", path.display()),
+        Err(error) => eprintln!("bench: cannot write {}: {error:#}", path.display()),
     }
 }
 

@@ -1711,3 +1711,78 @@ async fn a_burst_of_sign_ins_and_registrations_on_a_loaded_machine_gets_no_error
     );
     cluster.assert_no_crash();
 }
+
+/// The bench's capacity mode against the real cluster behind the real nginx: a short ramp of
+/// small steps holds every objective (nothing is near saturation at 40 ISUs), each step
+/// measured device posts at the official rate, reads and the CPU of every node, and the
+/// report names the sustained ISUs and the cluster CPU per device post.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_capacity_ramp_measures_each_step_through_nginx() {
+    use bench::capacity::{run, CapacityConfig};
+    use bench::nodes::{Node, Nodes};
+
+    let Some(nginx) = nginx_or_skip() else {
+        return;
+    };
+    let cluster = spawn_cluster().await;
+    let static_dir = fixture_front_end();
+    let (mut server, public) = public_nginx(&cluster, &nginx, &static_dir.path).await;
+    let nodes = [
+        ("coordinator", &cluster.coordinator),
+        ("worker-a", &cluster.workers[0]),
+        ("worker-b", &cluster.workers[1]),
+    ]
+    .into_iter()
+    .map(|(name, url)| bench::nodes::parse_node(&format!("{name}={url}")).unwrap())
+    .collect::<Vec<Node>>();
+    let config = CapacityConfig {
+        target: public,
+        jia: bench::jia::JiaConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            run_for: Duration::from_secs(60),
+            ..bench::jia::JiaConfig::default()
+        },
+        signer: cluster.signer.clone(),
+        nodes: Some(Nodes::new(nodes, cluster.secret.clone()).unwrap()),
+        processes: Vec::new(),
+        step_isus: 20,
+        step_time: Duration::from_secs(1),
+        max_isus: 40,
+        cluster_cores: 2.0,
+        // Generous: the test shares the machine with the others; the ramp's logic is what is tested.
+        device_post_p99_limit: Duration::from_secs(5),
+        read_p99_limit: Duration::from_secs(5),
+        isus_per_reader: 10,
+        read_pause: Duration::from_millis(100),
+        request_timeout: Duration::from_secs(10),
+    };
+    let report = run(config).await.expect("the ramp runs");
+    assert_eq!(report.steps.iter().map(|step| step.isus).collect::<Vec<_>>(), [20, 40]);
+    for step in &report.steps {
+        assert_eq!((step.errors, step.broken.as_deref()), (0, None), "{step:?}");
+        // 20 ISUs post every 40 ms: about 500 posts a second (the machine is shared, so loosely).
+        assert!(
+            step.device_posts as f64 / step.seconds > 100.0 * (step.isus / 20) as f64,
+            "{step:?}"
+        );
+        assert!(step.reads > 0 && step.read_p99_ms.is_some(), "{step:?}");
+        for node in ["coordinator", "worker-a", "worker-b", "bench"] {
+            let rate = step
+                .cpu_per_second
+                .iter()
+                .find(|(name, _)| name == node)
+                .and_then(|(_, rate)| *rate);
+            assert!(rate.is_some_and(|rate| rate > 0.0), "{node}: {step:?}");
+        }
+        assert!(
+            step.cluster_cpu_per_device_post_us.is_some_and(|us| us > 0.0),
+            "{step:?}"
+        );
+    }
+    let json = report.to_json();
+    assert_eq!(json["capacity"]["sustained_isus"], json!(40));
+    assert_eq!(json["capacity"]["isus_per_core"], json!(20.0));
+    assert!(json["capacity"]["cluster_cpu_per_device_post_us"].as_f64().is_some());
+    assert!(["cluster", "bench", "neither"].contains(&json["capacity"]["saturated"].as_str().unwrap()));
+    server.assert_running();
+}

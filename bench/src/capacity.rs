@@ -1,0 +1,471 @@
+//! Capacity mode: how many ISUs the cluster sustains per core at the real device rate.
+//!
+//! Devices post as the official ones do (every 40 ms, the newest ≤ 10 conditions), users
+//! read (ISU list, a condition page, a graph, the trend, in a loop with a pause), and the
+//! number of active ISUs grows by a step at a time. Each step is measured on its own window
+//! once its registrations are done: device post p99 (the device's own view), read p99 and
+//! errors, and the CPU every cluster process and the bench used. The ramp stops at the first
+//! step that breaks a service level objective (device post p99 over 100 ms, read p99 over
+//! 50 ms, or any error); the step before it is the sustained figure. The report says which
+//! side ran out of CPU: a result only describes the cluster when the cluster is the side
+//! that saturated.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+use tokio::task::JoinSet;
+
+use crate::jia::{JiaConfig, JiaHandle, JiaSimulator};
+use crate::jwt::JwtSigner;
+use crate::nodes::{own_cpu_seconds, process_tree_cpu_seconds, LocalProcess, Nodes};
+
+/// A ramp's settings.
+#[derive(Clone)]
+pub struct CapacityConfig {
+    pub target: String,
+    pub jia: JiaConfig,
+    pub signer: JwtSigner,
+    pub nodes: Option<Nodes>,
+    pub processes: Vec<LocalProcess>,
+    /// ISUs added at each step.
+    pub step_isus: usize,
+    /// How long each step is measured (after its registrations).
+    pub step_time: Duration,
+    /// The ramp stops here even if nothing broke.
+    pub max_isus: usize,
+    /// CPUs the cluster may use (1 with `scripts/bench --pin`).
+    pub cluster_cores: f64,
+    pub device_post_p99_limit: Duration,
+    pub read_p99_limit: Duration,
+    /// One reading user per this many ISUs (at least one).
+    pub isus_per_reader: usize,
+    /// Pause of a reader between two reads.
+    pub read_pause: Duration,
+    pub request_timeout: Duration,
+}
+
+/// What one step measured.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub isus: usize,
+    pub seconds: f64,
+    pub device_posts: u64,
+    pub device_post_p99_ms: Option<f64>,
+    pub reads: u64,
+    pub read_p99_ms: Option<f64>,
+    pub errors: u64,
+    /// CPU seconds per second of each cluster process, and of the bench.
+    pub cpu_per_second: Vec<(String, Option<f64>)>,
+    /// Cluster CPU per device post (µs), all of the cluster's work of the step included.
+    pub cluster_cpu_per_device_post_us: Option<f64>,
+    /// Which objective the step broke, if any.
+    pub broken: Option<String>,
+}
+
+impl Step {
+    fn cluster_cpu_per_second(&self) -> f64 {
+        self.cpu_per_second
+            .iter()
+            .filter(|(name, _)| name != "bench")
+            .filter_map(|(_, rate)| *rate)
+            .sum()
+    }
+
+    fn bench_cpu_per_second(&self) -> Option<f64> {
+        self.cpu_per_second
+            .iter()
+            .find(|(name, _)| name == "bench")
+            .and_then(|(_, rate)| *rate)
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "isus": self.isus,
+            "seconds": self.seconds,
+            "device_posts": self.device_posts,
+            "device_post_p99_ms": self.device_post_p99_ms,
+            "reads": self.reads,
+            "read_p99_ms": self.read_p99_ms,
+            "errors": self.errors,
+            "cpu_per_second": self.cpu_per_second.iter().map(|(name, rate)| (name.clone(), json!(rate))).collect::<serde_json::Map<_, _>>(),
+            "cluster_cpu_per_device_post_us": self.cluster_cpu_per_device_post_us,
+            "broken": self.broken,
+        })
+    }
+}
+
+/// The outcome of a ramp.
+#[derive(Debug, Clone)]
+pub struct CapacityReport {
+    pub steps: Vec<Step>,
+    pub cluster_cores: f64,
+    pub bench_cpus: Option<String>,
+}
+
+impl CapacityReport {
+    /// The last step that broke nothing.
+    pub fn sustained(&self) -> Option<&Step> {
+        self.steps.iter().rev().find(|step| step.broken.is_none())
+    }
+
+    pub fn isus_per_core(&self) -> f64 {
+        self.sustained()
+            .map_or(0.0, |step| step.isus as f64 / self.cluster_cores)
+    }
+
+    /// Which side ran out of CPU at the end of the ramp: `cluster`, `bench` or `neither`
+    /// (over 85 % of the cores it may use).
+    pub fn saturated(&self) -> &'static str {
+        let Some(last) = self.steps.last() else {
+            return "neither";
+        };
+        let bench_cores = self
+            .bench_cpus
+            .as_deref()
+            .map_or(1.0, |list| crate::nodes::cpu_list_len(list) as f64);
+        let cluster = last.cluster_cpu_per_second() / self.cluster_cores;
+        let bench = last.bench_cpu_per_second().unwrap_or(0.0) / bench_cores;
+        match (cluster >= 0.85, bench >= 0.85) {
+            (true, false) => "cluster",
+            (false, true) => "bench",
+            (true, true) if cluster >= bench => "cluster",
+            (true, true) => "bench",
+            (false, false) => "neither",
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let sustained = self.sustained();
+        json!({
+            "capacity": {
+                "isus_per_core": self.isus_per_core(),
+                "sustained_isus": sustained.map(|step| step.isus),
+                "broken_at_isus": self.steps.last().filter(|step| step.broken.is_some()).map(|step| step.isus),
+                "broken": self.steps.last().and_then(|step| step.broken.clone()),
+                "cluster_cpu_per_device_post_us": sustained.and_then(|step| step.cluster_cpu_per_device_post_us),
+                "saturated": self.saturated(),
+                "cluster_cores": self.cluster_cores,
+                "bench_cpus": self.bench_cpus,
+                "steps": self.steps.iter().map(Step::to_json).collect::<Vec<_>>(),
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for CapacityReport {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            out,
+            "{:>7} {:>9} {:>10} {:>7} {:>9} {:>6} {:>9} {:>8} {:>10}  broken",
+            "ISUs", "posts/s", "post p99", "reads", "read p99", "errors", "cluster", "bench", "µs/post"
+        )?;
+        let ms = |value: Option<f64>| value.map_or("-".to_owned(), |ms| format!("{ms:.1}ms"));
+        for step in &self.steps {
+            writeln!(
+                out,
+                "{:>7} {:>9.0} {:>10} {:>7} {:>9} {:>6} {:>8.0}% {:>7.0}% {:>10}  {}",
+                step.isus,
+                step.device_posts as f64 / step.seconds,
+                ms(step.device_post_p99_ms),
+                step.reads,
+                ms(step.read_p99_ms),
+                step.errors,
+                step.cluster_cpu_per_second() * 100.0,
+                step.bench_cpu_per_second().unwrap_or(0.0) * 100.0,
+                step.cluster_cpu_per_device_post_us
+                    .map_or("-".to_owned(), |us| format!("{us:.1}")),
+                step.broken.as_deref().unwrap_or(""),
+            )?;
+        }
+        let sustained = self.sustained();
+        write!(
+            out,
+            "\nsustained {} ISUs on {} cluster core(s): {:.0} ISUs per core; cluster CPU per device post {} µs; \
+             saturated: {}",
+            sustained.map_or(0, |step| step.isus),
+            self.cluster_cores,
+            self.isus_per_core(),
+            sustained
+                .and_then(|step| step.cluster_cpu_per_device_post_us)
+                .map_or("-".to_owned(), |us| format!("{us:.1}")),
+            self.saturated()
+        )
+    }
+}
+
+/// Latencies (µs) and errors of the readers, per step.
+#[derive(Default)]
+struct ReadWindow {
+    latencies: Mutex<Option<Histogram<u64>>>,
+    errors: AtomicU64,
+}
+
+impl ReadWindow {
+    fn record(&self, elapsed: Duration) {
+        let mut latencies = self.latencies.lock().expect("read latencies poisoned");
+        latencies
+            .get_or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"))
+            .saturating_record(elapsed.as_micros().max(1) as u64);
+    }
+
+    fn take(&self) -> (Option<Histogram<u64>>, u64) {
+        let latencies = self.latencies.lock().expect("read latencies poisoned").take();
+        (latencies, self.errors.swap(0, Ordering::Relaxed))
+    }
+}
+
+/// A signed-in user with the ISUs it registered.
+struct User {
+    client: reqwest::Client,
+    isus: Vec<String>,
+}
+
+/// Runs the ramp (initialize, then steps until an objective breaks or `max_isus`).
+pub async fn run(config: CapacityConfig) -> anyhow::Result<CapacityReport> {
+    let jia = JiaSimulator::start(JiaConfig {
+        keep_sent_log: false,
+        lean_devices: true,
+        accept_any_uuid: true,
+        ..config.jia.clone()
+    })
+    .await
+    .context("starting the JIA simulator")?;
+    let outcome = ramp(&config, &jia).await;
+    jia.shutdown().await;
+    outcome
+}
+
+async fn ramp(config: &CapacityConfig, jia: &JiaHandle) -> anyhow::Result<CapacityReport> {
+    let base = config.target.trim_end_matches('/').to_owned();
+    let plain = reqwest::Client::builder().no_proxy().build()?;
+    let initialized = plain
+        .post(format!("{base}/initialize"))
+        .json(&json!({"jia_service_url": jia.url()}))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .context("POST /initialize")?;
+    anyhow::ensure!(
+        initialized.status().is_success(),
+        "POST /initialize answered {}",
+        initialized.status()
+    );
+
+    let window = Arc::new(ReadWindow::default());
+    let mut readers = JoinSet::new();
+    let mut users: Vec<Arc<User>> = Vec::new();
+    let mut steps = Vec::new();
+    let mut isus = 0;
+    let bench_cpus = crate::nodes::own_cpus_allowed();
+    while isus < config.max_isus {
+        let added = config.step_isus.min(config.max_isus - isus);
+        let registration_errors = register_step(config, &base, &mut users, isus, added).await?;
+        isus += added;
+        let wanted_readers = isus.div_ceil(config.isus_per_reader.max(1));
+        while readers.len() < wanted_readers {
+            let user = users[readers.len() % users.len()].clone();
+            readers.spawn(read_loop(config.clone(), base.clone(), user, window.clone()));
+        }
+        // The step's window starts now: registrations and their first posts are behind.
+        jia.take_device_latencies();
+        window.take();
+        let posts_before = jia.device_posts();
+        let cpu_before = cpu_seconds(config).await;
+        let started = Instant::now();
+        tokio::time::sleep(config.step_time).await;
+        let seconds = started.elapsed().as_secs_f64();
+        let cpu_after = cpu_seconds(config).await;
+        let posts_after = jia.device_posts();
+        let device_latencies = jia.take_device_latencies();
+        let (read_latencies, read_errors) = window.take();
+
+        let device_posts = posts_after[0].saturating_sub(posts_before[0]);
+        let device_errors =
+            posts_after[3].saturating_sub(posts_before[3]) + posts_after[4].saturating_sub(posts_before[4]);
+        let p99 = |histogram: &Option<Histogram<u64>>| {
+            histogram
+                .as_ref()
+                .map(|histogram| histogram.value_at_quantile(0.99) as f64 / 1000.0)
+        };
+        let cpu_per_second: Vec<(String, Option<f64>)> = cpu_before
+            .iter()
+            .zip(&cpu_after)
+            .map(|((name, before), (_, after))| {
+                let rate = before
+                    .zip(*after)
+                    .map(|(before, after)| (after - before).max(0.0) / seconds);
+                (name.clone(), rate)
+            })
+            .collect();
+        let mut step = Step {
+            isus,
+            seconds,
+            device_posts,
+            device_post_p99_ms: p99(&device_latencies),
+            reads: read_latencies.as_ref().map_or(0, |histogram| histogram.len()),
+            read_p99_ms: p99(&read_latencies),
+            errors: registration_errors + device_errors + read_errors,
+            cpu_per_second,
+            cluster_cpu_per_device_post_us: None,
+            broken: None,
+        };
+        let cluster_cpu = step.cluster_cpu_per_second() * seconds;
+        if device_posts > 0 && cluster_cpu > 0.0 {
+            step.cluster_cpu_per_device_post_us = Some(cluster_cpu / device_posts as f64 * 1e6);
+        }
+        step.broken = broken_objective(config, &step);
+        tracing::info!(
+            isus,
+            device_post_p99_ms = step.device_post_p99_ms,
+            read_p99_ms = step.read_p99_ms,
+            errors = step.errors,
+            cluster_cpu = step.cluster_cpu_per_second(),
+            "capacity step"
+        );
+        let broken = step.broken.is_some();
+        steps.push(step);
+        if broken {
+            break;
+        }
+    }
+    readers.abort_all();
+    while readers.join_next().await.is_some() {}
+    Ok(CapacityReport {
+        steps,
+        cluster_cores: config.cluster_cores,
+        bench_cpus,
+    })
+}
+
+fn broken_objective(config: &CapacityConfig, step: &Step) -> Option<String> {
+    let limit_ms = |limit: Duration| limit.as_secs_f64() * 1000.0;
+    if step.errors > 0 {
+        return Some(format!("{} errors", step.errors));
+    }
+    if let Some(p99) = step
+        .device_post_p99_ms
+        .filter(|p99| *p99 > limit_ms(config.device_post_p99_limit))
+    {
+        return Some(format!("device post p99 {p99:.1} ms"));
+    }
+    if let Some(p99) = step.read_p99_ms.filter(|p99| *p99 > limit_ms(config.read_p99_limit)) {
+        return Some(format!("read p99 {p99:.1} ms"));
+    }
+    None
+}
+
+/// CPU seconds so far of every cluster process, then of the bench.
+async fn cpu_seconds(config: &CapacityConfig) -> Vec<(String, Option<f64>)> {
+    let mut readings = match &config.nodes {
+        Some(nodes) => nodes.cpu_seconds().await,
+        None => Vec::new(),
+    };
+    for process in &config.processes {
+        readings.push((process.name.clone(), process_tree_cpu_seconds(process.pid)));
+    }
+    readings.push(("bench".to_owned(), own_cpu_seconds()));
+    readings
+}
+
+/// ISUs per user: a new user signs in for every ten ISUs.
+const ISUS_PER_USER: usize = 10;
+
+/// Registers `count` new ISUs (at once), signing in users as needed; returns the failures.
+async fn register_step(
+    config: &CapacityConfig,
+    base: &str,
+    users: &mut Vec<Arc<User>>,
+    first: usize,
+    count: usize,
+) -> anyhow::Result<u64> {
+    let mut registrations = JoinSet::new();
+    let mut new_isus: Vec<(usize, String)> = Vec::new();
+    for index in first..first + count {
+        let user_index = index / ISUS_PER_USER;
+        if user_index == users.len() {
+            users.push(Arc::new(
+                sign_in(config, base, &format!("capacity-{user_index}")).await?,
+            ));
+        }
+        let uuid = uuid::Uuid::new_v4().to_string();
+        new_isus.push((user_index, uuid.clone()));
+        let client = users[user_index].client.clone();
+        let url = format!("{base}/api/isu");
+        registrations.spawn(async move {
+            let form = reqwest::multipart::Form::new()
+                .text("jia_isu_uuid", uuid)
+                .text("isu_name", "capacity");
+            matches!(client.post(url).multipart(form).send().await, Ok(response) if response.status() == 201)
+        });
+    }
+    let mut failures = 0;
+    while let Some(created) = registrations.join_next().await {
+        if !created.unwrap_or(false) {
+            failures += 1;
+        }
+    }
+    // Users are shared with their readers: their ISU lists are rebuilt, not mutated.
+    for (user_index, uuid) in new_isus {
+        let user = &mut users[user_index];
+        let mut isus = user.isus.clone();
+        isus.push(uuid);
+        *user = Arc::new(User {
+            client: user.client.clone(),
+            isus,
+        });
+    }
+    Ok(failures)
+}
+
+async fn sign_in(config: &CapacityConfig, base: &str, user: &str) -> anyhow::Result<User> {
+    let client = reqwest::Client::builder()
+        .cookie_store(true)
+        .no_proxy()
+        .timeout(config.request_timeout)
+        .build()?;
+    let response = client
+        .post(format!("{base}/api/auth"))
+        .bearer_auth(config.signer.sign(user))
+        .send()
+        .await
+        .with_context(|| format!("signing in {user}"))?;
+    anyhow::ensure!(response.status() == 200, "signing in {user}: {}", response.status());
+    Ok(User {
+        client,
+        isus: Vec::new(),
+    })
+}
+
+/// One reading user: ISU list, then for one of its ISUs a condition page and a graph, then
+/// the trend; a pause after each read.
+async fn read_loop(config: CapacityConfig, base: String, user: Arc<User>, window: Arc<ReadWindow>) {
+    let mut turn = 0usize;
+    loop {
+        let mut paths = vec!["/api/isu".to_owned(), "/api/trend".to_owned()];
+        if !user.isus.is_empty() {
+            let uuid = &user.isus[turn % user.isus.len()];
+            paths.push(format!(
+                "/api/condition/{uuid}?end_time=4102444800&condition_level=info,warning,critical"
+            ));
+            paths.push(format!("/api/isu/{uuid}/graph?datetime=1628380800"));
+        }
+        for path in paths {
+            let started = Instant::now();
+            let answer = user.client.get(format!("{base}{path}")).send().await;
+            let ok = match answer {
+                Ok(response) => response.status() == 200 && response.bytes().await.is_ok(),
+                Err(_) => false,
+            };
+            window.record(started.elapsed());
+            if !ok {
+                window.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            tokio::time::sleep(config.read_pause).await;
+        }
+        turn += 1;
+    }
+}
