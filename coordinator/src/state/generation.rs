@@ -1,0 +1,269 @@
+//! One dataset generation: its users and ISUs (by UUID, by owner and in id order), the
+//! latest condition of each ISU, and the registrations in flight. `/initialize` builds a new
+//! one and swaps it in, so no request ever sees half a reset. Its trend cache is
+//! [`super::trend`]'s.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use parking_lot::{Mutex, RwLock};
+use shared::dataset::Dataset;
+use shared::domain::Flags;
+use shared::protocol::{LatestBatch, WireCondition};
+use tokio::sync::watch;
+
+use super::registration::Outcome;
+use super::trend::Trend;
+use crate::journal::{LoggedIsu, Restored};
+
+/// The latest condition of an ISU, as pushed by its worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latest {
+    pub timestamp: i64,
+    pub flags: Flags,
+    pub message: Box<str>,
+}
+
+/// A registered (published) ISU.
+#[derive(Debug)]
+pub struct Isu {
+    pub id: i64,
+    pub uuid: String,
+    pub name: String,
+    pub character: String,
+    pub owner: String,
+    pub image: Bytes,
+    pub(super) latest: Mutex<Option<Latest>>,
+}
+
+impl Isu {
+    pub fn latest(&self) -> Option<Latest> {
+        self.latest.lock().clone()
+    }
+
+    /// Timestamp and flags of the latest condition, without copying its message.
+    pub(super) fn latest_key(&self) -> Option<(i64, Flags)> {
+        self.latest
+            .lock()
+            .as_ref()
+            .map(|latest| (latest.timestamp, latest.flags))
+    }
+
+    /// Keeps the condition with the greatest timestamp; true when it changed.
+    pub(super) fn offer_latest(&self, condition: &WireCondition) -> bool {
+        let mut latest = self.latest.lock();
+        if latest
+            .as_ref()
+            .is_some_and(|current| current.timestamp >= condition.timestamp)
+        {
+            return false;
+        }
+        *latest = Some(Latest {
+            timestamp: condition.timestamp,
+            flags: condition.flags,
+            message: condition.message.as_str().into(),
+        });
+        true
+    }
+}
+
+/// Everything that `/initialize` resets.
+pub struct Generation {
+    pub id: u64,
+    pub(super) users: RwLock<HashSet<String>>,
+    pub(super) by_uuid: DashMap<String, Arc<Isu>>,
+    pub(super) by_owner: DashMap<String, Vec<Arc<Isu>>>,
+    /// All ISUs in id order, for the trend.
+    pub(super) all: RwLock<Vec<Arc<Isu>>>,
+    /// Registrations in flight, by UUID.
+    pub(super) pending: Mutex<HashMap<String, watch::Receiver<Outcome>>>,
+    pub(super) next_id: AtomicI64,
+    /// Ids from here on are registrations (below: the dataset's ISUs).
+    pub(super) first_registered_id: i64,
+    /// Bumped whenever the trend may have changed.
+    pub(super) trend_version: AtomicU64,
+    /// The last built trend and the version it was built from. Requests only
+    /// clone it; building happens off the request path (see [`Generation::changed`]).
+    pub(super) trend_cache: Mutex<(u64, Trend)>,
+    /// Set while a background rebuild runs: at most one at a time.
+    pub(super) trend_rebuilding: AtomicBool,
+    /// When the last rebuild started (held only by the one running builder).
+    pub(super) last_trend_build: Mutex<Option<std::time::Instant>>,
+}
+
+impl Generation {
+    pub(super) fn from_dataset(id: u64, dataset: &Dataset, default_icon: &Bytes) -> Generation {
+        let generation = Generation {
+            id,
+            users: RwLock::new(dataset.users.iter().cloned().collect()),
+            by_uuid: DashMap::new(),
+            by_owner: DashMap::new(),
+            all: RwLock::new(Vec::new()),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicI64::new(dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1),
+            first_registered_id: dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1,
+            trend_version: AtomicU64::new(1),
+            trend_cache: Mutex::new((0, Trend::default())),
+            trend_rebuilding: AtomicBool::new(false),
+            last_trend_build: Mutex::new(None),
+        };
+        for isu in &dataset.isus {
+            let latest = isu
+                .conditions
+                .iter()
+                .max_by_key(|condition| condition.timestamp)
+                .map(|condition| Latest {
+                    timestamp: condition.timestamp,
+                    flags: condition.flags,
+                    message: condition.message.as_str().into(),
+                });
+            generation.users.write().insert(isu.owner.clone());
+            generation.insert(Isu {
+                id: isu.id,
+                uuid: isu.uuid.clone(),
+                name: isu.name.clone(),
+                character: isu.character.clone(),
+                owner: isu.owner.clone(),
+                image: isu
+                    .image
+                    .as_ref()
+                    .map_or_else(|| default_icon.clone(), |image| Bytes::from(image.clone())),
+                latest: Mutex::new(latest),
+            });
+        }
+        generation.rebuild_trend();
+        generation
+    }
+
+    /// The dataset's generation `id` with the users and registered ISUs of a replayed log.
+    pub(super) fn restored(restored: &Restored, dataset: &Dataset, default_icon: &Bytes) -> Generation {
+        let generation = Generation::from_dataset(restored.generation, dataset, default_icon);
+        generation.users.write().extend(restored.users.iter().cloned());
+        for isu in &restored.isus {
+            generation.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
+            generation.insert(Isu {
+                id: isu.id,
+                uuid: isu.uuid.clone(),
+                name: isu.name.clone(),
+                character: isu.character.clone(),
+                owner: isu.owner.clone(),
+                image: isu.image.clone().unwrap_or_else(|| default_icon.clone()),
+                latest: Mutex::new(None),
+            });
+        }
+        generation.rebuild_trend();
+        generation
+    }
+
+    /// What the log must hold to rebuild this generation: users and registered ISUs.
+    pub(super) fn to_restored(&self, jia_service_url: &str, default_icon: &Bytes) -> Restored {
+        let mut users: Vec<String> = self.users.read().iter().cloned().collect();
+        users.sort();
+        let isus = self
+            .all
+            .read()
+            .iter()
+            .filter(|isu| isu.id >= self.first_registered_id)
+            .map(|isu| logged(isu, default_icon))
+            .collect();
+        Restored {
+            generation: self.id,
+            jia_service_url: jia_service_url.to_owned(),
+            users,
+            isus,
+        }
+    }
+
+    /// Adds an ISU (dataset loading); see [`Generation::publish`] for registrations.
+    pub(super) fn insert(&self, isu: Isu) -> Arc<Isu> {
+        let isu = Arc::new(isu);
+        self.by_uuid.insert(isu.uuid.clone(), isu.clone());
+        let mut owned = self.by_owner.entry(isu.owner.clone()).or_default();
+        let position = owned.partition_point(|other| other.id < isu.id);
+        owned.insert(position, isu.clone());
+        drop(owned);
+        let mut all = self.all.write();
+        let position = all.partition_point(|other| other.id < isu.id);
+        all.insert(position, isu.clone());
+        drop(all);
+        isu
+    }
+
+    /// Adds a registered ISU and schedules a trend rebuild.
+    pub(super) fn publish(self: &Arc<Self>, isu: Isu) -> Arc<Isu> {
+        let isu = self.insert(isu);
+        self.changed();
+        isu
+    }
+
+    pub(super) fn remove(self: &Arc<Self>, uuid: &str) {
+        let Some((_, isu)) = self.by_uuid.remove(uuid) else {
+            return;
+        };
+        if let Some(mut owned) = self.by_owner.get_mut(&isu.owner) {
+            owned.retain(|other| other.uuid != uuid);
+        }
+        self.all.write().retain(|other| other.uuid != uuid);
+        self.changed();
+    }
+
+    pub fn has_user(&self, user: &str) -> bool {
+        self.users.read().contains(user)
+    }
+
+    /// Creates the user if absent; true when it was created.
+    pub fn add_user(&self, user: &str) -> bool {
+        if self.has_user(user) {
+            return false;
+        }
+        self.users.write().insert(user.to_owned())
+    }
+
+    /// The ISU `uuid` if `user` owns it.
+    pub fn owned_isu(&self, uuid: &str, user: &str) -> Option<Arc<Isu>> {
+        self.by_uuid
+            .get(uuid)
+            .filter(|isu| isu.owner == user)
+            .map(|isu| isu.clone())
+    }
+
+    /// The user's ISUs, most recently registered first.
+    pub fn isus_of(&self, user: &str) -> Vec<Arc<Isu>> {
+        self.by_owner
+            .get(user)
+            .map(|owned| owned.iter().rev().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Applies a worker's batch; returns how many ISUs got a newer latest condition.
+    pub fn apply_latest(self: &Arc<Self>, batch: &LatestBatch) -> usize {
+        let changed = batch
+            .items
+            .iter()
+            .filter(|item| {
+                self.by_uuid
+                    .get(&item.uuid)
+                    .is_some_and(|isu| isu.offer_latest(&item.condition))
+            })
+            .count();
+        if changed > 0 {
+            self.changed();
+        }
+        changed
+    }
+}
+
+/// An ISU as the log holds it (the default icon is not copied into the log).
+pub(super) fn logged(isu: &Isu, default_icon: &Bytes) -> LoggedIsu {
+    LoggedIsu {
+        id: isu.id,
+        uuid: isu.uuid.clone(),
+        name: isu.name.clone(),
+        character: isu.character.clone(),
+        owner: isu.owner.clone(),
+        image: (isu.image != *default_icon).then(|| isu.image.clone()),
+    }
+}

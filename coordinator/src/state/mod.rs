@@ -1,0 +1,232 @@
+//! The coordinator's memory and protocols, one concern per module:
+//! - [`generation`]: users, ISUs and their latest conditions of one dataset generation;
+//! - [`trend`]: the trend cache built in the background from the latest conditions;
+//! - [`registration`]: the registration protocol with the workers and JIA;
+//! - [`worker_sync`]: bringing workers to the current generation and watching them.
+//!
+//! Locks are `parking_lot` ones held for short, synchronous sections only
+//! (never across `.await`).
+
+mod generation;
+mod registration;
+mod trend;
+mod worker_sync;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use shared::dataset::Dataset;
+use shared::placement::Shard;
+use shared::session::SessionKey;
+
+pub use generation::{Generation, Isu, Latest};
+pub use registration::Registration;
+pub use trend::Trend;
+
+use crate::error::ApiError;
+use crate::jia_client::JiaClient;
+use crate::journal::{Journal, Restored};
+use crate::user_sync::UserSyncer;
+use crate::worker_client::WorkerClient;
+
+/// Where the state comes from at start.
+pub enum Start {
+    /// A new generation of the dataset; JIA at this URL until `/initialize` sets one.
+    Fresh { jia_service_url: String },
+    /// The generation, users and registrations of a replayed log.
+    Restored(Restored),
+}
+
+/// The coordinator's whole state (wrapped in `Arc` by [`AppState`](crate::AppState)).
+pub struct State {
+    current: Arc<RwLock<Arc<Generation>>>,
+    pub jia_service_url: Arc<RwLock<String>>,
+    /// The durable log (disabled without `--data-dir`); set once before serving.
+    pub journal: Journal,
+    /// The generation came from the log: workers that still hold it keep their data.
+    restored: bool,
+    dataset: Arc<Dataset>,
+    pub default_icon: Bytes,
+    pub session_key: SessionKey,
+    pub workers: WorkerClient,
+    /// Tells the workers about new users, in the background.
+    pub user_sync: UserSyncer,
+    jia: JiaClient,
+    device_urls: [String; 2],
+    ready: AtomicBool,
+    reset_lock: tokio::sync::Mutex<()>,
+}
+
+impl State {
+    pub fn new(
+        dataset: Dataset,
+        default_icon: Bytes,
+        session_key: SessionKey,
+        workers: WorkerClient,
+        jia: JiaClient,
+        device_urls: [String; 2],
+        start: Start,
+    ) -> State {
+        let restored = matches!(start, Start::Restored(_));
+        let (generation, jia_service_url) = match start {
+            Start::Restored(restored) => (
+                Generation::restored(&restored, &dataset, &default_icon),
+                restored.jia_service_url,
+            ),
+            Start::Fresh { jia_service_url } => (
+                Generation::from_dataset(new_generation_id(), &dataset, &default_icon),
+                jia_service_url,
+            ),
+        };
+        State {
+            current: Arc::new(RwLock::new(Arc::new(generation))),
+            jia_service_url: Arc::new(RwLock::new(jia_service_url)),
+            journal: Journal::default(),
+            restored,
+            dataset: Arc::new(dataset),
+            default_icon,
+            session_key,
+            workers,
+            user_sync: UserSyncer::new(Shard::ALL.len()),
+            jia,
+            device_urls,
+            ready: AtomicBool::new(false),
+            reset_lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn generation(&self) -> Arc<Generation> {
+        self.current.read().clone()
+    }
+
+    /// Builds the log's snapshot record of the state as it is when called.
+    pub fn snapshot_fn(&self) -> shared::wal::SnapshotFn {
+        let (current, jia_service_url) = (self.current.clone(), self.jia_service_url.clone());
+        let default_icon = self.default_icon.clone();
+        Arc::new(move || {
+            let generation = current.read().clone();
+            let jia_service_url = jia_service_url.read().clone();
+            crate::journal::snapshot_record(&generation.to_restored(&jia_service_url, &default_icon))
+        })
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// `POST /initialize`: a new generation from the dataset, on every node.
+    pub async fn initialize(&self, jia_service_url: String) -> Result<(), ApiError> {
+        let _resetting = self.reset_lock.lock().await;
+        let dataset = self.dataset.clone();
+        let default_icon = self.default_icon.clone();
+        let generation =
+            tokio::task::spawn_blocking(move || Generation::from_dataset(new_generation_id(), &dataset, &default_icon))
+                .await
+                .map_err(|error| ApiError::Internal(error.to_string()))?;
+        let generation = Arc::new(generation);
+        // Swap first: pushes of the new generation must find it.
+        *self.current.write() = generation.clone();
+        *self.jia_service_url.write() = jia_service_url;
+        // A fresh log: its snapshot holds the new generation.
+        self.journal
+            .snapshot()
+            .await
+            .map_err(|error| ApiError::Internal(error.to_string()))?;
+        self.reset_workers(&generation, false)
+            .await
+            .map_err(|error| ApiError::Internal(error.to_string()))?;
+        self.ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Signs a user in (creating it if needed, logged before the answer) and returns the `Set-Cookie` value.
+    pub async fn sign_in(self: &Arc<Self>, user: &str) -> Result<String, ApiError> {
+        let generation = self.generation();
+        if generation.add_user(user) {
+            self.journal
+                .user(generation.id, user)
+                .await
+                .map_err(|error| ApiError::Internal(error.to_string()))?;
+            self.user_sync.add(generation.id, user);
+        }
+        Ok(self.session_key.set_cookie(user, generation.id))
+    }
+}
+
+fn new_generation_id() -> u64 {
+    rand::random::<u64>() | 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::generation::Isu;
+    use super::trend::build_trend;
+    use bytes::Bytes;
+    use parking_lot::Mutex;
+    use shared::domain::{parse_condition, Flags};
+    use shared::protocol::WireCondition;
+    use std::sync::Arc;
+
+    fn isu(id: i64, character: &str) -> Isu {
+        Isu {
+            id,
+            uuid: format!("uuid-{id}"),
+            name: format!("isu {id}"),
+            character: character.into(),
+            owner: "alice".into(),
+            image: Bytes::new(),
+            latest: Mutex::new(None),
+        }
+    }
+
+    fn condition(timestamp: i64, condition: &str) -> WireCondition {
+        WireCondition {
+            timestamp,
+            flags: Flags::new(false, parse_condition(condition).unwrap()),
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn latest_keeps_the_greatest_timestamp() {
+        let isu = isu(1, "c");
+        assert!(isu.offer_latest(&condition(10, "is_dirty=false,is_overweight=false,is_broken=false")));
+        assert!(!isu.offer_latest(&condition(5, "is_dirty=true,is_overweight=true,is_broken=true")));
+        assert!(!isu.offer_latest(&condition(10, "is_dirty=true,is_overweight=true,is_broken=true")));
+        assert_eq!(isu.latest().unwrap().timestamp, 10);
+    }
+
+    #[test]
+    fn trend_groups_by_character_and_level_newest_first() {
+        let isus: Vec<Arc<Isu>> = vec![
+            Arc::new(isu(1, "すなお")),
+            Arc::new(isu(2, "すなお")),
+            Arc::new(isu(3, "のんき")),
+            Arc::new(isu(4, "てれや")),
+        ];
+        isus[0].offer_latest(&condition(100, "is_dirty=false,is_overweight=false,is_broken=false"));
+        isus[1].offer_latest(&condition(300, "is_dirty=false,is_overweight=false,is_broken=false"));
+        isus[2].offer_latest(&condition(200, "is_dirty=true,is_overweight=true,is_broken=true"));
+        let trend: serde_json::Value = serde_json::from_slice(&build_trend(&isus)).unwrap();
+        let entries = trend.as_array().unwrap();
+        assert_eq!(entries.len(), 3, "a character without conditions is still listed");
+        let find = |name: &str| entries.iter().find(|entry| entry["character"] == name).unwrap().clone();
+        let sunao = find("すなお");
+        assert_eq!(
+            sunao["info"],
+            serde_json::json!([{"isu_id": 2, "timestamp": 300}, {"isu_id": 1, "timestamp": 100}])
+        );
+        assert_eq!(sunao["warning"], serde_json::json!([]));
+        assert_eq!(
+            find("のんき")["critical"],
+            serde_json::json!([{"isu_id": 3, "timestamp": 200}])
+        );
+        let te = find("てれや");
+        assert_eq!(
+            (te["info"].clone(), te["warning"].clone(), te["critical"].clone()),
+            (serde_json::json!([]), serde_json::json!([]), serde_json::json!([]))
+        );
+    }
+}

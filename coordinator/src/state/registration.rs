@@ -1,0 +1,199 @@
+//! The registration protocol: provisional ISU on the owning worker, JIA activation with
+//! that worker's device URL, then publish (logged first) or roll back on both nodes; a
+//! concurrent registration of the same UUID waits for the first.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use shared::placement::{shard_of, Shard};
+use shared::protocol::{ProvisionalIsu, PublishIsu, RollbackIsu};
+use tokio::sync::watch;
+
+use super::generation::{logged, Generation, Isu};
+use super::State;
+use crate::error::ApiError;
+use crate::jia_client::ActivateError;
+
+/// Outcome of a registration, seen by concurrent registrations of the same UUID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    Pending,
+    Published,
+    Failed,
+}
+
+/// A registration request, after parsing.
+pub struct Registration {
+    pub owner: String,
+    pub uuid: String,
+    pub name: String,
+    /// `None` = the default icon.
+    pub image: Option<Bytes>,
+}
+
+/// A UUID claimed by a registration in flight. Dropping it (also when the
+/// registration task panics) releases the UUID and tells waiting registrations
+/// the outcome, so a failure can never wedge a UUID.
+struct Claim {
+    generation: Arc<Generation>,
+    uuid: String,
+    sender: watch::Sender<Outcome>,
+    outcome: Outcome,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.generation.pending.lock().remove(&self.uuid);
+        let _ = self.sender.send(self.outcome);
+    }
+}
+
+/// How long a registration of a UUID waits for a concurrent one of the same UUID.
+const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
+
+impl State {
+    /// Registers an ISU: provisional on the owning worker, JIA activation, publish;
+    /// rolled back on both nodes on failure. Runs to completion even if the client leaves.
+    pub async fn register(self: &Arc<Self>, registration: Registration) -> Result<Arc<Isu>, ApiError> {
+        let state = self.clone();
+        tokio::spawn(async move { state.register_inner(registration).await })
+            .await
+            .map_err(|error| ApiError::Internal(error.to_string()))?
+    }
+
+    async fn register_inner(&self, registration: Registration) -> Result<Arc<Isu>, ApiError> {
+        let started = std::time::Instant::now();
+        let generation = self.generation();
+        let (mut claim, id) = self.claim(&generation, &registration.uuid).await?;
+        let mut jia_time = Duration::ZERO;
+        let result = self
+            .activate_and_publish(&generation, &registration, id, &mut jia_time)
+            .await;
+        if result.is_ok() {
+            claim.outcome = Outcome::Published;
+            metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
+                .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
+        }
+        result
+    }
+
+    /// Claims `uuid` for this registration: 409 when registered, waits for a
+    /// registration of the same UUID in flight. Returns the claim and the new id.
+    async fn claim(&self, generation: &Arc<Generation>, uuid: &str) -> Result<(Claim, i64), ApiError> {
+        let deadline = tokio::time::Instant::now() + CONCURRENT_REGISTRATION_WAIT;
+        loop {
+            let mut in_flight = {
+                let mut pending = generation.pending.lock();
+                // In flight first: an ISU being published may still fail and be removed.
+                match pending.get(uuid) {
+                    Some(receiver) => receiver.clone(),
+                    None if generation.by_uuid.contains_key(uuid) => return Err(ApiError::DuplicatedIsu),
+                    None => {
+                        let (sender, receiver) = watch::channel(Outcome::Pending);
+                        pending.insert(uuid.to_owned(), receiver);
+                        let claim = Claim {
+                            generation: generation.clone(),
+                            uuid: uuid.to_owned(),
+                            sender,
+                            outcome: Outcome::Failed,
+                        };
+                        return Ok((claim, generation.next_id.fetch_add(1, Ordering::AcqRel)));
+                    }
+                }
+            };
+            let finished =
+                tokio::time::timeout_at(deadline, in_flight.wait_for(|outcome| *outcome != Outcome::Pending)).await;
+            match finished {
+                Ok(Ok(outcome)) if *outcome == Outcome::Published => return Err(ApiError::DuplicatedIsu),
+                // Failed, or its claim was dropped: the UUID is free again (the claim left `pending` first).
+                Ok(_) => continue,
+                Err(_) => return Err(ApiError::Internal(format!("registration of {uuid} still in flight"))),
+            }
+        }
+    }
+
+    async fn activate_and_publish(
+        &self,
+        generation: &Arc<Generation>,
+        registration: &Registration,
+        id: i64,
+        jia_time: &mut Duration,
+    ) -> Result<Arc<Isu>, ApiError> {
+        let shard = shard_of(&registration.uuid);
+        let provisional = ProvisionalIsu {
+            generation: generation.id,
+            id,
+            uuid: registration.uuid.clone(),
+            owner: registration.owner.clone(),
+            name: registration.name.clone(),
+        };
+        self.workers
+            .provisional(shard, &provisional)
+            .await
+            .map_err(|error| match error.status() {
+                Some(reqwest::StatusCode::CONFLICT) => ApiError::DuplicatedIsu,
+                _ => ApiError::Internal(error.to_string()),
+            })?;
+        let rollback = RollbackIsu {
+            generation: generation.id,
+            id,
+            uuid: registration.uuid.clone(),
+        };
+        let service_url = self.jia_service_url.read().clone();
+        let asked_jia = std::time::Instant::now();
+        let activated = self
+            .jia
+            .activate(&service_url, &self.device_urls[shard.index()], &registration.uuid)
+            .await;
+        *jia_time = asked_jia.elapsed();
+        let character = match activated {
+            Ok(character) => character,
+            Err(error) => {
+                self.rollback_worker(shard, &rollback).await;
+                return Err(match error {
+                    ActivateError::Refused(status) => ApiError::JiaRefused(status),
+                    other => ApiError::Internal(other.to_string()),
+                });
+            }
+        };
+        let isu = generation.publish(Isu {
+            id,
+            uuid: registration.uuid.clone(),
+            name: registration.name.clone(),
+            character: character.clone(),
+            owner: registration.owner.clone(),
+            image: registration.image.clone().unwrap_or_else(|| self.default_icon.clone()),
+            latest: Mutex::new(None),
+        });
+        // Logged before the worker publishes it: an ISU visible anywhere is in the log.
+        if let Err(error) = self.journal.isu(generation.id, &logged(&isu, &self.default_icon)).await {
+            generation.remove(&registration.uuid);
+            self.rollback_worker(shard, &rollback).await;
+            return Err(ApiError::Internal(error.to_string()));
+        }
+        let publish = PublishIsu {
+            generation: generation.id,
+            uuid: registration.uuid.clone(),
+            id,
+            character,
+        };
+        if let Err(error) = self.workers.publish(shard, &publish).await {
+            generation.remove(&registration.uuid);
+            if let Err(error) = self.journal.removed(generation.id, &registration.uuid).await {
+                tracing::error!(%error, uuid = %registration.uuid, "logging a failed registration failed");
+            }
+            self.rollback_worker(shard, &rollback).await;
+            return Err(ApiError::Internal(error.to_string()));
+        }
+        Ok(isu)
+    }
+
+    async fn rollback_worker(&self, shard: Shard, rollback: &RollbackIsu) {
+        if let Err(error) = self.workers.rollback(shard, rollback).await {
+            tracing::error!(%error, uuid = %rollback.uuid, "rollback on worker failed");
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Worker sync: brings the workers to the coordinator's generation at start-up (or lets a
+//! worker that kept it push its latest conditions again), and resets a worker that lost its
+//! state with its shard as the coordinator knows it.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use shared::dataset::Dataset;
+use shared::placement::{shard_of, Shard};
+use shared::protocol::{ResetShard, ShardIsu, WireCondition};
+
+use super::generation::Generation;
+use super::State;
+
+/// How often the coordinator checks that the workers still hold the current generation.
+const WORKER_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+impl State {
+    /// Brings the workers to the current generation (at start-up), retrying until both answer.
+    pub async fn sync_workers_until_ready(&self) {
+        let mut delay = Duration::from_millis(50);
+        loop {
+            // Locked per attempt, so an early `/initialize` need not wait for slow workers.
+            let resetting = self.reset_lock.lock().await;
+            if self.is_ready() {
+                return; // an `/initialize` reached every worker first
+            }
+            let generation = self.generation();
+            match self.reset_workers(&generation, self.restored).await {
+                Ok(()) => {
+                    self.ready.store(true, Ordering::Release);
+                    tracing::info!(generation = generation.id, "cluster ready");
+                    return;
+                }
+                Err(error) => {
+                    drop(resetting);
+                    tracing::info!(%error, "waiting for workers");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// Resets a worker to `generation`; with `keep_current`, a worker that
+    /// already holds it (this node restored it from its log) keeps its data and
+    /// pushes its latest conditions again instead (this node forgot them).
+    async fn bring_worker_up(
+        &self,
+        generation: &Arc<Generation>,
+        shard: Shard,
+        keep_current: bool,
+    ) -> anyhow::Result<()> {
+        if keep_current && self.workers.health(shard).await?.generation == generation.id {
+            self.workers.resend_latest(shard, generation.id).await?;
+            tracing::info!(
+                shard = shard.name(),
+                "worker kept its data; its latest conditions are pushed again"
+            );
+            return Ok(());
+        }
+        self.reset_worker(generation, shard).await
+    }
+
+    /// Brings both workers to `generation` (see [`State::bring_worker_up`]).
+    pub(super) async fn reset_workers(&self, generation: &Arc<Generation>, keep_current: bool) -> anyhow::Result<()> {
+        let (a, b) = tokio::join!(
+            self.bring_worker_up(generation, Shard::A, keep_current),
+            self.bring_worker_up(generation, Shard::B, keep_current)
+        );
+        a.and(b)
+    }
+
+    /// Sends a worker its shard of `generation` as the coordinator knows it now.
+    async fn reset_worker(&self, generation: &Arc<Generation>, shard: Shard) -> anyhow::Result<()> {
+        let (dataset, generation) = (self.dataset.clone(), generation.clone());
+        let body = tokio::task::spawn_blocking(move || reset_body(&dataset, &generation, shard)).await??;
+        Ok(self.workers.reset(shard, body).await?)
+    }
+
+    /// Watches the workers' generation and resets a worker that lost its state
+    /// (restarted) with its shard as the coordinator knows it: the dataset's
+    /// conditions, every registered ISU, and the latest condition of each. Reads
+    /// then work again at once; conditions posted since the dataset are gone with
+    /// the worker's memory, except each ISU's latest.
+    pub async fn watch_workers(&self) {
+        let mut ticker = tokio::time::interval(WORKER_WATCH_INTERVAL);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            for shard in Shard::ALL {
+                // Asked under the lock, so an `/initialize` in progress is not mistaken for a restart.
+                let _resetting = self.reset_lock.lock().await;
+                let Ok(health) = self.workers.health(shard).await else {
+                    continue; // down: it is reset when it answers again
+                };
+                let generation = self.generation();
+                if health.generation == generation.id {
+                    continue;
+                }
+                tracing::warn!(
+                    shard = shard.name(),
+                    worker_generation = health.generation,
+                    "worker lost its state; resetting it"
+                );
+                if let Err(error) = self.reset_worker(&generation, shard).await {
+                    tracing::error!(%error, shard = shard.name(), "resetting a worker failed");
+                }
+            }
+        }
+    }
+}
+
+/// A worker's reset body: the ISUs of its shard in `generation`, with the
+/// dataset's conditions and each ISU's latest known condition, and every user.
+fn reset_body(dataset: &Dataset, generation: &Generation, shard: Shard) -> anyhow::Result<Bytes> {
+    let dataset_conditions: HashMap<&str, &[WireCondition]> = dataset
+        .isus
+        .iter()
+        .map(|isu| (isu.uuid.as_str(), isu.conditions.as_slice()))
+        .collect();
+    let isus: Vec<ShardIsu> = generation
+        .all
+        .read()
+        .iter()
+        .filter(|isu| shard_of(&isu.uuid) == shard)
+        .map(|isu| {
+            let mut conditions = dataset_conditions
+                .get(isu.uuid.as_str())
+                .map_or_else(Vec::new, |known| known.to_vec());
+            if let Some(latest) = isu.latest() {
+                if conditions.last().is_none_or(|last| last.timestamp < latest.timestamp) {
+                    conditions.push(WireCondition {
+                        timestamp: latest.timestamp,
+                        flags: latest.flags,
+                        message: latest.message.into_string(),
+                    });
+                }
+            }
+            ShardIsu {
+                id: isu.id,
+                uuid: isu.uuid.clone(),
+                owner: isu.owner.clone(),
+                name: isu.name.clone(),
+                character: isu.character.clone(),
+                conditions,
+            }
+        })
+        .collect();
+    let mut users: Vec<String> = generation.users.read().iter().cloned().collect();
+    users.sort();
+    Ok(Bytes::from(serde_json::to_vec(&ResetShard {
+        generation: generation.id,
+        users,
+        isus,
+    })?))
+}
