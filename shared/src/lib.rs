@@ -5,6 +5,7 @@
 //! - [`graph`]: the hourly graph data-point maths;
 //! - [`ingest`]: device condition batches: decoding, validation and their limits;
 //! - [`placement`]: which worker owns an ISU;
+//! - [`placement_map`]: the versioned map of slots and pins to cells, and its rebalance plans;
 //! - [`protocol`]: every internal route and message that crosses nodes;
 //! - [`session`]: the signed session cookie every node can verify;
 //! - [`dataset`]: the initial data (project default or official MySQL dump);
@@ -18,6 +19,7 @@ pub mod error;
 pub mod graph;
 pub mod ingest;
 pub mod placement;
+pub mod placement_map;
 pub mod protocol;
 pub mod session;
 pub mod telemetry;
