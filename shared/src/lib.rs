@@ -4,6 +4,7 @@
 //! - [`domain`]: condition strings, flags and levels (pure functions);
 //! - [`graph`]: the hourly graph data-point maths;
 //! - [`ingest`]: device condition batches: decoding, validation and their limits;
+//! - [`migration`]: the clone → flip → redirect → forget state machine of a live migration;
 //! - [`placement`]: which worker owns an ISU;
 //! - [`placement_map`]: the versioned map of slots and pins to cells, and its rebalance plans;
 //! - [`protocol`]: every internal route and message that crosses nodes;
@@ -18,6 +19,7 @@ pub mod domain;
 pub mod error;
 pub mod graph;
 pub mod ingest;
+pub mod migration;
 pub mod placement;
 pub mod placement_map;
 pub mod protocol;
