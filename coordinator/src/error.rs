@@ -23,8 +23,6 @@ pub enum ApiError {
     /// JIA refused the activation; its status is passed through.
     #[error("jia answered {0}")]
     JiaRefused(StatusCode),
-    #[error("cluster secret missing or wrong")]
-    Unauthorized,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -32,7 +30,7 @@ pub enum ApiError {
 impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
-            ApiError::NotSignedIn | ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotSignedIn => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -52,7 +50,6 @@ impl ApiError {
             ApiError::IsuNotFound => messages::NOT_FOUND_ISU,
             ApiError::DuplicatedIsu => messages::DUPLICATED_ISU,
             ApiError::JiaRefused(_) => messages::JIA_SERVICE_ERROR,
-            ApiError::Unauthorized => messages::UNAUTHORIZED_INTERNAL,
             ApiError::Internal(_) => messages::INTERNAL,
         }
     }

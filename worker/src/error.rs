@@ -18,8 +18,6 @@ pub enum WorkerError {
     IsuNotFound,
     #[error("conflict: {0}")]
     Conflict(&'static str),
-    #[error("cluster secret missing or wrong")]
-    Unauthorized,
     #[error("stale generation")]
     StaleGeneration,
     #[error("internal error: {0}")]
@@ -36,7 +34,6 @@ impl WorkerError {
             WorkerError::Conflict(_) => StatusCode::CONFLICT,
             // Distinct from 409, which means "UUID already on this worker".
             WorkerError::StaleGeneration => StatusCode::PRECONDITION_FAILED,
-            WorkerError::Unauthorized => StatusCode::UNAUTHORIZED,
             WorkerError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -48,7 +45,6 @@ impl WorkerError {
             | WorkerError::Conflict(message)
             | WorkerError::PayloadTooLarge(message) => message,
             WorkerError::IsuNotFound => messages::NOT_FOUND_ISU,
-            WorkerError::Unauthorized => messages::UNAUTHORIZED_INTERNAL,
             WorkerError::StaleGeneration => "stale generation",
             WorkerError::Internal(_) => messages::INTERNAL,
         }

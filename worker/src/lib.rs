@@ -41,6 +41,16 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
 }
 
+impl node_http::NodeState for AppState {
+    fn cluster_secret(&self) -> &str {
+        &self.config.cluster_secret
+    }
+
+    fn metrics(&self) -> &PrometheusHandle {
+        &self.metrics
+    }
+}
+
 /// A bound, not yet running worker.
 pub struct Application {
     listener: TcpListener,

@@ -2,23 +2,23 @@
 //! request metrics middleware and the session and cluster-secret extractors.
 
 mod auth;
-mod debug;
 mod frontend;
 mod internal;
 mod isu;
 mod trend;
 
-use std::time::Instant;
-
-use axum::extract::{FromRequestParts, MatchedPath, Request};
+use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 
 use crate::error::ApiError;
 use crate::AppState;
+
+/// The cluster-secret guard of internal, metrics and profiling routes.
+pub use node_http::ClusterPeer;
 
 pub fn router(state: AppState) -> anyhow::Result<Router> {
     Ok(Router::new()
@@ -26,23 +26,10 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         .merge(isu::router())
         .merge(trend::router())
         .merge(internal::router())
-        .merge(debug::router())
+        .merge(node_http::debug_router())
         .merge(frontend::router(state.config.static_dir.as_deref())?)
-        .route_layer(middleware::from_fn(track_request))
+        .route_layer(middleware::from_fn(node_http::track_request))
         .with_state(state))
-}
-
-/// Records request count and latency by matched route and status.
-async fn track_request(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|path| path.as_str().to_owned())
-        .unwrap_or_default();
-    let response = next.run(request).await;
-    shared::telemetry::record_request(route, response.status().as_u16(), started.elapsed());
-    response
 }
 
 /// The signed-in user: a valid session cookie whose user exists now.
@@ -63,26 +50,6 @@ impl FromRequestParts<AppState> for SignedIn {
             Ok(SignedIn(session.user))
         } else {
             Err(ApiError::NotSignedIn)
-        }
-    }
-}
-
-/// Requires the cluster secret (internal, metrics and profiling routes).
-pub struct ClusterPeer;
-
-impl FromRequestParts<AppState> for ClusterPeer {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
-        let secret_header = parts
-            .headers
-            .get(shared::protocol::SECRET_HEADER)
-            .map(|value| value.as_bytes());
-        let authorization = parts.headers.get(header::AUTHORIZATION).map(|value| value.as_bytes());
-        if shared::protocol::carries_secret(&app.config.cluster_secret, secret_header, authorization) {
-            Ok(ClusterPeer)
-        } else {
-            Err(ApiError::Unauthorized)
         }
     }
 }

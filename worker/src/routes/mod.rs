@@ -2,29 +2,29 @@
 //! request metrics middleware and the session extractor.
 
 mod condition;
-mod debug;
 mod graph;
 mod internal;
 
-use std::time::Instant;
-
-use axum::extract::{FromRequestParts, MatchedPath, Request};
+use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 
 use crate::error::WorkerError;
 use crate::AppState;
 
+/// The cluster-secret guard of internal, metrics and profiling routes.
+pub use node_http::ClusterPeer;
+
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(condition::router())
         .merge(graph::router())
         .merge(internal::router())
-        .merge(debug::router())
-        .route_layer(middleware::from_fn(track_request))
+        .merge(node_http::debug_router())
+        .route_layer(middleware::from_fn(node_http::track_request))
         .with_state(state)
 }
 
@@ -33,22 +33,9 @@ pub fn router(state: AppState) -> Router {
 pub fn device_router(state: AppState) -> Router {
     Router::new()
         .merge(condition::device_router())
-        .route_layer(middleware::from_fn(track_request))
+        .route_layer(middleware::from_fn(node_http::track_request))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found") })
         .with_state(state)
-}
-
-/// Records request count and latency by matched route and status.
-async fn track_request(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|path| path.as_str().to_owned())
-        .unwrap_or_default();
-    let response = next.run(request).await;
-    shared::telemetry::record_request(route, response.status().as_u16(), started.elapsed());
-    response
 }
 
 /// The signed-in user of a request. A session is valid when its cookie is
@@ -73,26 +60,6 @@ impl FromRequestParts<AppState> for SignedIn {
             Ok(SignedIn(session.user))
         } else {
             Err(WorkerError::NotSignedIn)
-        }
-    }
-}
-
-/// Requires the cluster secret (internal, metrics and profiling routes).
-pub struct ClusterPeer;
-
-impl FromRequestParts<AppState> for ClusterPeer {
-    type Rejection = WorkerError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let secret_header = parts
-            .headers
-            .get(shared::protocol::SECRET_HEADER)
-            .map(|value| value.as_bytes());
-        let authorization = parts.headers.get(header::AUTHORIZATION).map(|value| value.as_bytes());
-        if shared::protocol::carries_secret(&state.config.cluster_secret, secret_header, authorization) {
-            Ok(ClusterPeer)
-        } else {
-            Err(WorkerError::Unauthorized)
         }
     }
 }

@@ -1,0 +1,93 @@
+//! HTTP glue that the coordinator and the workers share, written once: the cluster-secret
+//! guard of internal routes ([`ClusterPeer`]), the request metrics middleware
+//! ([`track_request`]), and the routes every node serves behind the secret
+//! ([`debug_router`]: `GET /metrics`, `GET /debug/pprof/profile`, `GET /debug/pprof/last`).
+//! `shared` stays free of axum; the node binaries keep their own routes and error types.
+
+use std::time::Instant;
+
+use axum::extract::{FromRequestParts, MatchedPath, RawQuery, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use shared::protocol::{METRICS, PPROF_LAST, PPROF_PROFILE};
+
+/// What a node's router state gives this crate.
+pub trait NodeState: Clone + Send + Sync + 'static {
+    /// The secret internal, metrics and profiling routes require.
+    fn cluster_secret(&self) -> &str;
+    /// The node's Prometheus recorder.
+    fn metrics(&self) -> &PrometheusHandle;
+}
+
+/// Requires the cluster secret (`x-cluster-secret` or `Authorization: Bearer`), compared in
+/// constant time; refused with 401 `cluster secret required` (text/plain).
+pub struct ClusterPeer;
+
+impl<S: NodeState> FromRequestParts<S> for ClusterPeer {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let secret_header = parts
+            .headers
+            .get(shared::protocol::SECRET_HEADER)
+            .map(|value| value.as_bytes());
+        let authorization = parts.headers.get(header::AUTHORIZATION).map(|value| value.as_bytes());
+        if shared::protocol::carries_secret(state.cluster_secret(), secret_header, authorization) {
+            Ok(ClusterPeer)
+        } else {
+            Err((
+                StatusCode::UNAUTHORIZED,
+                [(header::CONTENT_TYPE, shared::error::TEXT_PLAIN)],
+                shared::error::UNAUTHORIZED_INTERNAL,
+            )
+                .into_response())
+        }
+    }
+}
+
+/// Middleware: counts every request and records its latency by matched route and status.
+pub async fn track_request(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned())
+        .unwrap_or_default();
+    let response = next.run(request).await;
+    shared::telemetry::record_request(route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+/// `GET /metrics` (Prometheus text) and the CPU profiles, all behind the cluster secret.
+pub fn debug_router<S: NodeState>() -> Router<S> {
+    Router::new()
+        .route(METRICS, get(metrics::<S>))
+        .route(PPROF_PROFILE, get(profile))
+        .route(PPROF_LAST, get(last_profile))
+}
+
+async fn metrics<S: NodeState>(_: ClusterPeer, State(state): State<S>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        shared::telemetry::render_metrics(state.metrics()),
+    )
+        .into_response()
+}
+
+async fn profile(_: ClusterPeer, RawQuery(query): RawQuery) -> Response {
+    reply(shared::telemetry::profile_from_query(query.as_deref()).await)
+}
+
+async fn last_profile(_: ClusterPeer, RawQuery(query): RawQuery) -> Response {
+    reply(shared::telemetry::last_profile_from_query(query.as_deref()))
+}
+
+fn reply(reply: shared::telemetry::ProfileReply) -> Response {
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response()
+}
