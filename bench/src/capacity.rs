@@ -41,6 +41,8 @@ pub struct CapacityConfig {
     pub cluster_cores: f64,
     pub device_post_p99_limit: Duration,
     pub read_p99_limit: Duration,
+    /// A step breaks when devices post less than this share of their rate (0.9).
+    pub min_post_rate_share: f64,
     /// One reading user per this many ISUs (at least one).
     pub isus_per_reader: usize,
     /// Pause of a reader between two reads.
@@ -266,12 +268,15 @@ async fn ramp(config: &CapacityConfig, jia: &JiaHandle) -> anyhow::Result<Capaci
     let mut readers = JoinSet::new();
     let mut users: Vec<Arc<User>> = Vec::new();
     let mut steps = Vec::new();
+    // Active ISUs (registered), and registrations attempted (failed ones included).
     let mut isus = 0;
+    let mut attempted = 0;
     let bench_cpus = crate::nodes::own_cpus_allowed();
     while isus < config.max_isus {
         let added = config.step_isus.min(config.max_isus - isus);
-        let registration_errors = register_step(config, &base, &mut users, isus, added).await?;
-        isus += added;
+        let (created, registration_errors) = register_step(config, &base, &mut users, attempted, added).await?;
+        attempted += added;
+        isus += created;
         let wanted_readers = isus.div_ceil(config.isus_per_reader.max(1));
         while readers.len() < wanted_readers {
             let user = users[readers.len() % users.len()].clone();
@@ -282,7 +287,7 @@ async fn ramp(config: &CapacityConfig, jia: &JiaHandle) -> anyhow::Result<Capaci
             // One bad window (a page-cache miss, another process on the core) is not the
             // capacity: the same number of ISUs is measured once more before the ramp ends.
             tracing::info!(isus, broken = %first, "capacity step broke; measuring it again");
-            step = measure_step(config, jia, &window, isus, 0).await;
+            step = measure_step(config, jia, &window, isus, registration_errors).await;
             step.first_break = Some(first);
         }
         let broken = step.broken.is_some();
@@ -311,13 +316,14 @@ async fn measure_step(
     // The step's window starts now: registrations and their first posts are behind.
     jia.take_device_latencies();
     window.take();
+    // The window spans the readings too, so CPU and posts are divided by the time they cover.
+    let started = Instant::now();
     let posts_before = jia.device_posts();
     let cpu_before = cpu_seconds(config).await;
-    let started = Instant::now();
     tokio::time::sleep(config.step_time).await;
-    let seconds = started.elapsed().as_secs_f64();
     let cpu_after = cpu_seconds(config).await;
     let posts_after = jia.device_posts();
+    let seconds = started.elapsed().as_secs_f64();
     let device_latencies = jia.take_device_latencies();
     let (read_latencies, read_errors) = window.take();
 
@@ -372,6 +378,13 @@ fn broken_objective(config: &CapacityConfig, step: &Step) -> Option<String> {
     if step.errors > 0 {
         return Some(format!("{} errors", step.errors));
     }
+    // Every device posts once per interval; fewer posts mean devices waited on slow answers
+    // (or the bench fell behind): the rate is not sustained either way.
+    let expected = step.isus as f64 / config.jia.timing.post_interval.as_secs_f64();
+    let posted = step.device_posts as f64 / step.seconds;
+    if posted < config.min_post_rate_share * expected {
+        return Some(format!("{posted:.0} posts/s, below the devices' {expected:.0}/s"));
+    }
     if let Some(p99) = step
         .device_post_p99_ms
         .filter(|p99| *p99 > limit_ms(config.device_post_p99_limit))
@@ -407,9 +420,8 @@ async fn register_step(
     users: &mut Vec<Arc<User>>,
     first: usize,
     count: usize,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<(usize, u64)> {
     let mut registrations = JoinSet::new();
-    let mut new_isus: Vec<(usize, String)> = Vec::new();
     for index in first..first + count {
         let user_index = index / ISUS_PER_USER;
         if user_index == users.len() {
@@ -418,22 +430,26 @@ async fn register_step(
             ));
         }
         let uuid = uuid::Uuid::new_v4().to_string();
-        new_isus.push((user_index, uuid.clone()));
         let client = users[user_index].client.clone();
         let url = format!("{base}/api/isu");
         registrations.spawn(async move {
             let form = reqwest::multipart::Form::new()
-                .text("jia_isu_uuid", uuid)
+                .text("jia_isu_uuid", uuid.clone())
                 .text("isu_name", "capacity");
-            matches!(client.post(url).multipart(form).send().await, Ok(response) if response.status() == 201)
+            let created =
+                matches!(client.post(url).multipart(form).send().await, Ok(response) if response.status() == 201);
+            (user_index, uuid, created)
         });
     }
     let mut failures = 0;
-    while let Some(created) = registrations.join_next().await {
-        if !created.unwrap_or(false) {
-            failures += 1;
+    let mut new_isus: Vec<(usize, String)> = Vec::new();
+    while let Some(joined) = registrations.join_next().await {
+        match joined {
+            Ok((user_index, uuid, true)) => new_isus.push((user_index, uuid)),
+            _ => failures += 1,
         }
     }
+    let created = new_isus.len();
     // Users are shared with their readers: their ISU lists are rebuilt, not mutated.
     for (user_index, uuid) in new_isus {
         let user = &mut users[user_index];
@@ -444,7 +460,7 @@ async fn register_step(
             isus,
         });
     }
-    Ok(failures)
+    Ok((created, failures))
 }
 
 async fn sign_in(config: &CapacityConfig, base: &str, user: &str) -> anyhow::Result<User> {

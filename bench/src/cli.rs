@@ -190,7 +190,14 @@ impl RunArgs {
                 listen: self.jia_listen,
                 url_policy: url_policy(self.official_urls),
                 resolve: self.resolve.clone(),
-                run_for: Duration::from_secs(3600),
+                // The ramp ends the devices; a deadline would silence them mid-ramp.
+                run_for: Duration::from_secs(10 * 365 * 86_400),
+                // Slow answers are measured (p99 against its limit), not cut at the official
+                // 100 ms and counted as errors.
+                timing: crate::device::DeviceTiming {
+                    post_timeout: Duration::from_secs(1),
+                    ..crate::device::DeviceTiming::default()
+                },
                 ..JiaConfig::default()
             },
             signer: load_signer(self.private_key.as_deref())?,
@@ -201,6 +208,7 @@ impl RunArgs {
             cluster_cores,
             device_post_p99_limit: Duration::from_millis(100),
             read_p99_limit: Duration::from_millis(50),
+            min_post_rate_share: 0.9,
             isus_per_reader: 50,
             read_pause: Duration::from_millis(100),
             request_timeout: Duration::from_secs(2),

@@ -1752,6 +1752,7 @@ async fn the_capacity_ramp_measures_each_step_through_nginx() {
         // Generous: the test shares the machine with the others; the ramp's logic is what is tested.
         device_post_p99_limit: Duration::from_secs(5),
         read_p99_limit: Duration::from_secs(5),
+        min_post_rate_share: 0.2,
         isus_per_reader: 10,
         read_pause: Duration::from_millis(100),
         request_timeout: Duration::from_secs(10),

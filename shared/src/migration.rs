@@ -163,10 +163,16 @@ impl Migration {
         matches!(self.phase, Phase::Forgotten | Phase::RolledBack)
     }
 
-    /// What to do with this migration after a restart of any node involved.
-    pub fn on_restart(&self) -> Recovery {
+    /// What to do with this migration after a restart of any node involved, given the
+    /// subject's owner in the map the coordinator holds (its log's last map). The map is the
+    /// truth about the flip: a coordinator that published map v+1 and died before logging
+    /// `Flipped` finds the target named there, and resumes (logging `Flipped` then) instead
+    /// of rolling back data the target already owns. The coordinator logs `CaughtUp` before
+    /// it flips, so before that phase the map cannot name the target.
+    pub fn on_restart(&self, map_owner: CellId) -> Recovery {
         match self.phase {
             Phase::Forgotten | Phase::RolledBack => Recovery::Nothing,
+            Phase::CaughtUp if map_owner == self.to => Recovery::ResumeAfterFlip,
             Phase::Planned | Phase::Cloning | Phase::CaughtUp => Recovery::RollBack,
             Phase::Flipped { .. } => Recovery::ResumeAfterFlip,
         }
@@ -191,7 +197,13 @@ mod tests {
         let caught_up = cloning.apply(Event::CaughtUp).unwrap();
         let flipped = caught_up.apply(Event::Flipped { map_version: 7 }).unwrap();
         assert_eq!((flipped.owner(), flipped.source_holds_data()), (2, true));
-        assert_eq!(flipped.on_restart(), Recovery::ResumeAfterFlip);
+        assert_eq!(flipped.on_restart(2), Recovery::ResumeAfterFlip);
+        assert_eq!(
+            caught_up.on_restart(2),
+            Recovery::ResumeAfterFlip,
+            "map v+1 was published, the flip not yet logged"
+        );
+        assert_eq!(caught_up.on_restart(0), Recovery::RollBack);
         let done = flipped.apply(Event::Forgotten).unwrap();
         assert!(done.is_finished() && !done.source_holds_data());
         assert_eq!(done.owner(), 2);
@@ -223,11 +235,11 @@ mod tests {
     fn a_failure_before_the_flip_rolls_back_and_repeats_change_nothing() {
         let cloning = migration().apply(Event::CloneStarted).unwrap();
         assert_eq!(cloning.apply(Event::CloneStarted).unwrap(), cloning);
-        assert_eq!(cloning.on_restart(), Recovery::RollBack);
+        assert_eq!(cloning.on_restart(0), Recovery::RollBack);
         let rolled_back = cloning.apply(Event::Failed).unwrap();
         assert_eq!((rolled_back.owner(), rolled_back.target_holds_data()), (0, false));
         assert_eq!(rolled_back.apply(Event::Failed).unwrap(), rolled_back);
-        assert_eq!(rolled_back.on_restart(), Recovery::Nothing);
+        assert_eq!(rolled_back.on_restart(0), Recovery::Nothing);
         assert_eq!(
             Migration::plan(2, Subject::Pin("x".into()), 1, 1),
             Err(MigrationError::SameCell)

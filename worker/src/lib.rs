@@ -125,31 +125,39 @@ impl Application {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let cancel = CancellationToken::new();
+        // Two stops: the servers stop taking requests first (and drain); the pusher stops
+        // last, so the latest conditions of posts taken while draining still reach the
+        // coordinator in its final flush.
+        let stop_servers = CancellationToken::new();
+        let stop_pusher = CancellationToken::new();
         let pusher = pusher::Pusher::new(
             self.state.store.clone(),
             &self.state.config.coordinator_url,
             &self.state.config.cluster_secret,
             Duration::from_millis(self.state.config.push_interval_ms.max(1)),
         )?;
-        let pusher_task = tokio::spawn(pusher.run(cancel.clone()));
+        let pusher_task = tokio::spawn(pusher.run(stop_pusher.clone()));
         let device_task = self.device_server.map(|server| {
             let router = routes::device_router(self.state.clone());
-            tokio::spawn(server.run(router, cancel.clone()))
+            tokio::spawn(server.run(router, stop_servers.clone()))
         });
         let router = routes::router(self.state);
-        let stop = cancel.clone();
-        axum::serve(self.listener, router)
+        let stop = stop_servers.clone();
+        let served = axum::serve(self.listener, router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 stop.cancel();
             })
-            .await?;
-        cancel.cancel();
+            .await;
+        stop_servers.cancel();
+        let device_served = match device_task {
+            Some(device_task) => device_task.await.map_err(anyhow::Error::from).and_then(|served| served),
+            None => Ok(()),
+        };
+        stop_pusher.cancel();
         let _ = pusher_task.await;
-        if let Some(device_task) = device_task {
-            device_task.await??;
-        }
+        served?;
+        device_served?;
         Ok(())
     }
 }

@@ -270,7 +270,7 @@ struct PushQueue {
 pub enum Provisional {
     /// A new entry (to be logged).
     Created,
-    /// This registration's entry was already there (nothing changed, nothing to log).
+    /// This registration's entry was already there (nothing changed in memory).
     Repeated,
 }
 

@@ -82,8 +82,13 @@ async fn provisional(
             state.journal.provisional(&isu).await?;
             Ok(StatusCode::CREATED)
         }
-        // A retried call whose first answer was lost: already logged.
-        Ok(Provisional::Repeated) => Ok(StatusCode::OK),
+        // A retried call whose first answer was lost. Logged again: the first attempt's
+        // record may never have been written (its log write failed, or the call was cut off
+        // while waiting for it), and a replayed repeat is again a harmless repeat.
+        Ok(Provisional::Repeated) => {
+            state.journal.provisional(&isu).await?;
+            Ok(StatusCode::OK)
+        }
         Err(ProvisionalError::AlreadyExists) => Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU)),
     }
 }
