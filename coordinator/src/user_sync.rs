@@ -7,14 +7,18 @@
 //! queue, a batch holds every user queued since the last one (a burst of a
 //! hundred sign-ins costs one call per worker, not a hundred connections), and
 //! a batch that fails is sent again with back-off (20 ms doubling up to 1 s)
-//! until the worker takes it or answers that it left the generation (a reset
-//! carries the whole user table). Memory is bounded by the users created while a
-//! worker is unreachable; a new generation drops the older queued users.
+//! until the worker takes it, or until its generation is no longer the
+//! coordinator's current one (the next reset carries the whole user table). A
+//! worker that answers 412 (another generation) has not applied the current reset
+//! yet, so that batch is retried too. Memory is bounded by the users created while
+//! a worker is unreachable; a new generation drops the older queued users, and a
+//! user of an older generation (a sign-in that raced `/initialize`) is not queued.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use reqwest::StatusCode;
 use shared::placement::Shard;
 use shared::protocol::UserSync;
 use tokio::sync::Notify;
@@ -34,6 +38,9 @@ struct Queue {
     users: Vec<String>,
 }
 
+/// The coordinator's current generation id, as the syncer asks for it.
+pub type CurrentGeneration = Arc<dyn Fn() -> u64 + Send + Sync>;
+
 /// Cheap-clone handle: [`UserSyncer::add`] queues a user for every worker.
 #[derive(Clone)]
 pub struct UserSyncer {
@@ -41,6 +48,7 @@ pub struct UserSyncer {
 }
 
 struct Shared {
+    current: CurrentGeneration,
     /// One queue per worker; std-style locks held only to push or swap a vector.
     queues: Vec<Mutex<Queue>>,
     /// One wake-up per worker's sender task.
@@ -48,19 +56,26 @@ struct Shared {
 }
 
 impl UserSyncer {
-    pub fn new(workers: usize) -> UserSyncer {
+    pub fn new(workers: usize, current: CurrentGeneration) -> UserSyncer {
         UserSyncer {
             shared: Arc::new(Shared {
+                current,
                 queues: (0..workers).map(|_| Mutex::new(Queue::default())).collect(),
                 wake: (0..workers).map(|_| Notify::new()).collect(),
             }),
         }
     }
 
-    /// Queues `user` of `generation` for every worker (never blocks on the network).
+    /// Queues `user` of `generation` for every worker (never blocks on the network); a user
+    /// of a generation that is no longer current is not queued.
     pub fn add(&self, generation: u64, user: &str) {
         for (queue, wake) in self.shared.queues.iter().zip(&self.shared.wake) {
             let mut queue = queue.lock();
+            // Checked under the queue's lock: an add of the old generation cannot reset a
+            // queue that already holds the new one's users.
+            if generation != (self.shared.current)() {
+                return;
+            }
             if queue.generation != generation {
                 // Users of an older generation are in the new one's reset already or gone with it.
                 *queue = Queue {
@@ -120,7 +135,11 @@ impl UserSyncer {
                         failures = 0;
                         backoff = FIRST_BACKOFF;
                     }
-                    Err(error) if error.is_transient() => {
+                    // Transient, or the worker has not applied the current reset yet.
+                    Err(error)
+                        if (error.is_transient() || error.status() == Some(StatusCode::PRECONDITION_FAILED))
+                            && batch.generation == (self.shared.current)() =>
+                    {
                         failures += 1;
                         if failures == 1 || failures.is_multiple_of(10) {
                             tracing::warn!(%error, shard = shard.name(), failures, "user sync failed; will retry");
@@ -129,7 +148,7 @@ impl UserSyncer {
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(MAX_BACKOFF);
                     }
-                    // The worker left that generation: its reset carried the users.
+                    // Refused, or the generation is over: the next reset carries the users.
                     Err(error) => tracing::info!(%error, shard = shard.name(), "user sync dropped"),
                 }
             }
@@ -143,5 +162,33 @@ impl UserSyncer {
             let newer = std::mem::replace(&mut queue.users, batch.users);
             queue.users.extend(newer);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[test]
+    fn users_of_the_current_generation_are_queued_for_every_worker_and_older_ones_are_not() {
+        let current = Arc::new(AtomicU64::new(7));
+        let reader = current.clone();
+        let syncer = UserSyncer::new(2, Arc::new(move || reader.load(Ordering::SeqCst)));
+        syncer.add(7, "alice");
+        syncer.add(7, "bob");
+        assert_eq!((syncer.queued(Shard::A), syncer.queued(Shard::B)), (2, 2));
+
+        // `/initialize` swapped in generation 9: a sign-in of 7 that raced it is not queued and
+        // does not reset the queue of 9.
+        current.store(9, Ordering::SeqCst);
+        syncer.add(9, "carol");
+        assert_eq!(
+            syncer.queued(Shard::A),
+            1,
+            "the new generation's queue replaces the old one"
+        );
+        syncer.add(7, "late");
+        assert_eq!((syncer.queued(Shard::A), syncer.queued(Shard::B)), (1, 1));
     }
 }

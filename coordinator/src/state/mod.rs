@@ -80,8 +80,11 @@ impl State {
                 jia_service_url,
             ),
         };
+        let current = Arc::new(RwLock::new(Arc::new(generation)));
+        let current_id = current.clone();
         State {
-            current: Arc::new(RwLock::new(Arc::new(generation))),
+            user_sync: UserSyncer::new(Shard::ALL.len(), Arc::new(move || current_id.read().id)),
+            current,
             jia_service_url: Arc::new(RwLock::new(jia_service_url)),
             journal: Journal::default(),
             restored,
@@ -89,7 +92,6 @@ impl State {
             default_icon,
             session_key,
             workers,
-            user_sync: UserSyncer::new(Shard::ALL.len()),
             jia,
             device_urls,
             ready: AtomicBool::new(false),
