@@ -11,7 +11,7 @@
 //! that saturated.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -19,9 +19,11 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
+use crate::device::LatencyWindow;
 use crate::jia::{JiaConfig, JiaHandle, JiaSimulator};
 use crate::jwt::JwtSigner;
-use crate::nodes::{own_cpu_seconds, process_tree_cpu_seconds, LocalProcess, Nodes};
+use crate::nodes::{cpu_readings, LocalProcess, Nodes};
+use crate::report::{CpuUse, DevicePosts};
 
 /// A ramp's settings.
 #[derive(Clone)]
@@ -108,6 +110,8 @@ impl Step {
 pub struct CapacityReport {
     pub steps: Vec<Step>,
     pub cluster_cores: f64,
+    /// CPUs the bench may use (its affinity), and their list.
+    pub bench_cores: f64,
     pub bench_cpus: Option<String>,
 }
 
@@ -128,12 +132,8 @@ impl CapacityReport {
         let Some(last) = self.steps.last() else {
             return "neither";
         };
-        let bench_cores = self
-            .bench_cpus
-            .as_deref()
-            .map_or(1.0, |list| crate::nodes::cpu_list_len(list) as f64);
         let cluster = last.cluster_cpu_per_second() / self.cluster_cores;
-        let bench = last.bench_cpu_per_second().unwrap_or(0.0) / bench_cores;
+        let bench = last.bench_cpu_per_second().unwrap_or(0.0) / self.bench_cores;
         match (cluster >= 0.85, bench >= 0.85) {
             (true, false) => "cluster",
             (false, true) => "bench",
@@ -206,24 +206,16 @@ impl std::fmt::Display for CapacityReport {
     }
 }
 
-/// Latencies (µs) and errors of the readers, per step.
+/// Latencies and errors of the readers, per step.
 #[derive(Default)]
 struct ReadWindow {
-    latencies: Mutex<Option<Histogram<u64>>>,
+    latencies: LatencyWindow,
     errors: AtomicU64,
 }
 
 impl ReadWindow {
-    fn record(&self, elapsed: Duration) {
-        let mut latencies = self.latencies.lock().expect("read latencies poisoned");
-        latencies
-            .get_or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"))
-            .saturating_record(elapsed.as_micros().max(1) as u64);
-    }
-
     fn take(&self) -> (Option<Histogram<u64>>, u64) {
-        let latencies = self.latencies.lock().expect("read latencies poisoned").take();
-        (latencies, self.errors.swap(0, Ordering::Relaxed))
+        (self.latencies.take(), self.errors.swap(0, Ordering::Relaxed))
     }
 }
 
@@ -272,6 +264,7 @@ async fn ramp(config: &CapacityConfig, jia: &JiaHandle) -> anyhow::Result<Capaci
     let mut isus = 0;
     let mut attempted = 0;
     let bench_cpus = crate::nodes::own_cpus_allowed();
+    let bench_cores = std::thread::available_parallelism().map_or(1.0, |cores| cores.get() as f64);
     while isus < config.max_isus {
         let added = config.step_isus.min(config.max_isus - isus);
         let (created, registration_errors) = register_step(config, &base, &mut users, attempted, added).await?;
@@ -301,6 +294,7 @@ async fn ramp(config: &CapacityConfig, jia: &JiaHandle) -> anyhow::Result<Capaci
     Ok(CapacityReport {
         steps,
         cluster_cores: config.cluster_cores,
+        bench_cores,
         bench_cpus,
     })
 }
@@ -319,47 +313,40 @@ async fn measure_step(
     // The window spans the readings too, so CPU and posts are divided by the time they cover.
     let started = Instant::now();
     let posts_before = jia.device_posts();
-    let cpu_before = cpu_seconds(config).await;
+    let cpu_before = cpu_readings(config.nodes.as_ref(), &config.processes).await;
     tokio::time::sleep(config.step_time).await;
-    let cpu_after = cpu_seconds(config).await;
+    let cpu_after = cpu_readings(config.nodes.as_ref(), &config.processes).await;
     let posts_after = jia.device_posts();
     let seconds = started.elapsed().as_secs_f64();
     let device_latencies = jia.take_device_latencies();
     let (read_latencies, read_errors) = window.take();
 
-    let device_posts = posts_after[0].saturating_sub(posts_before[0]);
-    let device_errors = posts_after[3].saturating_sub(posts_before[3]) + posts_after[4].saturating_sub(posts_before[4]);
+    let posts = DevicePosts::between(posts_before, posts_after);
     let p99 = |histogram: &Option<Histogram<u64>>| {
         histogram
             .as_ref()
             .map(|histogram| histogram.value_at_quantile(0.99) as f64 / 1000.0)
     };
-    let cpu_per_second: Vec<(String, Option<f64>)> = cpu_before
-        .iter()
-        .zip(&cpu_after)
-        .map(|((name, before), (_, after))| {
-            let rate = before
-                .zip(*after)
-                .map(|(before, after)| (after - before).max(0.0) / seconds);
-            (name.clone(), rate)
-        })
+    let cpu_per_second: Vec<(String, Option<f64>)> = CpuUse::between(&cpu_before, &cpu_after)
+        .into_iter()
+        .map(|usage| (usage.name, usage.seconds.map(|used| used.max(0.0) / seconds)))
         .collect();
     let mut step = Step {
         isus,
         seconds,
-        device_posts,
+        device_posts: posts.sent,
         device_post_p99_ms: p99(&device_latencies),
         reads: read_latencies.as_ref().map_or(0, |histogram| histogram.len()),
         read_p99_ms: p99(&read_latencies),
-        errors: registration_errors + device_errors + read_errors,
+        errors: registration_errors + posts.refused + posts.failed + read_errors,
         cpu_per_second,
         cluster_cpu_per_device_post_us: None,
         broken: None,
         first_break: None,
     };
     let cluster_cpu = step.cluster_cpu_per_second() * seconds;
-    if device_posts > 0 && cluster_cpu > 0.0 {
-        step.cluster_cpu_per_device_post_us = Some(cluster_cpu / device_posts as f64 * 1e6);
+    if posts.sent > 0 && cluster_cpu > 0.0 {
+        step.cluster_cpu_per_device_post_us = Some(cluster_cpu / posts.sent as f64 * 1e6);
     }
     step.broken = broken_objective(config, &step);
     tracing::info!(
@@ -395,19 +382,6 @@ fn broken_objective(config: &CapacityConfig, step: &Step) -> Option<String> {
         return Some(format!("read p99 {p99:.1} ms"));
     }
     None
-}
-
-/// CPU seconds so far of every cluster process, then of the bench.
-async fn cpu_seconds(config: &CapacityConfig) -> Vec<(String, Option<f64>)> {
-    let mut readings = match &config.nodes {
-        Some(nodes) => nodes.cpu_seconds().await,
-        None => Vec::new(),
-    };
-    for process in &config.processes {
-        readings.push((process.name.clone(), process_tree_cpu_seconds(process.pid)));
-    }
-    readings.push(("bench".to_owned(), own_cpu_seconds()));
-    readings
 }
 
 /// ISUs per user: a new user signs in for every ten ISUs.
@@ -502,7 +476,7 @@ async fn read_loop(config: CapacityConfig, base: String, user: Arc<User>, window
                 Ok(response) => response.status() == 200 && response.bytes().await.is_ok(),
                 Err(_) => false,
             };
-            window.record(started.elapsed());
+            window.latencies.record(started.elapsed());
             if !ok {
                 window.errors.fetch_add(1, Ordering::Relaxed);
             }

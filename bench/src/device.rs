@@ -202,7 +202,7 @@ impl Device {
                 }
             };
             self.posts.count(answer, batch.len());
-            self.posts.record_latency(started.elapsed());
+            self.posts.latencies.record(started.elapsed());
         }
     }
 
@@ -230,11 +230,30 @@ pub struct PostCounts {
     pub accepted_conditions: AtomicU64,
     /// Answered with another status.
     pub refused: AtomicU64,
-    /// No answer: a timeout (the device's 100 ms) or a connection error.
+    /// No answer: a timeout (the device's post timeout) or a connection error.
     pub failed: AtomicU64,
-    /// Latency of every answered or failed post, in microseconds, since the last
-    /// [`PostCounts::take_latencies`].
-    latencies: Mutex<Option<hdrhistogram::Histogram<u64>>>,
+    /// Latency of every answered or failed post since the last [`PostCounts::take_latencies`].
+    latencies: LatencyWindow,
+}
+
+/// Latencies in microseconds (1 µs to 60 s, 3 significant digits) since the last
+/// [`LatencyWindow::take`]: the window of one measurement.
+#[derive(Debug, Default)]
+pub struct LatencyWindow(Mutex<Option<hdrhistogram::Histogram<u64>>>);
+
+impl LatencyWindow {
+    pub fn record(&self, elapsed: std::time::Duration) {
+        let mut latencies = self.0.lock().expect("latencies poisoned");
+        let histogram = latencies.get_or_insert_with(|| {
+            hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+        });
+        histogram.saturating_record(elapsed.as_micros().max(1) as u64);
+    }
+
+    /// What was recorded since the last call (`None`: nothing), and a fresh start.
+    pub fn take(&self) -> Option<hdrhistogram::Histogram<u64>> {
+        self.0.lock().expect("latencies poisoned").take()
+    }
 }
 
 impl PostCounts {
@@ -253,17 +272,9 @@ impl PostCounts {
         }
     }
 
-    fn record_latency(&self, elapsed: std::time::Duration) {
-        let mut latencies = self.latencies.lock().expect("latencies poisoned");
-        let histogram = latencies.get_or_insert_with(|| {
-            hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
-        });
-        histogram.saturating_record(elapsed.as_micros().max(1) as u64);
-    }
-
     /// The post latencies (µs) recorded since the last call, and a fresh start.
     pub fn take_latencies(&self) -> Option<hdrhistogram::Histogram<u64>> {
-        self.latencies.lock().expect("latencies poisoned").take()
+        self.latencies.take()
     }
 
     /// `sent`, `accepted`, `accepted_conditions`, `refused`, `failed`, in that order.

@@ -203,28 +203,22 @@ pub fn own_cpus_allowed() -> Option<String> {
         .map(|list| list.trim().to_owned())
 }
 
-/// How many CPUs a kernel CPU list names (`0-1,3` → 3).
-pub fn cpu_list_len(list: &str) -> usize {
-    list.split(',')
-        .filter_map(|part| {
-            let part = part.trim();
-            match part.split_once('-') {
-                Some((first, last)) => Some(last.parse::<usize>().ok()?.saturating_sub(first.parse().ok()?) + 1),
-                None => part.parse::<usize>().ok().map(|_| 1),
-            }
-        })
-        .sum()
+/// CPU seconds so far of every node, then of every local process (with its children), then
+/// of the bench itself; the difference of two readings is what a phase cost.
+pub async fn cpu_readings(nodes: Option<&Nodes>, processes: &[LocalProcess]) -> Vec<(String, Option<f64>)> {
+    let mut readings = match nodes {
+        Some(nodes) => nodes.cpu_seconds().await,
+        None => Vec::new(),
+    };
+    for process in processes {
+        readings.push((process.name.clone(), process_tree_cpu_seconds(process.pid)));
+    }
+    readings.push(("bench".to_owned(), own_cpu_seconds()));
+    readings
 }
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn cpu_lists_count_ranges_and_single_cpus() {
-        assert_eq!(super::cpu_list_len("0"), 1);
-        assert_eq!(super::cpu_list_len("0-1"), 2);
-        assert_eq!(super::cpu_list_len("0-3,6,8-9"), 7);
-        assert_eq!(super::cpu_list_len(""), 0);
-    }
 
     use super::*;
 

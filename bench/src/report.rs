@@ -15,6 +15,20 @@ pub struct CpuUse {
     pub seconds: Option<f64>,
 }
 
+impl CpuUse {
+    /// What each process used between two [`crate::nodes::cpu_readings`].
+    pub fn between(before: &[(String, Option<f64>)], after: &[(String, Option<f64>)]) -> Vec<CpuUse> {
+        before
+            .iter()
+            .zip(after)
+            .map(|((name, before), (_, after))| CpuUse {
+                name: name.clone(),
+                seconds: before.zip(*after).map(|(before, after)| after - before),
+            })
+            .collect()
+    }
+}
+
 /// The devices' posts during the load (the malformed batches of the error poster apart).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DevicePosts {

@@ -3,10 +3,6 @@
 use clap::Parser;
 use coordinator::{config::Config, Application};
 
-/// mimalloc: glibc's malloc/free were a fifth of a worker's CPU under device load (perf).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     shared::protocol::check_cluster_secret(config.listen, &config.cluster_secret).map_err(anyhow::Error::msg)?;

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use reqwest::StatusCode;
+use shared::backoff::Backoff;
 use shared::placement::Shard;
 use shared::protocol::UserSync;
 use tokio::sync::Notify;
@@ -112,8 +113,7 @@ impl UserSyncer {
 
     async fn send_forever(&self, shard: Shard, workers: &WorkerClient) {
         let index = shard.index();
-        let mut failures = 0u64;
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             self.shared.wake[index].notified().await;
             loop {
@@ -129,24 +129,22 @@ impl UserSyncer {
                 }
                 match workers.sync_users(shard, &batch).await {
                     Ok(()) => {
+                        let failures = backoff.succeeded();
                         if failures > 0 {
                             tracing::info!(shard = shard.name(), failures, "user sync recovered");
                         }
-                        failures = 0;
-                        backoff = FIRST_BACKOFF;
                     }
                     // Transient, or the worker has not applied the current reset yet.
                     Err(error)
                         if (error.is_transient() || error.status() == Some(StatusCode::PRECONDITION_FAILED))
                             && batch.generation == (self.shared.current)() =>
                     {
-                        failures += 1;
-                        if failures == 1 || failures.is_multiple_of(10) {
-                            tracing::warn!(%error, shard = shard.name(), failures, "user sync failed; will retry");
+                        let failure = backoff.failed();
+                        if failure.log {
+                            tracing::warn!(%error, shard = shard.name(), failures = failure.failures, "user sync failed; will retry");
                         }
                         self.requeue(index, batch);
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        tokio::time::sleep(failure.pause).await;
                     }
                     // Refused, or the generation is over: the next reset carries the users.
                     Err(error) => tracing::info!(%error, shard = shard.name(), "user sync dropped"),

@@ -1,6 +1,7 @@
 //! Code shared by the coordinator, the workers and the bench.
 //!
 //! Layout:
+//! - [`backoff`]: exponential back-off with sparse logging for background senders;
 //! - [`domain`]: condition strings, flags and levels (pure functions);
 //! - [`graph`]: the hourly graph data-point maths;
 //! - [`ingest`]: device condition batches: decoding, validation and their limits;
@@ -14,6 +15,7 @@
 //! - [`telemetry`]: tracing, Prometheus metrics and pprof profiling;
 //! - [`wal`]: the checksummed append-only log with group commit and snapshots.
 
+pub mod backoff;
 pub mod dataset;
 pub mod domain;
 pub mod error;

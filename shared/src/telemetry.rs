@@ -17,8 +17,9 @@ pub const PUSH_LAG_SECONDS: &str = "latest_push_lag_seconds";
 /// Histogram of seconds one outgoing call to another node (or JIA) took, as the caller saw
 /// it, labelled by `peer` and `path`, and `outcome` (`ok`, `status`, `timeout`, `transport`).
 pub const OUTGOING_CALL_SECONDS: &str = "outgoing_call_duration_seconds";
-/// Histogram of seconds a successful registration took on the coordinator, JIA's answer time
-/// excluded: what the cluster itself adds to `POST /api/isu`.
+/// Histogram of seconds a successful registration took on the coordinator from its claim of
+/// the UUID to its publish, JIA's answer time excluded: what the cluster itself adds to
+/// `POST /api/isu`.
 pub const REGISTRATION_OWN_SECONDS: &str = "isu_registration_own_duration_seconds";
 /// Counter of conditions stored by a worker.
 pub const CONDITIONS_STORED: &str = "conditions_stored_total";

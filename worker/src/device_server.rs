@@ -1,7 +1,8 @@
 //! The device server: where JIA's devices post (`POST /api/condition/:uuid`), on an address of
 //! its own (the one devices are given at activation), optionally over TLS (rustls; HTTP/2 and
 //! HTTP/1.1 by ALPN, keep-alive). Devices then reach their worker without a proxy in between:
-//! nginx's device server cost about twice the worker's own CPU per post. Only device posts are
+//! nginx's device server cost about as much CPU per post as the worker storing it (capacity
+//! runs at 400 ISUs: 33 µs against the workers' 39). Only device posts are
 //! served there; reads, internal, metrics and profiling routes stay on `--listen`.
 
 use std::net::SocketAddr;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use shared::backoff::Backoff;
 use shared::protocol::{LatestBatch, LatestCondition, WireCondition, COORDINATOR_LATEST, SECRET_HEADER};
 use shared::telemetry::{BATCH_ITEMS, PUSH_LAG_SECONDS};
 use tokio::time::MissedTickBehavior;
@@ -60,8 +61,7 @@ impl Pusher {
     pub async fn run(self, cancel: CancellationToken) {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut failures = 0u64;
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let mut retry_at = Instant::now();
         loop {
             tokio::select! {
@@ -71,19 +71,17 @@ impl Pusher {
                     }
                     match self.push_changed().await {
                         Pushed::Failed(reason) => {
-                            failures += 1;
-                            if failures == 1 || failures.is_multiple_of(10) {
-                                tracing::warn!(%reason, failures, retry_in_ms = backoff.as_millis() as u64, "latest push failed; will retry");
+                            let failure = backoff.failed();
+                            if failure.log {
+                                tracing::warn!(%reason, failures = failure.failures, retry_in_ms = failure.pause.as_millis() as u64, "latest push failed; will retry");
                             }
-                            retry_at = Instant::now() + backoff;
-                            backoff = (backoff * 2).min(MAX_BACKOFF);
+                            retry_at = Instant::now() + failure.pause;
                         }
                         Pushed::Sent | Pushed::Nothing => {
+                            let failures = backoff.succeeded();
                             if failures > 0 {
                                 tracing::info!(failures, "latest pushes recovered");
                             }
-                            failures = 0;
-                            backoff = FIRST_BACKOFF;
                         }
                     }
                 }

@@ -32,7 +32,7 @@ use self::stats::{Stats, Tag};
 use self::validate::{LastFound, TrendIsu};
 use crate::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
 use crate::jwt::JwtSigner;
-use crate::nodes::{own_cpu_seconds, process_tree_cpu_seconds, LocalProcess, Nodes};
+use crate::nodes::{cpu_readings, LocalProcess, Nodes};
 use crate::report::{CpuUse, DevicePosts, Report};
 use rand::{Rng, SeedableRng};
 
@@ -267,7 +267,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         tasks: Mutex::new(JoinSet::new()),
         deadline: started + config.duration,
     });
-    let cpu_before = cpu_seconds(config.nodes.as_ref(), &config.processes).await;
+    let cpu_before = cpu_readings(config.nodes.as_ref(), &config.processes).await;
     let posts_before = jia.device_posts();
     stats.add(Tag::StartBenchmark);
     jia.start_error_poster(ERROR_POST_INTERVAL);
@@ -307,7 +307,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     let mut tasks = std::mem::take(&mut *ctx.tasks.lock().expect("tasks poisoned"));
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
-    let cpu_after = cpu_seconds(config.nodes.as_ref(), &config.processes).await;
+    let cpu_after = cpu_readings(config.nodes.as_ref(), &config.processes).await;
     let posts_after = jia.device_posts();
     let profiles = profiles.await.unwrap_or_default();
     jia.shutdown().await;
@@ -324,7 +324,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         viewers: ctx.viewers_started.load(Ordering::Relaxed),
         activations: jia.activations().len(),
         sent_conditions: jia.sent_total(),
-        cpu: cpu_difference(&cpu_before, &cpu_after),
+        cpu: CpuUse::between(&cpu_before, &cpu_after),
         device_posts: DevicePosts::between(posts_before, posts_after),
         bench_cpus: crate::nodes::own_cpus_allowed(),
         profiles,
@@ -430,29 +430,6 @@ async fn take_profiles(config: ScenarioConfig, load: Duration) -> Vec<PathBuf> {
 }
 
 /// Node, local process and bench CPU seconds so far.
-async fn cpu_seconds(nodes: Option<&Nodes>, processes: &[LocalProcess]) -> Vec<(String, Option<f64>)> {
-    let mut readings = match nodes {
-        Some(nodes) => nodes.cpu_seconds().await,
-        None => Vec::new(),
-    };
-    for process in processes {
-        readings.push((process.name.clone(), process_tree_cpu_seconds(process.pid)));
-    }
-    readings.push(("bench".to_owned(), own_cpu_seconds()));
-    readings
-}
-
-fn cpu_difference(before: &[(String, Option<f64>)], after: &[(String, Option<f64>)]) -> Vec<CpuUse> {
-    before
-        .iter()
-        .zip(after)
-        .map(|((name, before), (_, after))| CpuUse {
-            name: name.clone(),
-            seconds: before.zip(*after).map(|(before, after)| after - before),
-        })
-        .collect()
-}
-
 /// `POST /initialize` with the simulator's URL; its `language`, or why it failed.
 async fn initialize(config: &ScenarioConfig, jia: &JiaHandle, stats: &Arc<Stats>) -> Result<String, String> {
     let agent = Agent::new(&config.target, config.initialize_timeout, stats.clone())

@@ -65,17 +65,11 @@ impl State {
     }
 
     async fn register_inner(&self, registration: Registration) -> Result<Arc<Isu>, ApiError> {
-        let started = std::time::Instant::now();
         let generation = self.generation();
         let (mut claim, id) = self.claim(&generation, &registration.uuid).await?;
-        let mut jia_time = Duration::ZERO;
-        let result = self
-            .activate_and_publish(&generation, &registration, id, &mut jia_time)
-            .await;
+        let result = self.activate_and_publish(&generation, &registration, id).await;
         if result.is_ok() {
             claim.outcome = Outcome::Published;
-            metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
-                .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
         }
         result
     }
@@ -120,8 +114,8 @@ impl State {
         generation: &Arc<Generation>,
         registration: &Registration,
         id: i64,
-        jia_time: &mut Duration,
     ) -> Result<Arc<Isu>, ApiError> {
+        let started = std::time::Instant::now();
         let shard = shard_of(&registration.uuid);
         let provisional = ProvisionalIsu {
             generation: generation.id,
@@ -148,7 +142,7 @@ impl State {
             .jia
             .activate(&service_url, &self.device_urls[shard.index()], &registration.uuid)
             .await;
-        *jia_time = asked_jia.elapsed();
+        let jia_time = asked_jia.elapsed();
         let character = match activated {
             Ok(character) => character,
             Err(error) => {
@@ -188,6 +182,8 @@ impl State {
             self.rollback_worker(shard, &rollback).await;
             return Err(ApiError::Internal(error.to_string()));
         }
+        metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
+            .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
         Ok(isu)
     }
 

@@ -77,20 +77,16 @@ async fn provisional(
     State(state): State<AppState>,
     Json(isu): Json<ProvisionalIsu>,
 ) -> Result<StatusCode, WorkerError> {
-    match current_shard(&state, isu.generation)?.provisional(&isu.uuid, &isu.owner, &isu.name, isu.id) {
-        Ok(Provisional::Created) => {
-            state.journal.provisional(&isu).await?;
-            Ok(StatusCode::CREATED)
-        }
-        // A retried call whose first answer was lost. Logged again: the first attempt's
-        // record may never have been written (its log write failed, or the call was cut off
-        // while waiting for it), and a replayed repeat is again a harmless repeat.
-        Ok(Provisional::Repeated) => {
-            state.journal.provisional(&isu).await?;
-            Ok(StatusCode::OK)
-        }
-        Err(ProvisionalError::AlreadyExists) => Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU)),
-    }
+    let status = match current_shard(&state, isu.generation)?.provisional(&isu.uuid, &isu.owner, &isu.name, isu.id) {
+        Ok(Provisional::Created) => StatusCode::CREATED,
+        // A retried call whose first answer was lost. Logged again like a new one: the first
+        // attempt's record may never have been written (its log write failed, or the call was
+        // cut off while waiting for it), and a replayed repeat is again a harmless repeat.
+        Ok(Provisional::Repeated) => StatusCode::OK,
+        Err(ProvisionalError::AlreadyExists) => return Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU)),
+    };
+    state.journal.provisional(&isu).await?;
+    Ok(status)
 }
 
 async fn publish(
@@ -130,7 +126,7 @@ async fn resend_latest(
 /// Liveness: a worker is ready as soon as it listens (the coordinator resets it).
 async fn health(State(state): State<AppState>) -> Response {
     let health = Health {
-        role: format!("worker-{}", state.config.shard.name()),
+        role: state.config.shard.role().to_owned(),
         ready: true,
         generation: state.store.shard().generation,
     };
