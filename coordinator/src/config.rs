@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use shared::dataset::DatasetSource;
+use shared::placement_map::Cell;
 use shared::wal::FsyncPolicy;
 
 /// The coordinator of the ISUCONDITION cluster: auth, users, ISU registration
@@ -16,11 +17,22 @@ pub struct Config {
     #[arg(long, env = "ISU_LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
 
-    /// Base URL of worker A's internal routes (owns UUIDs whose first hex digit is even).
+    /// A cell (worker): `NAME=INTERNAL_URL,DEVICE_URL`, e.g.
+    /// `a=http://127.0.0.3:3000,https://isucondition-2.t.isucon.dev`. Repeat it for each worker
+    /// (1 to 16; in the environment, separated by spaces). The internal URL serves internal
+    /// calls and reads; the device URL is what JIA gives the devices of the cell's ISUs. A new
+    /// placement map spreads the slots by first hex digit (`(digit) mod N`: with two cells,
+    /// exactly even → first, odd → second); a map restored from the log is kept, with these
+    /// URLs, and a cell it does not name yet is added holding nothing (see `scripts/cells`).
+    /// Without `--worker`, the two `--worker-a-*`/`--worker-b-*` pairs below make cells a and b.
+    #[arg(long = "worker", env = "ISU_WORKERS", value_delimiter = ' ', value_parser = parse_cell)]
+    pub workers: Vec<Cell>,
+
+    /// Base URL of worker A's internal routes (without `--worker`: cell a, UUIDs whose first hex digit is even).
     #[arg(long, env = "ISU_WORKER_A_URL", default_value = "http://127.0.0.1:3001")]
     pub worker_a_url: String,
 
-    /// Base URL of worker B's internal routes (owns UUIDs whose first hex digit is odd).
+    /// Base URL of worker B's internal routes (without `--worker`: cell b, UUIDs whose first hex digit is odd).
     #[arg(long, env = "ISU_WORKER_B_URL", default_value = "http://127.0.0.1:3002")]
     pub worker_b_url: String,
 
@@ -77,7 +89,96 @@ pub struct Config {
     #[arg(long, env = "ISU_FSYNC", default_value = "always")]
     pub fsync: FsyncPolicy,
 
+    /// Write the router's map (nginx include: an upstream per cell, the 256 slots and the pins)
+    /// to this file at start and whenever the placement map changes.
+    #[arg(long, env = "ISU_ROUTER_MAP")]
+    pub router_map: Option<PathBuf>,
+
+    /// Command run (by `sh -c`) after the router's map was rewritten, e.g. `kill -HUP <nginx
+    /// master pid>` or `nginx -s reload -p ...`: nginx then reloads gracefully.
+    #[arg(long, env = "ISU_ROUTER_RELOAD", requires = "router_map")]
+    pub router_reload: Option<String>,
+
+    /// After a migration's flip, how long the source keeps its copy before forgetting it (ms).
+    #[arg(long, env = "ISU_MIGRATION_GRACE_MS", default_value_t = 2000)]
+    pub migration_grace_ms: u64,
+
     /// Number of Tokio worker threads (0 = one per core).
     #[arg(long, env = "ISU_THREADS", default_value_t = 0)]
     pub threads: usize,
+}
+
+fn parse_cell(text: &str) -> Result<Cell, String> {
+    let usage = "expected NAME=INTERNAL_URL,DEVICE_URL";
+    let (name, urls) = text.split_once('=').ok_or_else(|| format!("{text:?}: {usage}"))?;
+    let (internal_url, device_url) = urls.split_once(',').ok_or_else(|| format!("{text:?}: {usage}"))?;
+    shared::placement_map::check_name(name).map_err(|error| error.to_string())?;
+    for url in [internal_url, device_url] {
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < "http://x".len() {
+            return Err(format!("{text:?}: {url:?} is not an http(s) URL"));
+        }
+    }
+    Ok(Cell {
+        name: name.to_owned(),
+        internal_url: internal_url.trim_end_matches('/').to_owned(),
+        device_url: device_url.to_owned(),
+    })
+}
+
+impl Config {
+    /// The configured cells, in order: `--worker` as given, else cells a and b from the legacy pairs.
+    pub fn cells(&self) -> Vec<Cell> {
+        if !self.workers.is_empty() {
+            return self.workers.clone();
+        }
+        [
+            ("a", &self.worker_a_url, &self.worker_a_device_url),
+            ("b", &self.worker_b_url, &self.worker_b_device_url),
+        ]
+        .into_iter()
+        .map(|(name, internal_url, device_url)| Cell {
+            name: name.to_owned(),
+            internal_url: internal_url.trim_end_matches('/').to_owned(),
+            device_url: device_url.clone(),
+        })
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_are_named_cells_with_two_urls() {
+        let config = Config::parse_from([
+            "coordinator",
+            "--worker",
+            "a=http://127.0.0.3:3000/,https://isucondition-2.t.isucon.dev",
+            "--worker",
+            "c-2=http://127.0.0.5:3000,http://127.0.0.5:8080",
+        ]);
+        let cells = config.cells();
+        assert_eq!(cells.len(), 2);
+        assert_eq!(cells[0].internal_url, "http://127.0.0.3:3000");
+        assert_eq!(cells[1].name, "c-2");
+        assert_eq!(cells[1].device_url, "http://127.0.0.5:8080");
+        let legacy = Config::parse_from(["coordinator"]).cells();
+        assert_eq!(
+            legacy.iter().map(|cell| cell.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        for bad in [
+            "a",
+            "a=http://x",
+            "A=http://x,http://y",
+            "a=ftp://x,http://y",
+            "a=http://x,",
+        ] {
+            assert!(
+                Config::try_parse_from(["coordinator", "--worker", bad]).is_err(),
+                "{bad}"
+            );
+        }
+    }
 }

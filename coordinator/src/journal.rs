@@ -9,7 +9,10 @@
 //!   at start, by `POST /initialize` (a fresh log) and on compaction;
 //! - `2` user, `3` ISU (icon bytes, or none for the default icon), `4` removed
 //!   ISU (its publish failed): each carries its generation, and replay skips
-//!   records of another generation (a registration that raced an `/initialize`).
+//!   records of another generation (a registration that raced an `/initialize`);
+//! - `5` placement map (JSON) and `6` migration (JSON, its state after each step): these
+//!   belong to the cluster, not to a generation, so `/initialize` keeps them. The snapshot
+//!   ends with the current map and the migrations that have not finished.
 //!
 //! A user is logged before the sign-in is answered; an ISU after JIA activated
 //! it and before it is published on its worker, so a registered ISU is never
@@ -19,12 +22,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use shared::migration::Migration;
+use shared::placement_map::PlacementMap;
 use shared::wal::{read_log, Decoder, Encoder, FsyncPolicy, SnapshotFn, Wal, WalError, WalOptions};
 
 const SNAPSHOT_TAG: u8 = 1;
 const USER_TAG: u8 = 2;
 const ISU_TAG: u8 = 3;
 const REMOVED_TAG: u8 = 4;
+const MAP_TAG: u8 = 5;
+const MIGRATION_TAG: u8 = 6;
 
 /// A registered ISU as logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +82,10 @@ pub struct Restored {
     pub users: Vec<String>,
     /// In registration order.
     pub isus: Vec<LoggedIsu>,
+    /// The last logged placement map (`None` in a log written before maps existed).
+    pub placement: Option<PlacementMap>,
+    /// The last state of every migration that had not finished, by id.
+    pub migrations: Vec<Migration>,
 }
 
 /// One record holding `restored` whole.
@@ -90,6 +101,16 @@ pub fn snapshot_record(restored: &Restored) -> Vec<u8> {
     encoder.u32(restored.isus.len() as u32);
     for isu in &restored.isus {
         isu.encode(&mut encoder);
+    }
+    match &restored.placement {
+        Some(map) => encoder
+            .u8(1)
+            .str(&serde_json::to_string(map).expect("a map serialises")),
+        None => encoder.u8(0),
+    };
+    encoder.u32(restored.migrations.len() as u32);
+    for migration in &restored.migrations {
+        encoder.str(&serde_json::to_string(migration).expect("a migration serialises"));
     }
     encoder.bytes
 }
@@ -111,11 +132,26 @@ pub fn replay(data_dir: &Path) -> std::io::Result<Option<Restored>> {
     let mut restored: Option<Restored> = None;
     // uuid → position in `isus`, so a removal finds its ISU.
     let mut isus: BTreeMap<String, (i64, LoggedIsu)> = BTreeMap::new();
+    let mut migrations: BTreeMap<u64, Migration> = BTreeMap::new();
     let mut skipped = 0u64;
     let report = read_log(&log_path(data_dir), |payload| {
         let mut decoder = Decoder::new(payload);
         let applied = match decoder.u8() {
+            Some(MAP_TAG) => restored.as_mut().and_then(|state| {
+                state.placement = Some(serde_json::from_str(decoder.str()?).ok()?);
+                Some(())
+            }),
+            Some(MIGRATION_TAG) => restored.as_ref().and_then(|_| {
+                let migration: Migration = serde_json::from_str(decoder.str()?).ok()?;
+                migrations.insert(migration.id, migration);
+                Some(())
+            }),
             Some(SNAPSHOT_TAG) => decode_snapshot(&mut decoder).map(|snapshot| {
+                migrations = snapshot
+                    .migrations
+                    .iter()
+                    .map(|migration| (migration.id, migration.clone()))
+                    .collect();
                 isus = snapshot
                     .isus
                     .iter()
@@ -152,6 +188,10 @@ pub fn replay(data_dir: &Path) -> std::io::Result<Option<Restored>> {
     let mut registered: Vec<(i64, LoggedIsu)> = isus.into_values().collect();
     registered.sort_by_key(|(id, _)| *id);
     restored.isus = registered.into_iter().map(|(_, isu)| isu).collect();
+    restored.migrations = migrations
+        .into_values()
+        .filter(|migration| !migration.is_finished())
+        .collect();
     restored.users.sort();
     restored.users.dedup();
     tracing::info!(
@@ -175,11 +215,26 @@ fn decode_snapshot(decoder: &mut Decoder<'_>) -> Option<Restored> {
     let isus = (0..decoder.u32()?)
         .map(|_| LoggedIsu::decode(decoder))
         .collect::<Option<Vec<_>>>()?;
+    // A snapshot written before placement maps existed ends here.
+    let (placement, migrations) = if decoder.is_empty() {
+        (None, Vec::new())
+    } else {
+        let placement = match decoder.u8()? {
+            0 => None,
+            _ => Some(serde_json::from_str(decoder.str()?).ok()?),
+        };
+        let migrations = (0..decoder.u32()?)
+            .map(|_| serde_json::from_str(decoder.str()?).ok())
+            .collect::<Option<Vec<Migration>>>()?;
+        (placement, migrations)
+    };
     Some(Restored {
         generation,
         jia_service_url,
         users,
         isus,
+        placement,
+        migrations,
     })
 }
 
@@ -236,6 +291,28 @@ impl Journal {
         .await
     }
 
+    /// A new placement map (logged before it is published anywhere).
+    pub async fn placement(&self, map: &PlacementMap) -> Result<(), WalError> {
+        let json = serde_json::to_string(map).expect("a map serialises");
+        self.append(|| {
+            let mut encoder = Encoder::new(MAP_TAG);
+            encoder.str(&json);
+            encoder
+        })
+        .await
+    }
+
+    /// A migration's state after a step.
+    pub async fn migration(&self, migration: &Migration) -> Result<(), WalError> {
+        let json = serde_json::to_string(migration).expect("a migration serialises");
+        self.append(|| {
+            let mut encoder = Encoder::new(MIGRATION_TAG);
+            encoder.str(&json);
+            encoder
+        })
+        .await
+    }
+
     pub async fn removed(&self, generation: u64, uuid: &str) -> Result<(), WalError> {
         self.append(|| {
             let mut encoder = Encoder::new(REMOVED_TAG);
@@ -271,6 +348,7 @@ mod tests {
             jia_service_url: "http://jia".into(),
             users: vec!["alice".into()],
             isus: vec![isu(29, "u29", None)],
+            ..Restored::default()
         };
         let snapshot = snapshot_record(&base);
         let journal = Journal::open(
@@ -286,7 +364,32 @@ mod tests {
         journal.isu(7, &isu(31, "u31", None)).await.unwrap();
         journal.removed(7, "u31").await.unwrap();
         journal.user(6, "from another generation").await.unwrap();
+        let cells = (0..2)
+            .map(|index| shared::placement_map::Cell {
+                name: format!("c{index}"),
+                internal_url: format!("http://w{index}"),
+                device_url: format!("http://d{index}"),
+            })
+            .collect();
+        let mut map = PlacementMap::new(cells).unwrap();
+        map.assign_slot(7, 1).unwrap();
+        journal.placement(&map).await.unwrap();
+        let planned = Migration::plan(1, shared::migration::Subject::Slot(7), 0, 1).unwrap();
+        let cloning = planned.apply(shared::migration::Event::CloneStarted).unwrap();
+        journal.migration(&planned).await.unwrap();
+        journal.migration(&cloning).await.unwrap();
+        let done = Migration::plan(2, shared::migration::Subject::Slot(8), 0, 1)
+            .unwrap()
+            .apply(shared::migration::Event::Failed)
+            .unwrap();
+        journal.migration(&done).await.unwrap();
         let restored = replay(&directory).unwrap().unwrap();
+        assert_eq!(restored.placement.as_ref(), Some(&map));
+        assert_eq!(
+            restored.migrations,
+            vec![cloning],
+            "the last state of unfinished migrations only"
+        );
         assert_eq!(restored.generation, 7);
         assert_eq!(restored.jia_service_url, "http://jia");
         assert_eq!(restored.users, vec!["alice".to_owned(), "bob".to_owned()]);

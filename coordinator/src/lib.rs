@@ -90,13 +90,31 @@ impl Application {
                 .context("replaying the coordinator's log")?,
             None => None,
         };
+        let (logged_map, migrations) = match &restored {
+            Some(restored) => (restored.placement.clone(), restored.migrations.clone()),
+            None => (None, Vec::new()),
+        };
+        let map = state::placement::starting_map(logged_map, &config.cells())?;
+        tracing::info!(
+            version = map.version(),
+            cells = ?map.cells().iter().map(|cell| &cell.name).collect::<Vec<_>>(),
+            slots = ?map.slot_counts(),
+            pins = map.pins().len(),
+            "placement map"
+        );
+        // Cell ids are positions in the map, so the client follows the map's order.
+        let workers = WorkerClient::new(map.cells(), &config.cluster_secret)?;
+        let router = config.router_map.clone().map(|path| state::placement::RouterFile {
+            path,
+            reload: config.router_reload.clone(),
+        });
         let mut state = State::new(
             dataset,
             Bytes::from(default_icon),
             SessionKey::from_secret(&config.cluster_secret),
-            WorkerClient::new(&config.worker_a_url, &config.worker_b_url, &config.cluster_secret)?,
+            workers,
             JiaClient::new()?,
-            [config.worker_a_device_url.clone(), config.worker_b_device_url.clone()],
+            state::Placement::new(map, migrations, router),
             match restored {
                 Some(restored) => Start::Restored(restored),
                 None => Start::Fresh {
@@ -104,12 +122,15 @@ impl Application {
                 },
             },
         );
+        state.migration_grace = std::time::Duration::from_millis(config.migration_grace_ms);
         if let Some(data_dir) = &config.data_dir {
             state.journal = journal::Journal::open(data_dir, config.fsync, COMPACT_AFTER_BYTES, state.snapshot_fn())
                 .context("opening the coordinator's log")?;
             // The log starts with this run's generation (also compacts it).
             state.journal.snapshot().await?;
         }
+        // Before the listener: nginx may be started as soon as the file exists.
+        state.placement.write_router().await;
         let listener = TcpListener::bind(config.listen).await?;
         Ok(Application {
             listener,
@@ -136,6 +157,7 @@ impl Application {
         let state = self.state.state.clone();
         let sync = tokio::spawn(async move {
             state.sync_workers_until_ready().await;
+            state.recover_migrations().await;
             state.watch_workers().await;
         });
         let stop_user_sync = tokio_util::sync::CancellationToken::new();

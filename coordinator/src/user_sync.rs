@@ -20,7 +20,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use reqwest::StatusCode;
 use shared::backoff::Backoff;
-use shared::placement::Shard;
+use shared::placement_map::CellId;
 use shared::protocol::UserSync;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -90,18 +90,18 @@ impl UserSyncer {
         }
     }
 
-    /// Users still waiting for `shard`'s worker (for tests and metrics).
-    pub fn queued(&self, shard: Shard) -> usize {
-        self.shared.queues[shard.index()].lock().users.len()
+    /// Users still waiting for `cell`'s worker (for tests and metrics).
+    pub fn queued(&self, cell: CellId) -> usize {
+        self.shared.queues[usize::from(cell)].lock().users.len()
     }
 
     /// Runs one sender per worker until `cancel` fires.
     pub async fn run(self, workers: WorkerClient, cancel: CancellationToken) {
-        let senders = Shard::ALL.into_iter().map(|shard| {
+        let senders = workers.cells().collect::<Vec<_>>().into_iter().map(|cell| {
             let (syncer, workers, cancel) = (self.clone(), workers.clone(), cancel.clone());
             tokio::spawn(async move {
                 tokio::select! {
-                    () = syncer.send_forever(shard, &workers) => {}
+                    () = syncer.send_forever(cell, &workers) => {}
                     () = cancel.cancelled() => {}
                 }
             })
@@ -111,8 +111,8 @@ impl UserSyncer {
         }
     }
 
-    async fn send_forever(&self, shard: Shard, workers: &WorkerClient) {
-        let index = shard.index();
+    async fn send_forever(&self, cell: CellId, workers: &WorkerClient) {
+        let index = usize::from(cell);
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             self.shared.wake[index].notified().await;
@@ -127,11 +127,11 @@ impl UserSyncer {
                 if batch.users.is_empty() {
                     break;
                 }
-                match workers.sync_users(shard, &batch).await {
+                match workers.sync_users(cell, &batch).await {
                     Ok(()) => {
                         let failures = backoff.succeeded();
                         if failures > 0 {
-                            tracing::info!(shard = shard.name(), failures, "user sync recovered");
+                            tracing::info!(worker = workers.role(cell), failures, "user sync recovered");
                         }
                     }
                     // Transient, or the worker has not applied the current reset yet.
@@ -141,13 +141,13 @@ impl UserSyncer {
                     {
                         let failure = backoff.failed();
                         if failure.log {
-                            tracing::warn!(%error, shard = shard.name(), failures = failure.failures, "user sync failed; will retry");
+                            tracing::warn!(%error, worker = workers.role(cell), failures = failure.failures, "user sync failed; will retry");
                         }
                         self.requeue(index, batch);
                         tokio::time::sleep(failure.pause).await;
                     }
                     // Refused, or the generation is over: the next reset carries the users.
-                    Err(error) => tracing::info!(%error, shard = shard.name(), "user sync dropped"),
+                    Err(error) => tracing::info!(%error, worker = workers.role(cell), "user sync dropped"),
                 }
             }
         }
@@ -175,18 +175,14 @@ mod tests {
         let syncer = UserSyncer::new(2, Arc::new(move || reader.load(Ordering::SeqCst)));
         syncer.add(7, "alice");
         syncer.add(7, "bob");
-        assert_eq!((syncer.queued(Shard::A), syncer.queued(Shard::B)), (2, 2));
+        assert_eq!((syncer.queued(0), syncer.queued(1)), (2, 2));
 
         // `/initialize` swapped in generation 9: a sign-in of 7 that raced it is not queued and
         // does not reset the queue of 9.
         current.store(9, Ordering::SeqCst);
         syncer.add(9, "carol");
-        assert_eq!(
-            syncer.queued(Shard::A),
-            1,
-            "the new generation's queue replaces the old one"
-        );
+        assert_eq!(syncer.queued(0), 1, "the new generation's queue replaces the old one");
         syncer.add(7, "late");
-        assert_eq!((syncer.queued(Shard::A), syncer.queued(Shard::B)), (1, 1));
+        assert_eq!((syncer.queued(0), syncer.queued(1)), (1, 1));
     }
 }

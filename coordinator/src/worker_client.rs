@@ -4,23 +4,24 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde::Serialize;
-use shared::placement::Shard;
+use shared::placement_map::{Cell, CellId, PlacementMap};
 use shared::protocol::{
-    Health, ProvisionalIsu, PublishIsu, ResendLatest, RollbackIsu, UserSync, HEALTH, SECRET_HEADER, WORKER_PROVISIONAL,
-    WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    ActivateIsus, ExportReport, ExportSubject, ForgetSubject, Health, ProvisionalIsu, PublishIsu, ResendLatest,
+    RollbackIsu, UserSync, HEALTH, SECRET_HEADER, WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET, WORKER_PLACEMENT,
+    WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerCallError {
-    #[error("worker {shard:?} unreachable: {}", shared::error_chain(source))]
+    #[error("{worker} unreachable: {}", shared::error_chain(source))]
     Transport {
-        shard: Shard,
+        worker: String,
         #[source]
         source: reqwest::Error,
     },
-    #[error("worker {shard:?} answered {status} to {path}")]
+    #[error("{worker} answered {status} to {path}")]
     Status {
-        shard: Shard,
+        worker: String,
         path: &'static str,
         status: StatusCode,
     },
@@ -43,12 +44,21 @@ impl WorkerCallError {
 #[derive(Clone)]
 pub struct WorkerClient {
     client: reqwest::Client,
-    base_urls: [String; 2],
+    workers: std::sync::Arc<[Endpoint]>,
     secret: String,
+}
+
+/// One worker as the client calls it.
+struct Endpoint {
+    /// `worker-<cell>`: logs and metrics.
+    role: String,
+    base_url: String,
 }
 
 /// Long enough for a large reset.
 const RESET_TIMEOUT: Duration = Duration::from_secs(15);
+/// A migration's whole history copy.
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(600);
 /// A call answers in microseconds on a LAN, but on a saturated machine (a bench burst, a test
 /// run beside thirty others) in hundreds of milliseconds: a slow worker is not a dead one, and
 /// giving up on it turns a slow registration into a failed one. A dead worker is noticed at
@@ -69,7 +79,7 @@ impl WorkerClient {
     /// worker carries every call at once. Over HTTP/1.1 a burst of sign-ins and registrations
     /// opened a connection per concurrent call (about 200 per worker at the start of a bench
     /// load, 168 of them closed again right after), on a machine already saturated.
-    pub fn new(worker_a_url: &str, worker_b_url: &str, secret: &str) -> anyhow::Result<WorkerClient> {
+    pub fn new(cells: &[Cell], secret: &str) -> anyhow::Result<WorkerClient> {
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .http2_prior_knowledge()
@@ -79,17 +89,49 @@ impl WorkerClient {
             .build()?;
         Ok(WorkerClient {
             client,
-            base_urls: [
-                worker_a_url.trim_end_matches('/').to_owned(),
-                worker_b_url.trim_end_matches('/').to_owned(),
-            ],
+            workers: cells
+                .iter()
+                .map(|cell| Endpoint {
+                    role: format!("worker-{}", cell.name),
+                    base_url: cell.internal_url.trim_end_matches('/').to_owned(),
+                })
+                .collect(),
             secret: secret.to_owned(),
         })
     }
 
+    /// Every cell this client calls, in id order.
+    pub fn cells(&self) -> impl Iterator<Item = CellId> {
+        (0..self.workers.len()).map(|index| index as CellId)
+    }
+
+    /// `worker-<cell>`.
+    pub fn role(&self, cell: CellId) -> &str {
+        &self.workers[usize::from(cell)].role
+    }
+
+    fn url(&self, cell: CellId, path: &str) -> String {
+        format!("{}{path}", self.workers[usize::from(cell)].base_url)
+    }
+
+    fn transport(&self, cell: CellId) -> impl FnOnce(reqwest::Error) -> WorkerCallError + '_ {
+        move |source| WorkerCallError::Transport {
+            worker: self.role(cell).to_owned(),
+            source,
+        }
+    }
+
+    fn status(&self, cell: CellId, path: &'static str, status: StatusCode) -> WorkerCallError {
+        WorkerCallError::Status {
+            worker: self.role(cell).to_owned(),
+            path,
+            status,
+        }
+    }
+
     async fn post<T: Serialize + ?Sized>(
         &self,
-        shard: Shard,
+        cell: CellId,
         path: &'static str,
         body: &T,
         timeout: Duration,
@@ -97,7 +139,7 @@ impl WorkerClient {
         let started = std::time::Instant::now();
         let outcome = self
             .client
-            .post(format!("{}{path}", self.base_urls[shard.index()]))
+            .post(self.url(cell, path))
             .header(SECRET_HEADER, &self.secret)
             .timeout(timeout)
             .json(body)
@@ -105,12 +147,8 @@ impl WorkerClient {
             .await;
         let result = match outcome {
             Ok(response) if response.status().is_success() => Ok(()),
-            Ok(response) => Err(WorkerCallError::Status {
-                shard,
-                path,
-                status: response.status(),
-            }),
-            Err(source) => Err(WorkerCallError::Transport { shard, source }),
+            Ok(response) => Err(self.status(cell, path, response.status())),
+            Err(source) => Err(self.transport(cell)(source)),
         };
         let outcome = match &result {
             Ok(()) => "ok",
@@ -118,90 +156,123 @@ impl WorkerClient {
             Err(WorkerCallError::Transport { source, .. }) if source.is_timeout() => "timeout",
             Err(WorkerCallError::Transport { .. }) => "transport",
         };
-        shared::telemetry::record_outgoing_call(shard.role(), path, outcome, started.elapsed());
+        shared::telemetry::record_outgoing_call(self.role(cell), path, outcome, started.elapsed());
         result
     }
 
     /// Sends a reset body (serialised off the async threads by the caller).
-    pub async fn reset(&self, shard: Shard, body: bytes::Bytes) -> Result<(), WorkerCallError> {
+    pub async fn reset(&self, cell: CellId, body: bytes::Bytes) -> Result<(), WorkerCallError> {
         let response = self
             .client
-            .post(format!("{}{WORKER_RESET}", self.base_urls[shard.index()]))
+            .post(self.url(cell, WORKER_RESET))
             .header(SECRET_HEADER, &self.secret)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .timeout(RESET_TIMEOUT)
             .body(body)
             .send()
             .await
-            .map_err(|source| WorkerCallError::Transport { shard, source })?;
+            .map_err(self.transport(cell))?;
         match response.status() {
             status if status.is_success() => Ok(()),
-            status => Err(WorkerCallError::Status {
-                shard,
-                path: WORKER_RESET,
-                status,
-            }),
+            status => Err(self.status(cell, WORKER_RESET, status)),
         }
     }
 
     /// A worker's `/healthz` (its generation tells whether it lost its state).
-    pub async fn health(&self, shard: Shard) -> Result<Health, WorkerCallError> {
+    pub async fn health(&self, cell: CellId) -> Result<Health, WorkerCallError> {
         let response = self
             .client
-            .get(format!("{}{HEALTH}", self.base_urls[shard.index()]))
+            .get(self.url(cell, HEALTH))
             .timeout(CALL_TIMEOUT)
             .send()
             .await
-            .map_err(|source| WorkerCallError::Transport { shard, source })?;
+            .map_err(self.transport(cell))?;
         let status = response.status();
         if !status.is_success() {
-            return Err(WorkerCallError::Status {
-                shard,
-                path: HEALTH,
-                status,
-            });
+            return Err(self.status(cell, HEALTH, status));
         }
-        response
-            .json()
-            .await
-            .map_err(|source| WorkerCallError::Transport { shard, source })
+        response.json().await.map_err(self.transport(cell))
     }
 
     /// Asks a worker to push the latest condition of every published ISU again.
-    pub async fn resend_latest(&self, shard: Shard, generation: u64) -> Result<(), WorkerCallError> {
-        self.post(shard, WORKER_RESEND_LATEST, &ResendLatest { generation }, CALL_TIMEOUT)
+    pub async fn resend_latest(&self, cell: CellId, generation: u64) -> Result<(), WorkerCallError> {
+        self.post(cell, WORKER_RESEND_LATEST, &ResendLatest { generation }, CALL_TIMEOUT)
             .await
     }
 
+    /// Sends the placement map (the worker keeps it if newer than its copy). One attempt: the
+    /// coordinator's worker watch sends it again to a worker whose copy is older.
+    pub async fn placement(&self, cell: CellId, map: &PlacementMap) -> Result<(), WorkerCallError> {
+        self.post(cell, WORKER_PLACEMENT, map, CALL_TIMEOUT).await
+    }
+
     /// One attempt: the [`UserSyncer`](crate::user_sync::UserSyncer) retries.
-    pub async fn sync_users(&self, shard: Shard, sync: &UserSync) -> Result<(), WorkerCallError> {
-        self.post(shard, WORKER_USERS, sync, CALL_TIMEOUT).await
+    pub async fn sync_users(&self, cell: CellId, sync: &UserSync) -> Result<(), WorkerCallError> {
+        self.post(cell, WORKER_USERS, sync, CALL_TIMEOUT).await
     }
 
     /// Idempotent (the worker takes the same registration again without change), so retried:
     /// a registration must not fail because one call met a passing stall.
-    pub async fn provisional(&self, shard: Shard, isu: &ProvisionalIsu) -> Result<(), WorkerCallError> {
-        self.post_retrying(shard, WORKER_PROVISIONAL, isu, CALL_TIMEOUT, PROVISIONAL_RETRY_BUDGET)
+    pub async fn provisional(&self, cell: CellId, isu: &ProvisionalIsu) -> Result<(), WorkerCallError> {
+        self.post_retrying(cell, WORKER_PROVISIONAL, isu, CALL_TIMEOUT, PROVISIONAL_RETRY_BUDGET)
             .await
     }
 
     /// Idempotent, so retried: once JIA has activated an ISU, giving up on a
     /// passing network fault would cost the registration.
-    pub async fn publish(&self, shard: Shard, isu: &PublishIsu) -> Result<(), WorkerCallError> {
-        self.post_retrying(shard, WORKER_PUBLISH, isu, CALL_TIMEOUT, RETRY_BUDGET)
+    pub async fn publish(&self, cell: CellId, isu: &PublishIsu) -> Result<(), WorkerCallError> {
+        self.post_retrying(cell, WORKER_PUBLISH, isu, CALL_TIMEOUT, RETRY_BUDGET)
             .await
     }
 
     /// Idempotent, so retried: a leftover provisional ISU would accept posts nobody can read.
-    pub async fn rollback(&self, shard: Shard, isu: &RollbackIsu) -> Result<(), WorkerCallError> {
-        self.post_retrying(shard, WORKER_ROLLBACK, isu, CALL_TIMEOUT, RETRY_BUDGET)
+    pub async fn rollback(&self, cell: CellId, isu: &RollbackIsu) -> Result<(), WorkerCallError> {
+        self.post_retrying(cell, WORKER_ROLLBACK, isu, CALL_TIMEOUT, RETRY_BUDGET)
+            .await
+    }
+
+    /// Asks a migration's source to export its subject to the target; answers once the target
+    /// holds the whole history (a slot of a million conditions takes seconds, hence the timeout).
+    pub async fn export(&self, cell: CellId, request: &ExportSubject) -> Result<ExportReport, WorkerCallError> {
+        let started = std::time::Instant::now();
+        let response = self
+            .client
+            .post(self.url(cell, WORKER_EXPORT))
+            .header(SECRET_HEADER, &self.secret)
+            .timeout(EXPORT_TIMEOUT)
+            .json(request)
+            .send()
+            .await
+            .map_err(self.transport(cell))?;
+        let status = response.status();
+        shared::telemetry::record_outgoing_call(
+            self.role(cell),
+            WORKER_EXPORT,
+            if status.is_success() { "ok" } else { "status" },
+            started.elapsed(),
+        );
+        if !status.is_success() {
+            return Err(self.status(cell, WORKER_EXPORT, status));
+        }
+        response.json().await.map_err(self.transport(cell))
+    }
+
+    /// Idempotent (publishing again changes nothing), so retried.
+    pub async fn activate(&self, cell: CellId, request: &ActivateIsus) -> Result<(), WorkerCallError> {
+        self.post_retrying(cell, WORKER_ACTIVATE, request, CALL_TIMEOUT * 5, RETRY_BUDGET * 5)
+            .await
+    }
+
+    /// Idempotent (what is gone stays gone), so retried.
+    pub async fn forget(&self, cell: CellId, request: &ForgetSubject) -> Result<(), WorkerCallError> {
+        self.post_retrying(cell, WORKER_FORGET, request, CALL_TIMEOUT * 5, RETRY_BUDGET * 5)
             .await
     }
 
     /// Retries transport errors and 5xx answers with a short backoff; a 4xx is final.
     async fn post_retrying<T: Serialize + ?Sized>(
         &self,
-        shard: Shard,
+        cell: CellId,
         path: &'static str,
         body: &T,
         attempt_timeout: Duration,
@@ -211,7 +282,7 @@ impl WorkerClient {
         let mut delay = RETRY_FIRST_DELAY;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.post(shard, path, body, attempt_timeout.min(left)).await {
+            match self.post(cell, path, body, attempt_timeout.min(left)).await {
                 Ok(()) => return Ok(()),
                 Err(error) if error.is_transient() && left > delay => {
                     tracing::warn!(%error, "worker call failed; retrying");

@@ -6,6 +6,8 @@
 //! Run with `cargo build --workspace --bins && cargo test -p coordinator --test cluster`
 //! (the worker binary is not built by `cargo test -p coordinator`).
 
+#[path = "cluster/cells.rs"]
+mod cells;
 #[path = "cluster/durability.rs"]
 mod durability;
 #[path = "cluster/security.rs"]
@@ -985,7 +987,7 @@ async fn public_nginx_routes_by_parity_and_hides_internal_routes() {
     let device_a = format!("127.0.0.1:{device_a_port}");
     let device_b = format!("127.0.0.1:{device_b_port}");
     let cluster = spawn_cluster_with(ClusterOptions {
-        device_urls: Some([format!("http://{device_a}"), format!("http://{device_b}")]),
+        device_urls: Some(vec![format!("http://{device_a}"), format!("http://{device_b}")]),
         ..ClusterOptions::default()
     })
     .await;
@@ -1000,9 +1002,8 @@ async fn public_nginx_routes_by_parity_and_hides_internal_routes() {
         .arg(&web.path)
         .args(["--public-listen", &format!("127.0.0.1:{public_port}")])
         .args(["--coordinator", &host_port(&cluster.coordinator)])
-        .args(["--worker-a", &host_port(&cluster.workers[0])])
-        .args(["--worker-b", &host_port(&cluster.workers[1])])
-        .args(["--device-a-listen", &device_a, "--device-b-listen", &device_b])
+        .args(["--cell", &format!("a={},{device_a}", host_port(&cluster.workers[0]))])
+        .args(["--cell", &format!("b={},{device_b}", host_port(&cluster.workers[1]))])
         .args(["--worker-processes", "1", "--access-log", "off"])
         .env("ISU_NGINX_BIN", &nginx)
         .output()
@@ -1394,10 +1395,14 @@ async fn public_nginx(cluster: &Cluster, nginx: &std::path::Path, static_dir: &s
         .arg(static_dir)
         .args(["--public-listen", &format!("127.0.0.1:{public_port}")])
         .args(["--coordinator", &host_port(&cluster.coordinator)])
-        .args(["--worker-a", &host_port(&cluster.workers[0])])
-        .args(["--worker-b", &host_port(&cluster.workers[1])])
-        .args(["--device-a-listen", &format!("127.0.0.1:{device_a_port}")])
-        .args(["--device-b-listen", &format!("127.0.0.1:{device_b_port}")])
+        .args([
+            "--cell",
+            &format!("a={},127.0.0.1:{device_a_port}", host_port(&cluster.workers[0])),
+        ])
+        .args([
+            "--cell",
+            &format!("b={},127.0.0.1:{device_b_port}", host_port(&cluster.workers[1])),
+        ])
         .args(["--worker-processes", "1", "--access-log", "off"])
         .env("ISU_NGINX_BIN", nginx)
         .output()

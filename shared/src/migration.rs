@@ -31,6 +31,35 @@ pub enum Subject {
     Pin(String),
 }
 
+impl Subject {
+    /// Whether `uuid` moves with this subject under `map` (a slot's pinned ISUs stay).
+    pub fn covers(&self, uuid: &str, map: Option<&crate::placement_map::PlacementMap>) -> bool {
+        match self {
+            Subject::Slot(slot) => {
+                crate::placement_map::slot_of(uuid) == *slot && map.is_none_or(|map| !map.pins().contains_key(uuid))
+            }
+            Subject::Pin(pinned) => pinned == uuid,
+        }
+    }
+
+    /// The slot the subject lives in (a pin's: its UUID's).
+    pub fn slot(&self) -> u8 {
+        match self {
+            Subject::Slot(slot) => *slot,
+            Subject::Pin(uuid) => crate::placement_map::slot_of(uuid),
+        }
+    }
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subject::Slot(slot) => write!(formatter, "slot {slot:02x}"),
+            Subject::Pin(uuid) => write!(formatter, "ISU {uuid}"),
+        }
+    }
+}
+
 /// Where a migration stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Phase {

@@ -188,6 +188,20 @@ impl PlacementMap {
         Ok((self.cells.len() - 1) as CellId)
     }
 
+    /// Points cell `id` at new addresses (a restarted coordinator configured with other
+    /// URLs for a cell its log names); true (and a new version) when that changed anything.
+    pub fn set_endpoints(&mut self, id: CellId, internal_url: &str, device_url: &str) -> Result<bool, PlacementError> {
+        self.check_cell(id)?;
+        let cell = &mut self.cells[usize::from(id)];
+        if cell.internal_url == internal_url && cell.device_url == device_url {
+            return Ok(false);
+        }
+        cell.internal_url = internal_url.to_owned();
+        cell.device_url = device_url.to_owned();
+        self.version += 1;
+        Ok(true)
+    }
+
     /// Gives `slot` to `cell`; true (and a new version) when that changed anything.
     pub fn assign_slot(&mut self, slot: u8, cell: CellId) -> Result<bool, PlacementError> {
         self.check_cell(cell)?;
@@ -321,7 +335,9 @@ fn balanced_targets(counts: &[usize], active: &[CellId]) -> Vec<usize> {
     targets
 }
 
-fn check_name(name: &str) -> Result<(), PlacementError> {
+/// Checks a cell name: 1 to 32 characters of `a-z`, `0-9` and `-` (it names a log file, an
+/// nginx upstream and a metrics label).
+pub fn check_name(name: &str) -> Result<(), PlacementError> {
     let valid = !name.is_empty()
         && name.len() <= 32
         && name

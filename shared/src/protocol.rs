@@ -24,6 +24,22 @@ pub const WORKER_ROLLBACK: &str = "/internal/isu/rollback";
 /// Worker: push the latest condition of every published ISU again (a restarted
 /// coordinator restored its ISUs from its log, but not their latest conditions).
 pub const WORKER_RESEND_LATEST: &str = "/internal/latest/resend";
+/// Worker: the coordinator's placement map (taken when newer than the worker's copy).
+pub const WORKER_PLACEMENT: &str = "/internal/placement";
+/// Coordinator: the current placement map (GET) and operations on it (cells API).
+pub const COORDINATOR_PLACEMENT: &str = "/internal/placement";
+/// Header of a request one worker forwarded to another (the owner): never forwarded again.
+pub const FORWARDED_HEADER: &str = "x-isu-forwarded-by";
+/// Worker (a migration's source): start forwarding the subject's new batches to the target
+/// and copy its history there; answers once the target holds all of it.
+pub const WORKER_EXPORT: &str = "/internal/migration/export";
+/// Worker (a migration's target): take ISUs and conditions, invisible until activated.
+pub const WORKER_IMPORT: &str = "/internal/migration/import";
+/// Worker (a migration's target, after the flip): make the imported registered ISUs visible.
+pub const WORKER_ACTIVATE: &str = "/internal/migration/activate";
+/// Worker: drop the subject's ISUs this worker does not own in the given map (the source
+/// after the grace period, or the target of a rolled-back migration).
+pub const WORKER_FORGET: &str = "/internal/migration/forget";
 /// Coordinator: a worker's batch of latest conditions.
 pub const COORDINATOR_LATEST: &str = "/internal/latest";
 /// Every node: liveness and readiness (`200` once the node can serve).
@@ -130,6 +146,10 @@ pub struct Health {
     pub role: String,
     pub ready: bool,
     pub generation: u64,
+    /// Version of the worker's copy of the placement map (0: none); the coordinator's
+    /// health check sends the current map to a worker whose copy is older.
+    #[serde(default)]
+    pub map_version: u64,
 }
 
 /// Whether a request's headers carry the cluster secret, either as
@@ -197,4 +217,65 @@ mod tests {
         assert!(check_cluster_secret(exposed, &long[1..]).is_err());
         assert!(check_cluster_secret("10.0.0.1:3000".parse().unwrap(), "short").is_err());
     }
+}
+
+/// Body of [`WORKER_EXPORT`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExportSubject {
+    pub generation: u64,
+    pub migration: u64,
+    pub subject: crate::migration::Subject,
+    /// Internal base URL of the target cell.
+    pub target_url: String,
+}
+
+/// Answer of [`WORKER_EXPORT`]: what the target now holds of the subject.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportReport {
+    pub isus: usize,
+    pub conditions: usize,
+    pub chunks: usize,
+}
+
+/// One ISU (or part of its history) in a [`WORKER_IMPORT`] body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImportIsu {
+    pub id: i64,
+    pub uuid: String,
+    pub owner: String,
+    pub name: String,
+    pub conditions: Vec<WireCondition>,
+}
+
+/// Body of [`WORKER_IMPORT`]: a chunk of history, or a batch the source accepted meanwhile.
+/// Conditions the target holds already are skipped (same ISU, timestamp and level).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImportChunk {
+    pub generation: u64,
+    pub migration: u64,
+    pub isus: Vec<ImportIsu>,
+}
+
+/// An ISU by UUID and registration id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IsuRef {
+    pub uuid: String,
+    pub id: i64,
+}
+
+/// Body of [`WORKER_ACTIVATE`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ActivateIsus {
+    pub generation: u64,
+    pub isus: Vec<IsuRef>,
+}
+
+/// Body of [`WORKER_FORGET`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForgetSubject {
+    pub generation: u64,
+    pub migration: u64,
+    pub subject: crate::migration::Subject,
+    /// The map that decides what the worker keeps (taken first, if newer than its copy).
+    pub map: crate::placement_map::PlacementMap,
 }

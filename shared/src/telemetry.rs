@@ -23,6 +23,8 @@ pub const OUTGOING_CALL_SECONDS: &str = "outgoing_call_duration_seconds";
 pub const REGISTRATION_OWN_SECONDS: &str = "isu_registration_own_duration_seconds";
 /// Counter of conditions stored by a worker.
 pub const CONDITIONS_STORED: &str = "conditions_stored_total";
+/// Counter of per-ISU requests a worker forwarded to the cell that owns the ISU.
+pub const REQUESTS_FORWARDED: &str = "requests_forwarded_total";
 
 /// Installs a `fmt` subscriber filtered by `RUST_LOG` (default `info`).
 pub fn init_tracing() {
@@ -241,8 +243,12 @@ pub fn record_request(route: String, status: u16, elapsed: std::time::Duration) 
 }
 
 /// Records one outgoing call (see [`OUTGOING_CALL_SECONDS`]).
-pub fn record_outgoing_call(peer: &'static str, path: &'static str, outcome: &'static str, elapsed: Duration) {
-    let labels = [("peer", peer), ("path", path), ("outcome", outcome)];
+pub fn record_outgoing_call(peer: &str, path: &'static str, outcome: &'static str, elapsed: Duration) {
+    let labels = [
+        ("peer", peer.to_owned()),
+        ("path", path.to_owned()),
+        ("outcome", outcome.to_owned()),
+    ];
     metrics::histogram!(OUTGOING_CALL_SECONDS, &labels).record(elapsed.as_secs_f64());
 }
 

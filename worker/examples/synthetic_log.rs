@@ -6,7 +6,6 @@
 //! `cargo run --release -p worker --example synthetic_log -- DIR [CONDITIONS] [ISUS]`
 
 use shared::domain::Flags;
-use shared::placement::Shard as ShardName;
 use shared::protocol::ShardIsu;
 use shared::wal::FsyncPolicy;
 use worker::journal::Journal;
@@ -32,7 +31,7 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_file(directory.join("worker-a.wal"));
 
     let store = Store::new(Shard::new(0));
-    let (journal, _) = Journal::open(&directory, ShardName::A, FsyncPolicy::Never, u64::MAX, &store).await?;
+    let (journal, _) = Journal::open(&directory, "a", FsyncPolicy::Never, u64::MAX, &store).await?;
     let generation = 0x5eed;
     let uuids: Vec<String> = (0..isus)
         .map(|isu| format!("0{isu:07x}-0000-4000-8000-000000000000"))

@@ -4,16 +4,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use shared::placement::Shard;
 use shared::wal::FsyncPolicy;
 
 /// A worker of the ISUCONDITION cluster: owns the condition history of one shard of ISUs.
 #[derive(Debug, Clone, Parser)]
 #[command(version, about)]
 pub struct Config {
-    /// Which shard this worker owns: `a` (UUIDs whose first hex digit is even) or `b` (odd).
-    #[arg(long, env = "ISU_SHARD", value_parser = parse_shard)]
-    pub shard: Shard,
+    /// This worker's cell name, as the coordinator's `--worker NAME=...` names it (1 to 32 of
+    /// a-z, 0-9, '-'). The coordinator's placement map decides which ISUs the cell owns (two
+    /// cells `a` and `b` by default: first hex digit even → a, odd → b).
+    #[arg(long = "cell", alias = "shard", env = "ISU_CELL", value_parser = parse_cell)]
+    pub cell: String,
 
     /// Address to listen on (public reads, device posts and internal routes).
     #[arg(long, env = "ISU_LISTEN", default_value = "127.0.0.1:3001")]
@@ -51,7 +52,7 @@ pub struct Config {
     #[arg(long, env = "ISU_PUSH_INTERVAL_MS", default_value_t = 10)]
     pub push_interval_ms: u64,
 
-    /// Directory of the durable log (`worker-<shard>.wal`), replayed on start; without it everything is in memory only.
+    /// Directory of the durable log (`worker-<cell>.wal`), replayed on start; without it everything is in memory only.
     #[arg(long, env = "ISU_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
 
@@ -68,6 +69,14 @@ pub struct Config {
     pub threads: usize,
 }
 
-fn parse_shard(text: &str) -> Result<Shard, String> {
-    Shard::from_name(text).ok_or_else(|| format!("unknown shard {text:?}: expected a or b"))
+fn parse_cell(text: &str) -> Result<String, String> {
+    shared::placement_map::check_name(text).map_err(|error| error.to_string())?;
+    Ok(text.to_owned())
+}
+
+impl Config {
+    /// This worker's node name in logs and metrics (`worker-a`).
+    pub fn role(&self) -> String {
+        format!("worker-{}", self.cell)
+    }
 }

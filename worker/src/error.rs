@@ -20,6 +20,9 @@ pub enum WorkerError {
     Conflict(&'static str),
     #[error("stale generation")]
     StaleGeneration,
+    /// 503: another node this request needs (a migration's target) did not answer.
+    #[error("unavailable")]
+    Unavailable,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -34,6 +37,7 @@ impl WorkerError {
             WorkerError::Conflict(_) => StatusCode::CONFLICT,
             // Distinct from 409, which means "UUID already on this worker".
             WorkerError::StaleGeneration => StatusCode::PRECONDITION_FAILED,
+            WorkerError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             WorkerError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -46,6 +50,7 @@ impl WorkerError {
             | WorkerError::PayloadTooLarge(message) => message,
             WorkerError::IsuNotFound => messages::NOT_FOUND_ISU,
             WorkerError::StaleGeneration => "stale generation",
+            WorkerError::Unavailable => "service unavailable",
             WorkerError::Internal(_) => messages::INTERNAL,
         }
     }

@@ -1,5 +1,5 @@
 //! The worker's durable log (`--data-dir`): every change to the shard is
-//! appended to `<data-dir>/worker-<shard>.wal` (see [`shared::wal`]) before the
+//! appended to `<data-dir>/worker-<cell>.wal` (see [`shared::wal`]) before the
 //! change is acknowledged, and replayed on start.
 //!
 //! Records (first byte = tag, then little-endian fields):
@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use shared::placement::Shard as ShardName;
 use shared::protocol::{ProvisionalIsu, PublishIsu, RollbackIsu};
 use shared::wal::{read_log, Decoder, Encoder, FsyncPolicy, Wal, WalError, WalOptions};
 
@@ -54,16 +53,16 @@ impl Journal {
         Journal { wal: None }
     }
 
-    /// Replays the log of `shard` in `data_dir` into `store`, then opens it for appending.
+    /// Replays the log of cell `cell` in `data_dir` into `store`, then opens it for appending.
     pub async fn open(
         data_dir: &Path,
-        shard: ShardName,
+        cell: &str,
         policy: FsyncPolicy,
         compact_after_bytes: u64,
         store: &Store,
     ) -> anyhow::Result<(Journal, Replayed)> {
         std::fs::create_dir_all(data_dir)?;
-        let path = data_dir.join(format!("worker-{}.wal", shard.name()));
+        let path = data_dir.join(format!("worker-{cell}.wal"));
         let replay_path = path.clone();
         let (replayed, state) = tokio::task::spawn_blocking(move || replay(&replay_path)).await??;
         store.replace(state);

@@ -2,17 +2,21 @@
 //!
 //! Layout:
 //! - [`config`]: command-line/environment configuration;
+//! - [`cells`]: this worker's copy of the placement map, and forwarding to the owner cell;
 //! - [`store`]: the in-memory shard (ISUs, conditions, message interning);
 //! - [`journal`]: the durable log of the shard (`--data-dir`), replayed on start;
 //! - [`device_server`]: device posts on their own address, optionally over TLS;
+//! - [`migration`]: this worker's part in live migrations (export, import, activate, forget);
 //! - [`pusher`]: the 10 ms actor pushing latest conditions to the coordinator;
 //! - [`routes`]: public reads, device posts, internal and debug routes;
 //! - [`error`]: the error type mapped to the API's statuses and messages.
 
+pub mod cells;
 pub mod config;
 pub mod device_server;
 pub mod error;
 pub mod journal;
+pub mod migration;
 pub mod pusher;
 pub mod routes;
 pub mod store;
@@ -36,6 +40,9 @@ use crate::store::{Shard, Store};
 pub struct AppState {
     pub store: Store,
     pub journal: Journal,
+    pub cells: Arc<cells::Cells>,
+    /// Migrations this worker is the source of.
+    pub exports: Arc<migration::Exports>,
     pub config: Arc<Config>,
     pub session_key: SessionKey,
     pub metrics: PrometheusHandle,
@@ -66,7 +73,7 @@ impl Application {
             Some(data_dir) => {
                 let (journal, replayed) = Journal::open(
                     data_dir,
-                    config.shard,
+                    &config.cell,
                     config.fsync,
                     config.compact_after_mb.saturating_mul(1 << 20),
                     &store,
@@ -87,6 +94,7 @@ impl Application {
             }
             None => Journal::disabled(),
         };
+        let cells = Arc::new(cells::Cells::new(&config.cell, config.data_dir.as_deref())?);
         let listener = TcpListener::bind(config.listen).await?;
         let device_server = match config.device_listen {
             Some(address) => {
@@ -98,6 +106,8 @@ impl Application {
         let state = AppState {
             store,
             journal,
+            cells,
+            exports: Arc::default(),
             session_key: SessionKey::from_secret(&config.cluster_secret),
             config: Arc::new(config),
             metrics,

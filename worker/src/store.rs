@@ -406,6 +406,51 @@ impl Shard {
         self.isus.remove_if(uuid, |_, entry| entry.id() == id).is_some()
     }
 
+    /// Creates the invisible entry of an ISU a migration brings here (registration `id`);
+    /// false when this registration's entry is here already (a repeated chunk, or the ISU
+    /// came back). A different registration of the UUID here is a conflict.
+    pub fn import(&self, uuid: &str, owner: &str, name: &str, id: i64) -> Result<bool, ProvisionalError> {
+        match self.isus.entry(uuid.into()) {
+            dashmap::Entry::Occupied(occupied) if occupied.get().id() == id => Ok(false),
+            dashmap::Entry::Occupied(_) => Err(ProvisionalError::AlreadyExists),
+            dashmap::Entry::Vacant(vacant) => {
+                vacant.insert(IsuEntry::provisional(uuid, owner, name, id));
+                Ok(true)
+            }
+        }
+    }
+
+    /// Every ISU whose UUID passes `keep`.
+    pub fn isus_where(&self, keep: impl Fn(&str) -> bool) -> Vec<Arc<IsuEntry>> {
+        self.isus
+            .iter()
+            .filter(|entry| keep(entry.key()))
+            .map(|entry| entry.value().clone())
+            .collect()
+    }
+
+    /// Removes `uuid` whatever its state (a migration's source forgetting it); its entry.
+    pub fn forget(&self, uuid: &str) -> Option<Arc<IsuEntry>> {
+        self.isus.remove(uuid).map(|(_, entry)| entry)
+    }
+
+    /// The history of `entry` in its wire form (messages resolved), oldest first per level.
+    pub fn wire_history(&self, entry: &IsuEntry) -> Vec<shared::protocol::WireCondition> {
+        let conditions: Vec<Condition> = {
+            let history = entry.history.read();
+            history.by_level.iter().flatten().copied().collect()
+        };
+        let messages = self.messages.view();
+        conditions
+            .into_iter()
+            .map(|condition| shared::protocol::WireCondition {
+                timestamp: condition.timestamp,
+                flags: condition.flags,
+                message: messages.text(condition.message).to_owned(),
+            })
+            .collect()
+    }
+
     /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were new.
     pub fn post(&self, uuid: &str, batch: &[NewCondition<'_>]) -> Result<usize, PostError> {
         let entry = self.isu(uuid).ok_or(PostError::UnknownIsu)?;

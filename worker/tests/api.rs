@@ -26,7 +26,7 @@ const ISU: &str = "0b104b95-3532-4828-8550-89da717b9667";
 /// A worker of shard A on a free port, memory only, without a device server.
 fn test_config(coordinator_url: String) -> Config {
     Config {
-        shard: shared::placement::Shard::A,
+        cell: "a".into(),
         listen: "127.0.0.1:0".parse().unwrap(),
         coordinator_url,
         cluster_secret: SECRET.into(),

@@ -46,6 +46,7 @@ async fn health(State(app): State<AppState>) -> Result<Response, ApiError> {
         role: "coordinator".into(),
         ready,
         generation: app.state.generation().id,
+        map_version: app.state.placement.map().version(),
     })?;
     if !ready {
         *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

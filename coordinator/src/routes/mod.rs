@@ -2,6 +2,7 @@
 //! request metrics middleware and the session and cluster-secret extractors.
 
 mod auth;
+mod cells;
 mod frontend;
 mod internal;
 mod isu;
@@ -26,6 +27,7 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         .merge(isu::router())
         .merge(trend::router())
         .merge(internal::router())
+        .merge(cells::router())
         .merge(node_http::debug_router())
         .merge(frontend::router(state.config.static_dir.as_deref())?)
         .route_layer(middleware::from_fn(node_http::track_request))

@@ -74,7 +74,7 @@ impl Isu {
 pub struct Generation {
     pub id: u64,
     pub(super) users: RwLock<HashSet<String>>,
-    pub(super) by_uuid: DashMap<String, Arc<Isu>>,
+    pub(crate) by_uuid: DashMap<String, Arc<Isu>>,
     pub(super) by_owner: DashMap<String, Vec<Arc<Isu>>>,
     /// All ISUs in id order, for the trend.
     pub(super) all: RwLock<Vec<Arc<Isu>>>,
@@ -174,6 +174,7 @@ impl Generation {
             jia_service_url: jia_service_url.to_owned(),
             users,
             isus,
+            ..Restored::default()
         }
     }
 

@@ -2,12 +2,16 @@
 //! - [`generation`]: users, ISUs and their latest conditions of one dataset generation;
 //! - [`trend`]: the trend cache built in the background from the latest conditions;
 //! - [`registration`]: the registration protocol with the workers and JIA;
-//! - [`worker_sync`]: bringing workers to the current generation and watching them.
+//! - [`worker_sync`]: bringing workers to the current generation and watching them;
+//! - [`placement`]: the placement map, the router's copy of it and the slot gate;
+//! - [`migration`]: live migration of slots and pins between cells.
 //!
 //! Locks are `parking_lot` ones held for short, synchronous sections only
 //! (never across `.await`).
 
 mod generation;
+pub mod migration;
+pub mod placement;
 mod registration;
 mod trend;
 mod worker_sync;
@@ -18,10 +22,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::RwLock;
 use shared::dataset::Dataset;
-use shared::placement::Shard;
 use shared::session::SessionKey;
 
 pub use generation::{Generation, Isu, Latest};
+pub use placement::Placement;
 pub use registration::Registration;
 pub use trend::Trend;
 
@@ -54,9 +58,14 @@ pub struct State {
     /// Tells the workers about new users, in the background.
     pub user_sync: UserSyncer,
     jia: JiaClient,
-    device_urls: [String; 2],
+    /// The control plane: which cell owns which ISU.
+    pub placement: Placement,
     ready: AtomicBool,
     reset_lock: tokio::sync::Mutex<()>,
+    /// One migration at a time.
+    migration_lock: tokio::sync::Mutex<()>,
+    /// How long a migration's source keeps its copy after the flip.
+    pub migration_grace: std::time::Duration,
 }
 
 impl State {
@@ -66,7 +75,7 @@ impl State {
         session_key: SessionKey,
         workers: WorkerClient,
         jia: JiaClient,
-        device_urls: [String; 2],
+        placement: Placement,
         start: Start,
     ) -> State {
         let restored = matches!(start, Start::Restored(_));
@@ -83,7 +92,7 @@ impl State {
         let current = Arc::new(RwLock::new(Arc::new(generation)));
         let current_id = current.clone();
         State {
-            user_sync: UserSyncer::new(Shard::ALL.len(), Arc::new(move || current_id.read().id)),
+            user_sync: UserSyncer::new(placement.map().cells().len(), Arc::new(move || current_id.read().id)),
             current,
             jia_service_url: Arc::new(RwLock::new(jia_service_url)),
             journal: Journal::default(),
@@ -93,9 +102,11 @@ impl State {
             session_key,
             workers,
             jia,
-            device_urls,
+            placement,
             ready: AtomicBool::new(false),
             reset_lock: tokio::sync::Mutex::new(()),
+            migration_lock: tokio::sync::Mutex::new(()),
+            migration_grace: migration::DEFAULT_GRACE,
         }
     }
 
@@ -107,10 +118,15 @@ impl State {
     pub fn snapshot_fn(&self) -> shared::wal::SnapshotFn {
         let (current, jia_service_url) = (self.current.clone(), self.jia_service_url.clone());
         let default_icon = self.default_icon.clone();
+        let placement = self.placement.snapshot_parts();
         Arc::new(move || {
             let generation = current.read().clone();
             let jia_service_url = jia_service_url.read().clone();
-            crate::journal::snapshot_record(&generation.to_restored(&jia_service_url, &default_icon))
+            let mut restored = generation.to_restored(&jia_service_url, &default_icon);
+            let (map, migrations) = placement();
+            restored.placement = Some(map);
+            restored.migrations = migrations;
+            crate::journal::snapshot_record(&restored)
         })
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use shared::placement::{shard_of, Shard};
+use shared::placement_map::CellId;
 use shared::protocol::{ProvisionalIsu, PublishIsu, RollbackIsu};
 use tokio::sync::watch;
 
@@ -116,7 +116,16 @@ impl State {
         id: i64,
     ) -> Result<Arc<Isu>, ApiError> {
         let started = std::time::Instant::now();
-        let shard = shard_of(&registration.uuid);
+        // Held until publish or rollback: a migration of this slot waits for it (and this
+        // waits for one in progress), so the owner picked here stays the owner.
+        let _pass = self.placement.gate.enter(&registration.uuid).await;
+        let map = self.placement.map();
+        let cell = map.owner(&registration.uuid);
+        let device_url = map
+            .cell(cell)
+            .expect("a map's owner is one of its cells")
+            .device_url
+            .clone();
         let provisional = ProvisionalIsu {
             generation: generation.id,
             id,
@@ -125,7 +134,7 @@ impl State {
             name: registration.name.clone(),
         };
         self.workers
-            .provisional(shard, &provisional)
+            .provisional(cell, &provisional)
             .await
             .map_err(|error| match error.status() {
                 Some(reqwest::StatusCode::CONFLICT) => ApiError::DuplicatedIsu,
@@ -138,15 +147,12 @@ impl State {
         };
         let service_url = self.jia_service_url.read().clone();
         let asked_jia = std::time::Instant::now();
-        let activated = self
-            .jia
-            .activate(&service_url, &self.device_urls[shard.index()], &registration.uuid)
-            .await;
+        let activated = self.jia.activate(&service_url, &device_url, &registration.uuid).await;
         let jia_time = asked_jia.elapsed();
         let character = match activated {
             Ok(character) => character,
             Err(error) => {
-                self.rollback_worker(shard, &rollback).await;
+                self.rollback_worker(cell, &rollback).await;
                 return Err(match error {
                     ActivateError::Refused(status) => ApiError::JiaRefused(status),
                     other => ApiError::Internal(other.to_string()),
@@ -165,7 +171,7 @@ impl State {
         // Logged before the worker publishes it: an ISU visible anywhere is in the log.
         if let Err(error) = self.journal.isu(generation.id, &logged(&isu, &self.default_icon)).await {
             generation.remove(&registration.uuid);
-            self.rollback_worker(shard, &rollback).await;
+            self.rollback_worker(cell, &rollback).await;
             return Err(ApiError::Internal(error.to_string()));
         }
         let publish = PublishIsu {
@@ -174,12 +180,12 @@ impl State {
             id,
             character,
         };
-        if let Err(error) = self.workers.publish(shard, &publish).await {
+        if let Err(error) = self.workers.publish(cell, &publish).await {
             generation.remove(&registration.uuid);
             if let Err(error) = self.journal.removed(generation.id, &registration.uuid).await {
                 tracing::error!(%error, uuid = %registration.uuid, "logging a failed registration failed");
             }
-            self.rollback_worker(shard, &rollback).await;
+            self.rollback_worker(cell, &rollback).await;
             return Err(ApiError::Internal(error.to_string()));
         }
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
@@ -187,8 +193,8 @@ impl State {
         Ok(isu)
     }
 
-    async fn rollback_worker(&self, shard: Shard, rollback: &RollbackIsu) {
-        if let Err(error) = self.workers.rollback(shard, rollback).await {
+    async fn rollback_worker(&self, cell: CellId, rollback: &RollbackIsu) {
+        if let Err(error) = self.workers.rollback(cell, rollback).await {
             tracing::error!(%error, uuid = %rollback.uuid, "rollback on worker failed");
         }
     }

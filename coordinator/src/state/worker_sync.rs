@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use shared::dataset::Dataset;
-use shared::placement::{shard_of, Shard};
+use shared::placement_map::{CellId, PlacementMap};
 use shared::protocol::{ResetShard, ShardIsu, WireCondition};
 
 use super::generation::Generation;
@@ -19,7 +19,7 @@ use super::State;
 const WORKER_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 impl State {
-    /// Brings the workers to the current generation (at start-up), retrying until both answer.
+    /// Brings the workers to the current generation (at start-up), retrying until all answer.
     pub async fn sync_workers_until_ready(&self) {
         let mut delay = Duration::from_millis(50);
         loop {
@@ -51,34 +51,38 @@ impl State {
     async fn bring_worker_up(
         &self,
         generation: &Arc<Generation>,
-        shard: Shard,
+        cell: CellId,
         keep_current: bool,
     ) -> anyhow::Result<()> {
-        if keep_current && self.workers.health(shard).await?.generation == generation.id {
-            self.workers.resend_latest(shard, generation.id).await?;
+        // The map first: from its reset on, the worker forwards what it does not own.
+        self.workers.placement(cell, &self.placement.map()).await?;
+        if keep_current && self.workers.health(cell).await?.generation == generation.id {
+            self.workers.resend_latest(cell, generation.id).await?;
             tracing::info!(
-                shard = shard.name(),
+                worker = self.workers.role(cell),
                 "worker kept its data; its latest conditions are pushed again"
             );
             return Ok(());
         }
-        self.reset_worker(generation, shard).await
+        self.reset_worker(generation, cell).await
     }
 
-    /// Brings both workers to `generation` (see [`State::bring_worker_up`]).
+    /// Brings every worker to `generation` (see [`State::bring_worker_up`]).
     pub(super) async fn reset_workers(&self, generation: &Arc<Generation>, keep_current: bool) -> anyhow::Result<()> {
-        let (a, b) = tokio::join!(
-            self.bring_worker_up(generation, Shard::A, keep_current),
-            self.bring_worker_up(generation, Shard::B, keep_current)
-        );
-        a.and(b)
+        let results = futures_util::future::join_all(
+            self.workers
+                .cells()
+                .map(|cell| self.bring_worker_up(generation, cell, keep_current)),
+        )
+        .await;
+        results.into_iter().collect()
     }
 
-    /// Sends a worker its shard of `generation` as the coordinator knows it now.
-    async fn reset_worker(&self, generation: &Arc<Generation>, shard: Shard) -> anyhow::Result<()> {
-        let (dataset, generation) = (self.dataset.clone(), generation.clone());
-        let body = tokio::task::spawn_blocking(move || reset_body(&dataset, &generation, shard)).await??;
-        Ok(self.workers.reset(shard, body).await?)
+    /// Sends a worker the ISUs of `generation` its cell owns in the current map.
+    async fn reset_worker(&self, generation: &Arc<Generation>, cell: CellId) -> anyhow::Result<()> {
+        let (dataset, generation, map) = (self.dataset.clone(), generation.clone(), self.placement.map());
+        let body = tokio::task::spawn_blocking(move || reset_body(&dataset, &generation, &map, cell)).await??;
+        Ok(self.workers.reset(cell, body).await?)
     }
 
     /// Watches the workers' generation and resets a worker that lost its state
@@ -91,32 +95,38 @@ impl State {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            for shard in Shard::ALL {
+            for cell in self.workers.cells() {
                 // Asked under the lock, so an `/initialize` in progress is not mistaken for a restart.
                 let _resetting = self.reset_lock.lock().await;
-                let Ok(health) = self.workers.health(shard).await else {
+                let Ok(health) = self.workers.health(cell).await else {
                     continue; // down: it is reset when it answers again
                 };
+                let map = self.placement.map();
+                if health.map_version < map.version() {
+                    if let Err(error) = self.workers.placement(cell, &map).await {
+                        tracing::warn!(%error, "sending the placement map failed");
+                    }
+                }
                 let generation = self.generation();
                 if health.generation == generation.id {
                     continue;
                 }
                 tracing::warn!(
-                    shard = shard.name(),
+                    worker = self.workers.role(cell),
                     worker_generation = health.generation,
                     "worker lost its state; resetting it"
                 );
-                if let Err(error) = self.reset_worker(&generation, shard).await {
-                    tracing::error!(%error, shard = shard.name(), "resetting a worker failed");
+                if let Err(error) = self.reset_worker(&generation, cell).await {
+                    tracing::error!(%error, worker = self.workers.role(cell), "resetting a worker failed");
                 }
             }
         }
     }
 }
 
-/// A worker's reset body: the ISUs of its shard in `generation`, with the
-/// dataset's conditions and each ISU's latest known condition, and every user.
-fn reset_body(dataset: &Dataset, generation: &Generation, shard: Shard) -> anyhow::Result<Bytes> {
+/// A worker's reset body: the ISUs its cell owns in `map`, with the dataset's conditions and
+/// each ISU's latest known condition, and every user of `generation`.
+fn reset_body(dataset: &Dataset, generation: &Generation, map: &PlacementMap, cell: CellId) -> anyhow::Result<Bytes> {
     let dataset_conditions: HashMap<&str, &[WireCondition]> = dataset
         .isus
         .iter()
@@ -126,7 +136,7 @@ fn reset_body(dataset: &Dataset, generation: &Generation, shard: Shard) -> anyho
         .all
         .read()
         .iter()
-        .filter(|isu| shard_of(&isu.uuid) == shard)
+        .filter(|isu| map.owner(&isu.uuid) == cell)
         .map(|isu| {
             let mut conditions = dataset_conditions
                 .get(isu.uuid.as_str())

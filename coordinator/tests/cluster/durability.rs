@@ -12,7 +12,7 @@ use super::support::*;
 
 /// Conditions the tests post themselves, far before anything a simulated device sends.
 const OWN_BASE: i64 = VIRTUAL_START - 50_000_000;
-const CONDITIONS_PER_BATCH: i64 = 5;
+pub(super) const CONDITIONS_PER_BATCH: i64 = 5;
 
 fn durable() -> ClusterOptions {
     ClusterOptions {
@@ -22,7 +22,7 @@ fn durable() -> ClusterOptions {
 }
 
 /// A device client with a short timeout: a dead worker must not stall the test.
-fn device_client() -> reqwest::Client {
+pub(super) fn device_client() -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(2))
@@ -31,7 +31,7 @@ fn device_client() -> reqwest::Client {
 }
 
 /// Batch `serial` of poster `lane`: timestamps no other batch uses.
-fn own_batch(lane: i64, serial: i64) -> Vec<bench::model::SentCondition> {
+pub(super) fn own_batch(lane: i64, serial: i64) -> Vec<bench::model::SentCondition> {
     (0..CONDITIONS_PER_BATCH)
         .map(|offset| {
             let timestamp = OWN_BASE + lane * 1_000_000 + serial * CONDITIONS_PER_BATCH + offset;
@@ -86,7 +86,7 @@ async fn wait_until_served(agent: &Agent, uuid: &str) {
 }
 
 /// Every timestamp of the test's own conditions of `uuid`, read page by page through the API.
-async fn own_timestamps(agent: &Agent, uuid: &str) -> BTreeSet<i64> {
+pub(super) async fn own_timestamps(agent: &Agent, uuid: &str) -> BTreeSet<i64> {
     let mut seen = BTreeSet::new();
     let mut end_time = OWN_BASE + 10_000_000;
     loop {

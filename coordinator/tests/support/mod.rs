@@ -122,7 +122,8 @@ impl Reply {
 pub enum Routes {
     /// Straight to the nodes, routed like the public nginx server does:
     /// condition and graph routes to the worker owning the UUID, the rest to the coordinator.
-    Direct { coordinator: String, workers: [String; 2] },
+    /// With N workers, the default placement map: first hex digit mod N (for two, its parity).
+    Direct { coordinator: String, workers: Vec<String> },
     /// Everything to one public base URL (nginx).
     Public(String),
 }
@@ -132,7 +133,7 @@ impl Routes {
         match self {
             Routes::Public(base) => format!("{base}{path}"),
             Routes::Direct { coordinator, workers } => match uuid_of_worker_route(path) {
-                Some(uuid) => format!("{}{path}", workers[shard_index(uuid)]),
+                Some(uuid) => format!("{}{path}", workers[default_cell(uuid, workers.len())]),
                 None => format!("{coordinator}{path}"),
             },
         }
@@ -153,9 +154,14 @@ fn uuid_of_worker_route(path: &str) -> Option<&str> {
 /// 0 (worker A) when the UUID's first hex digit is even, 1 (worker B) when odd.
 /// Written out here (not `shared::placement`) so the tests check the documented rule.
 pub fn shard_index(uuid: &str) -> usize {
+    default_cell(uuid, 2)
+}
+
+/// The cell of `uuid` in a new map of `cells` cells: its first hex digit mod `cells`.
+pub fn default_cell(uuid: &str, cells: usize) -> usize {
     match uuid.chars().next().and_then(|first| first.to_digit(16)) {
-        Some(digit) if digit % 2 == 1 => 1,
-        _ => 0,
+        Some(digit) => digit as usize % cells,
+        None => 0,
     }
 }
 
@@ -179,6 +185,23 @@ impl Agent {
 
     pub fn url(&self, path: &str) -> String {
         self.routes.url(path)
+    }
+
+    /// The same client (and session) sending to other routes.
+    pub fn with_routes(&self, routes: Routes) -> Agent {
+        Agent {
+            client: self.client.clone(),
+            routes,
+        }
+    }
+
+    /// `GET path` with extra headers.
+    pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
+        let mut request = self.client.get(self.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        self.send(request).await
     }
 
     pub async fn send(&self, request: reqwest::RequestBuilder) -> Reply {
@@ -321,9 +344,11 @@ async fn read_reply(request: String, response: reqwest::Response) -> Reply {
 pub struct ClusterOptions {
     /// How long the JIA simulator waits before answering an activation (its device already posts).
     pub activation_delay: Duration,
-    /// `target_base_url` of each shard's devices; default: the worker's own device server
+    /// How many workers (cells a, b, c, ...).
+    pub workers: usize,
+    /// `target_base_url` of each cell's devices; default: the worker's own device server
     /// (`--device-listen`), as `scripts/cluster` runs it.
-    pub device_urls: Option<[String; 2]>,
+    pub device_urls: Option<Vec<String>>,
     /// Extra coordinator flags (dataset, keys, static directory).
     pub coordinator_args: Vec<String>,
     /// Signs sign-in JWTs; default: the project's key.
@@ -338,6 +363,7 @@ impl Default for ClusterOptions {
     fn default() -> Self {
         ClusterOptions {
             activation_delay: Duration::from_millis(50),
+            workers: 2,
             device_urls: None,
             coordinator_args: Vec::new(),
             signer: None,
@@ -347,41 +373,52 @@ impl Default for ClusterOptions {
     }
 }
 
-/// A running cluster. Dropping it kills the three node processes and stops the simulator.
+/// A running cluster. Dropping it kills the node processes and stops the simulator.
 pub struct Cluster {
     pub coordinator: String,
-    /// Worker A (even first hex digit) and worker B (odd).
-    pub workers: [String; 2],
+    /// Worker A (even first hex digit), worker B (odd), then any further cells.
+    pub workers: Vec<String>,
     /// The workers' own device servers (`--device-listen`): device posts only.
-    pub device_servers: [String; 2],
+    pub device_servers: Vec<String>,
     pub jia: JiaHandle,
     pub secret: String,
     pub signer: JwtSigner,
     /// Declared before `scratch`: the processes die before their log directory goes.
     processes: Vec<NodeProcess>,
-    /// Flags of worker A, worker B and the coordinator, to start them again.
-    node_args: [Vec<String>; 3],
+    /// Flags of every worker and then the coordinator, to start them again.
+    node_args: Vec<Vec<String>>,
+    /// Node names in the same order (`worker-a`, ..., `coordinator`).
+    names: Vec<&'static str>,
     pub scratch: ScratchDir,
 }
 
-const NODE_NAMES: [&str; 3] = ["worker-a", "worker-b", "coordinator"];
+/// Cell names of test clusters, in order.
+pub const CELL_NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+const WORKER_NAMES: [&str; 6] = ["worker-a", "worker-b", "worker-c", "worker-d", "worker-e", "worker-f"];
 
 /// Starts a cluster with the default options and initializes it.
 pub async fn spawn_cluster() -> Cluster {
     spawn_cluster_with(ClusterOptions::default()).await
 }
 
-/// Starts workers A and B and the coordinator on free ports, waits until every
-/// `/healthz` answers 200, then sends `POST /initialize` with the simulator's URL.
+/// Starts the workers (A and B by default) and the coordinator on free ports, waits until
+/// every `/healthz` answers 200, then sends `POST /initialize` with the simulator's URL.
 pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
-    let [coordinator_port, worker_a_port, worker_b_port, device_a_port, device_b_port] = free_ports::<5>();
+    let count = options.workers;
+    assert!(
+        (1..=CELL_NAMES.len()).contains(&count),
+        "test clusters have 1 to 6 workers"
+    );
+    let ports = free_ports::<13>();
+    let coordinator_port = ports[0];
+    let (worker_ports, device_ports) = (&ports[1..1 + count], &ports[7..7 + count]);
     let scratch = ScratchDir::new("cluster");
     let secret = format!("test-secret-{}", uuid::Uuid::new_v4().simple());
     let coordinator = format!("http://127.0.0.1:{coordinator_port}");
-    let workers = [
-        format!("http://127.0.0.1:{worker_a_port}"),
-        format!("http://127.0.0.1:{worker_b_port}"),
-    ];
+    let workers: Vec<String> = worker_ports
+        .iter()
+        .map(|port| format!("http://127.0.0.1:{port}"))
+        .collect();
     let jia = JiaSimulator::start(JiaConfig {
         url_policy: UrlPolicy::AnyUrl,
         accept_any_uuid: false,
@@ -391,10 +428,10 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
     })
     .await
     .expect("starting the JIA simulator");
-    let device_servers = [
-        format!("http://127.0.0.1:{device_a_port}"),
-        format!("http://127.0.0.1:{device_b_port}"),
-    ];
+    let device_servers: Vec<String> = device_ports
+        .iter()
+        .map(|port| format!("http://127.0.0.1:{port}"))
+        .collect();
     let device_urls = options.device_urls.unwrap_or_else(|| device_servers.clone());
 
     let data_dir = |node: &str| -> Vec<String> {
@@ -404,13 +441,15 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
             false => Vec::new(),
         }
     };
-    let mut node_args: [Vec<String>; 3] = Default::default();
-    let worker_ports = [("a", worker_a_port, device_a_port), ("b", worker_b_port, device_b_port)];
-    for (index, (shard, port, device_port)) in worker_ports.into_iter().enumerate() {
+    let mut names: Vec<&'static str> = WORKER_NAMES[..count].to_vec();
+    names.push("coordinator");
+    let mut node_args: Vec<Vec<String>> = vec![Vec::new(); count + 1];
+    for index in 0..count {
+        let (port, device_port) = (worker_ports[index], device_ports[index]);
         let args = &mut node_args[index];
         args.extend([
-            "--shard".into(),
-            shard.into(),
+            "--cell".into(),
+            CELL_NAMES[index].into(),
             "--listen".into(),
             format!("127.0.0.1:{port}"),
             "--device-listen".into(),
@@ -422,19 +461,17 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
             "--cluster-secret".into(),
             secret.clone(),
         ]);
-        args.extend(data_dir(NODE_NAMES[index]));
+        args.extend(data_dir(names[index]));
         args.extend(options.worker_args.iter().cloned());
     }
-    let args = &mut node_args[2];
+    let args = &mut node_args[count];
     args.extend(["--listen".into(), format!("127.0.0.1:{coordinator_port}")]);
-    args.extend([
-        "--worker-a-url".into(),
-        workers[0].clone(),
-        "--worker-b-url".into(),
-        workers[1].clone(),
-    ]);
-    args.extend(["--worker-a-device-url".into(), device_urls[0].clone()]);
-    args.extend(["--worker-b-device-url".into(), device_urls[1].clone()]);
+    for index in 0..count {
+        args.extend([
+            "--worker".into(),
+            format!("{}={},{}", CELL_NAMES[index], workers[index], device_urls[index]),
+        ]);
+    }
     args.extend([
         "--cluster-secret".into(),
         secret.clone(),
@@ -443,8 +480,14 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
     ]);
     args.extend(data_dir("coordinator"));
     args.extend(options.coordinator_args.iter().cloned());
-    let processes = (0..3)
-        .map(|index| NodeProcess::spawn(NODE_NAMES[index], node_command(index, &node_args[index]), &scratch.path))
+    let processes = (0..=count)
+        .map(|index| {
+            NodeProcess::spawn(
+                names[index],
+                node_command(index == count, &node_args[index]),
+                &scratch.path,
+            )
+        })
         .collect();
 
     let mut cluster = Cluster {
@@ -456,6 +499,7 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
         signer: options.signer.unwrap_or_else(JwtSigner::project_default),
         processes,
         node_args,
+        names,
         scratch,
     };
     cluster.wait_until_healthy().await;
@@ -548,7 +592,7 @@ impl Cluster {
         self.start_node(index);
     }
 
-    /// SIGKILLs node `index` (0 = worker A, 1 = worker B, 2 = coordinator) by its PID and reaps it.
+    /// SIGKILLs node `index` (0 = worker A, 1 = worker B, ..., then the coordinator) by its PID and reaps it.
     pub fn kill_node(&mut self, index: usize) {
         let process = &mut self.processes[index];
         let _ = process.child.kill();
@@ -557,10 +601,14 @@ impl Cluster {
 
     /// Starts node `index` again with its flags (its log file is appended to); returns once it listens.
     pub fn start_node(&mut self, index: usize) {
-        let name = NODE_NAMES[index];
-        self.processes[index] =
-            NodeProcess::spawn_appending(name, node_command(index, &self.node_args[index]), &self.scratch.path);
-        let base = if index == 2 {
+        let name = self.names[index];
+        let is_coordinator = index == self.workers.len();
+        self.processes[index] = NodeProcess::spawn_appending(
+            name,
+            node_command(is_coordinator, &self.node_args[index]),
+            &self.scratch.path,
+        );
+        let base = if is_coordinator {
             &self.coordinator
         } else {
             &self.workers[index]
@@ -584,7 +632,7 @@ impl Cluster {
 
     /// The durable data directory of node `index` (see [`ClusterOptions::durable`]).
     pub fn data_dir(&self, index: usize) -> PathBuf {
-        self.scratch.path.join("data").join(NODE_NAMES[index])
+        self.scratch.path.join("data").join(self.names[index])
     }
 
     /// Panics if a node process has exited.
@@ -663,11 +711,11 @@ fn worker_binary() -> PathBuf {
     path
 }
 
-/// The command of node `index` (0, 1 = workers, 2 = coordinator) with its flags.
-fn node_command(index: usize, args: &[String]) -> Command {
-    let mut command = match index {
-        2 => Command::new(env!("CARGO_BIN_EXE_coordinator")),
-        _ => Command::new(worker_binary()),
+/// The command of a worker or the coordinator with its flags.
+fn node_command(coordinator: bool, args: &[String]) -> Command {
+    let mut command = match coordinator {
+        true => Command::new(env!("CARGO_BIN_EXE_coordinator")),
+        false => Command::new(worker_binary()),
     };
     command.args(args);
     command

@@ -73,6 +73,8 @@ async fn post_conditions(
                 // Acknowledged only once logged (a repeat is already in the log).
                 state.journal.post(shard.generation, &uuid, &batch).await?;
             }
+            // During a migration of this ISU, acknowledged only once its target has it too.
+            crate::migration::forward_to_export(&state, &uuid, &batch).await?;
             Ok(StatusCode::ACCEPTED)
         }
         // Rolled back between the check and the insert.

@@ -6,9 +6,10 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use shared::placement_map::PlacementMap;
 use shared::protocol::{
-    Health, ProvisionalIsu, PublishIsu, ResendLatest, ResetShard, RollbackIsu, UserSync, HEALTH, WORKER_PROVISIONAL,
-    WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    Health, ProvisionalIsu, PublishIsu, ResendLatest, ResetShard, RollbackIsu, UserSync, HEALTH, WORKER_PLACEMENT,
+    WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 
 use super::{json_response, ClusterPeer};
@@ -27,6 +28,7 @@ pub fn router() -> Router<AppState> {
         .route(WORKER_PUBLISH, post(publish))
         .route(WORKER_ROLLBACK, post(rollback))
         .route(WORKER_RESEND_LATEST, post(resend_latest))
+        .route(WORKER_PLACEMENT, post(placement))
         .route(HEALTH, get(health))
 }
 
@@ -53,7 +55,7 @@ async fn reset(_: ClusterPeer, State(state): State<AppState>, Json(reset): Json<
 }
 
 /// Refuses messages meant for another generation of the data.
-fn current_shard(state: &AppState, generation: u64) -> Result<std::sync::Arc<Shard>, WorkerError> {
+pub(crate) fn current_shard(state: &AppState, generation: u64) -> Result<std::sync::Arc<Shard>, WorkerError> {
     let shard = state.store.shard();
     if shard.generation == generation {
         Ok(shard)
@@ -123,12 +125,27 @@ async fn resend_latest(
     Ok(StatusCode::OK)
 }
 
+/// The coordinator's map: taken when newer than this worker's copy (saved before the answer).
+async fn placement(
+    _: ClusterPeer,
+    State(state): State<AppState>,
+    Json(map): Json<PlacementMap>,
+) -> Result<StatusCode, WorkerError> {
+    let cells = state.cells.clone();
+    tokio::task::spawn_blocking(move || cells.update(map))
+        .await
+        .map_err(|error| WorkerError::Internal(error.to_string()))?
+        .map_err(|error| WorkerError::Internal(format!("saving the placement map: {error}")))?;
+    Ok(StatusCode::OK)
+}
+
 /// Liveness: a worker is ready as soon as it listens (the coordinator resets it).
 async fn health(State(state): State<AppState>) -> Response {
     let health = Health {
-        role: state.config.shard.role().to_owned(),
+        role: state.config.role(),
         ready: true,
         generation: state.store.shard().generation,
+        map_version: state.cells.version(),
     };
     json_response(serde_json::to_vec(&health).unwrap_or_default())
 }

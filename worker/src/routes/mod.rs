@@ -5,6 +5,8 @@ mod condition;
 mod graph;
 mod internal;
 
+pub(crate) use internal::current_shard;
+
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
@@ -20,9 +22,9 @@ pub use node_http::ClusterPeer;
 
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .merge(condition::router())
-        .merge(graph::router())
+        .merge(per_isu(state.clone(), condition::router().merge(graph::router())))
         .merge(internal::router())
+        .merge(crate::migration::router())
         .merge(node_http::debug_router())
         .route_layer(middleware::from_fn(node_http::track_request))
         .with_state(state)
@@ -32,10 +34,15 @@ pub fn router(state: AppState) -> Router {
 /// internal, metrics or profiling route; any other path is 404, another method 405).
 pub fn device_router(state: AppState) -> Router {
     Router::new()
-        .merge(condition::device_router())
+        .merge(per_isu(state.clone(), condition::device_router()))
         .route_layer(middleware::from_fn(node_http::track_request))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found") })
         .with_state(state)
+}
+
+/// Per-ISU routes: a request for an ISU another cell owns is forwarded there.
+fn per_isu(state: AppState, routes: Router<AppState>) -> Router<AppState> {
+    routes.route_layer(middleware::from_fn_with_state(state, crate::cells::forward_foreign))
 }
 
 /// The signed-in user of a request. A session is valid when its cookie is

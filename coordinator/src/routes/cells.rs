@@ -1,0 +1,150 @@
+//! The cells API (internal, cluster secret required): the placement map and the operations
+//! that move ISUs between cells. `scripts/cells` is its command-line front.
+//!
+//! - `GET  /internal/placement`: the map and the migrations in progress;
+//! - `POST /internal/cells/migrate` `{"slot": "0b", "to": "c"}` or `{"isu": UUID, "to": "c"}`;
+//! - `POST /internal/cells/drain` `{"cell": "a"}`: every slot and pin of the cell elsewhere;
+//! - `POST /internal/cells/rebalance` `{}`: the fewest slot moves that even out every cell.
+//!
+//! Each answers once its migrations flipped: `{"migrations": [...], "map_version": N}`, or
+//! an error `{"error": "...", "migrations": [what moved before it]}` (400: refused, 503: a
+//! worker failed and the migration was rolled back).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use shared::migration::Subject;
+use shared::placement_map::CellId;
+use shared::protocol::COORDINATOR_PLACEMENT;
+
+use super::ClusterPeer;
+use crate::state::migration::{CellsError, MigrationReport};
+use crate::AppState;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(COORDINATOR_PLACEMENT, get(placement))
+        .route("/internal/cells/migrate", post(migrate))
+        .route("/internal/cells/drain", post(drain))
+        .route("/internal/cells/rebalance", post(rebalance))
+}
+
+async fn placement(_: ClusterPeer, State(app): State<AppState>) -> Response {
+    let map = app.state.placement.map();
+    let migrations: Vec<_> = app.state.placement.migrations.lock().values().cloned().collect();
+    Json(json!({
+        "map": &*map,
+        "slot_counts": map.slot_counts(),
+        "migrations": migrations,
+    }))
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct MigrateRequest {
+    slot: Option<String>,
+    isu: Option<String>,
+    to: String,
+}
+
+#[derive(Deserialize)]
+struct DrainRequest {
+    cell: String,
+}
+
+fn refused(message: impl Into<String>) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({ "error": message.into(), "migrations": [] })),
+    )
+        .into_response()
+}
+
+fn cell_named(app: &AppState, name: &str) -> Result<CellId, String> {
+    app.state
+        .placement
+        .map()
+        .cell_id(name)
+        .ok_or_else(|| format!("no cell named {name:?}"))
+}
+
+fn answer(app: &AppState, done: Vec<MigrationReport>, error: Option<CellsError>) -> Response {
+    let map_version = app.state.placement.map().version();
+    match error {
+        None => Json(json!({ "migrations": done, "map_version": map_version })).into_response(),
+        Some(error) => {
+            let status = match error {
+                CellsError::Refused(_) | CellsError::Placement(_) | CellsError::Machine(_) => StatusCode::BAD_REQUEST,
+                CellsError::RolledBack(_) => StatusCode::SERVICE_UNAVAILABLE,
+                CellsError::Log(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            tracing::warn!(%error, "cells operation failed");
+            let body = json!({ "error": error.to_string(), "migrations": done, "map_version": map_version });
+            (status, Json(body)).into_response()
+        }
+    }
+}
+
+async fn migrate(_: ClusterPeer, State(app): State<AppState>, Json(request): Json<MigrateRequest>) -> Response {
+    let to = match cell_named(&app, &request.to) {
+        Ok(to) => to,
+        Err(message) => return refused(message),
+    };
+    let subject = match (request.slot, request.isu) {
+        (Some(slot), None) => match u8::from_str_radix(slot.trim_start_matches("0x"), 16) {
+            Ok(parsed) if slot.trim_start_matches("0x").len() <= 2 => Subject::Slot(parsed),
+            _ => return refused(format!("slot must be two hex digits (00 to ff), not {slot:?}")),
+        },
+        (None, Some(uuid)) => {
+            if !app.state.generation().by_uuid.contains_key(&uuid) {
+                return refused(format!("no registered ISU {uuid}"));
+            }
+            Subject::Pin(uuid)
+        }
+        _ => return refused("give either \"slot\" or \"isu\""),
+    };
+    let (done, error) = match app.state.migrate(subject, to).await {
+        Ok(report) => (report.into_iter().collect(), None),
+        Err(error) => (Vec::new(), Some(error)),
+    };
+    answer(&app, done, error)
+}
+
+async fn drain(_: ClusterPeer, State(app): State<AppState>, Json(request): Json<DrainRequest>) -> Response {
+    let cell = match cell_named(&app, &request.cell) {
+        Ok(cell) => cell,
+        Err(message) => return refused(message),
+    };
+    let map = app.state.placement.map();
+    let slots = match map.drain_plan(cell) {
+        Ok(slots) => slots,
+        Err(error) => return refused(error.to_string()),
+    };
+    // Pins go to the cell that will hold the fewest slots after the drain, spread in turn.
+    let others: Vec<CellId> = (0..map.cells().len() as CellId)
+        .filter(|other| *other != cell)
+        .collect();
+    let pins: Vec<(String, CellId)> = map
+        .pins_of(cell)
+        .into_iter()
+        .enumerate()
+        .map(|(index, uuid)| (uuid.to_owned(), others[index % others.len()]))
+        .collect();
+    let (done, error) = app.state.migrate_plan(slots, pins).await;
+    answer(&app, done, error)
+}
+
+async fn rebalance(_: ClusterPeer, State(app): State<AppState>) -> Response {
+    let map = app.state.placement.map();
+    let all: Vec<CellId> = (0..map.cells().len() as CellId).collect();
+    let slots = match map.rebalance_plan(&all) {
+        Ok(slots) => slots,
+        Err(error) => return refused(error.to_string()),
+    };
+    let (done, error) = app.state.migrate_plan(slots, Vec::new()).await;
+    answer(&app, done, error)
+}

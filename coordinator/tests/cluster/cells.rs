@@ -1,0 +1,258 @@
+//! Cells: three workers, the placement map, live migration of slots and pinned ISUs under
+//! device posts and reads, draining a cell, and requests that reach the wrong worker.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::durability::{device_client, own_batch, own_timestamps};
+use super::support::*;
+
+fn three_cells() -> ClusterOptions {
+    ClusterOptions {
+        workers: 3,
+        coordinator_args: vec!["--migration-grace-ms".into(), "300".into()],
+        ..ClusterOptions::default()
+    }
+}
+
+/// A cells API call on the coordinator (with the secret); the status and JSON answer.
+async fn cells_call(cluster: &Cluster, path: &str, body: Value) -> (StatusCode, Value) {
+    let response = cluster
+        .raw_client()
+        .post(format!("{}{path}", cluster.coordinator))
+        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+        .timeout(Duration::from_secs(60))
+        .json(&body)
+        .send()
+        .await
+        .expect("calling the cells API");
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn placement(cluster: &Cluster) -> Value {
+    cluster
+        .raw_client()
+        .get(format!("{}/internal/placement", cluster.coordinator))
+        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Posts batch after batch of `lane` to `device_url` (the URL JIA gave the ISU's device,
+/// which never changes) until `stop`; records what was answered 202 and counts the rest.
+async fn keep_posting(
+    device_url: String,
+    uuid: String,
+    lane: i64,
+    stop: Arc<AtomicBool>,
+    acknowledged: Arc<Mutex<BTreeSet<i64>>>,
+    refused: Arc<AtomicUsize>,
+) {
+    let client = device_client();
+    let mut serial = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let batch = own_batch(lane, serial);
+        let answer = client
+            .post(format!("{device_url}/api/condition/{uuid}"))
+            .json(&batch)
+            .send()
+            .await;
+        match answer {
+            Ok(response) if response.status() == StatusCode::ACCEPTED => {
+                acknowledged
+                    .lock()
+                    .unwrap()
+                    .extend(batch.iter().map(|condition| condition.timestamp));
+                serial += 1;
+            }
+            // The same batch again: a device that got no 202 retries it.
+            _ => {
+                refused.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_and_pins_move_between_three_cells_under_load_losing_and_duplicating_nothing() {
+    let cluster = spawn_cluster_with(three_cells()).await;
+    let map = placement(&cluster).await;
+    assert_eq!(map["slot_counts"], json!([96, 80, 80]), "first hex digit mod 3");
+
+    let alice = cluster.sign_in("alice").await;
+    // Slot 0a (cell a), an ISU of cell b to pin elsewhere, and one on c that stays.
+    let moving = cluster.known_uuid('0', 0xa1);
+    let pinned = cluster.known_uuid('4', 0xb2);
+    let staying = cluster.known_uuid('2', 0xc3);
+    assert!(moving.starts_with("0a") || moving.starts_with("00"), "{moving}");
+    for (uuid, name) in [(&moving, "moving"), (&pinned, "pinned"), (&staying, "staying")] {
+        alice.register(uuid, name, None).await.json(201);
+    }
+
+    // Devices keep posting to the device server they were given at activation; a reader
+    // reads through the test's stale router (the default map) all along.
+    let stop = Arc::new(AtomicBool::new(false));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let acknowledged: Vec<Arc<Mutex<BTreeSet<i64>>>> = (0..3).map(|_| Arc::default()).collect();
+    let mut posters = Vec::new();
+    for (lane, uuid) in [&moving, &pinned, &staying].into_iter().enumerate() {
+        let device_url = cluster.device_servers[default_cell(uuid, 3)].clone();
+        posters.push(tokio::spawn(keep_posting(
+            device_url,
+            uuid.clone(),
+            lane as i64,
+            stop.clone(),
+            acknowledged[lane].clone(),
+            refused.clone(),
+        )));
+    }
+    let read_errors = Arc::new(AtomicUsize::new(0));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let reader = {
+        let (alice, stop, read_errors, reads) = (alice.clone(), stop.clone(), read_errors.clone(), reads.clone());
+        let uuids = [moving.clone(), pinned.clone(), staying.clone()];
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                for uuid in &uuids {
+                    let status = alice
+                        .conditions(uuid, &format!("end_time=2000000000&condition_level={ALL_LEVELS}"))
+                        .await
+                        .status;
+                    let graph = alice.graph(uuid, 1_628_000_000).await.status;
+                    reads.fetch_add(2, Ordering::Relaxed);
+                    if status != 200 || graph != 200 {
+                        read_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let slot = &moving[..2];
+    let (status, answer) = cells_call(&cluster, "/internal/cells/migrate", json!({"slot": slot, "to": "c"})).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["migrations"][0]["from"], "a");
+    assert!(answer["migrations"][0]["isus"].as_u64().unwrap() >= 1, "{answer}");
+
+    let (status, answer) = cells_call(&cluster, "/internal/cells/migrate", json!({"isu": pinned, "to": "c"})).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["migrations"][0]["isus"], 1, "{answer}");
+
+    let (status, answer) = cells_call(&cluster, "/internal/cells/drain", json!({"cell": "a"})).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        answer["migrations"].as_array().unwrap().len(),
+        95,
+        "the rest of a's slots"
+    );
+
+    // Bad requests get a clear 400.
+    for body in [
+        json!({"slot": "0a", "to": "zz"}),
+        json!({"slot": "xyz", "to": "b"}),
+        json!({"to": "b"}),
+        json!({"isu": "not-registered", "to": "b"}),
+    ] {
+        let (status, answer) = cells_call(&cluster, "/internal/cells/migrate", body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body} → {answer}");
+        assert!(answer["error"].as_str().is_some_and(|error| !error.is_empty()));
+    }
+    let refused_without_secret = cluster
+        .raw_client()
+        .post(format!("{}/internal/cells/rebalance", cluster.coordinator))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(refused_without_secret, StatusCode::UNAUTHORIZED);
+
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, Ordering::Relaxed);
+    for poster in posters {
+        poster.await.unwrap();
+    }
+    reader.await.unwrap();
+
+    assert_eq!(refused.load(Ordering::Relaxed), 0, "no device post was refused");
+    assert_eq!(
+        read_errors.load(Ordering::Relaxed),
+        0,
+        "no read failed ({} reads)",
+        reads.load(Ordering::Relaxed)
+    );
+    for (lane, uuid) in [&moving, &pinned, &staying].into_iter().enumerate() {
+        let posted = acknowledged[lane].lock().unwrap().clone();
+        assert!(
+            posted.len() >= 50,
+            "{uuid}: only {} conditions acknowledged",
+            posted.len()
+        );
+        // Read page by page: a duplicate would show as a repeated timestamp on a page.
+        let stored = own_timestamps(&alice, uuid).await;
+        let missing: Vec<_> = posted.difference(&stored).take(5).collect();
+        assert!(missing.is_empty(), "{uuid}: acknowledged but lost: {missing:?}");
+        assert_eq!(
+            stored.len(),
+            posted.len(),
+            "{uuid}: stored conditions nobody acknowledged"
+        );
+    }
+
+    let map = placement(&cluster).await;
+    assert_eq!(map["slot_counts"][0], 0, "a holds nothing: {}", map["slot_counts"]);
+    assert_eq!(map["map"]["pins"][&pinned], 2, "pinned to c");
+    assert_eq!(map["migrations"], json!([]), "every migration finished");
+
+    // The sources forgot their copies: asked without forwarding, a answers 404 for the
+    // moved ISU; through it (a stale route), the owner answers.
+    let direct = |worker: usize, uuid: &str, forwarded: bool| {
+        let agent = alice.with_routes(Routes::Public(cluster.workers[worker].clone()));
+        let path = format!("/api/condition/{uuid}?end_time=2000000000&condition_level={ALL_LEVELS}");
+        let headers: Vec<(&str, &str)> = match forwarded {
+            true => vec![(shared::protocol::FORWARDED_HEADER, "test")],
+            false => Vec::new(),
+        };
+        async move { agent.get_with(&path, &headers).await.status.as_u16() }
+    };
+    assert_eq!(direct(0, &moving, true).await, 404, "the source forgot it");
+    assert_eq!(direct(0, &moving, false).await, 200, "a stale route is forwarded");
+    assert_eq!(direct(1, &pinned, true).await, 404);
+    assert_eq!(direct(2, &pinned, true).await, 200);
+
+    // The latest condition still reaches the coordinator from the new owner.
+    let moving_ref = moving.as_str();
+    let alice_ref = &alice;
+    let before = alice.isu_list().await.json(200);
+    let latest_of = |list: &Value| -> i64 {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|item| item["jia_isu_uuid"] == moving_ref)
+            .and_then(|item| item["latest_isu_condition"]["timestamp"].as_i64())
+            .unwrap_or(0)
+    };
+    let first = latest_of(&before);
+    wait_until(
+        "the moved ISU's latest condition advances",
+        Duration::from_secs(5),
+        move || async move { (latest_of(&alice_ref.isu_list().await.json(200)) > first).then_some(()) },
+    )
+    .await;
+    cluster_assert_no_crash(cluster);
+}
+
+fn cluster_assert_no_crash(mut cluster: Cluster) {
+    cluster.assert_no_crash();
+}
