@@ -157,6 +157,7 @@ impl Report {
             "passed": self.passed(),
             "errors": self.stats.error_count(),
             "timeouts": self.stats.timeouts,
+            "idle_close_retries": self.stats.idle_close_retries,
             "breakdown": breakdown,
             "breakdown_points": points,
             "profiles": self.profiles.iter().map(|path| path.display().to_string()).collect::<Vec<_>>(),
@@ -236,14 +237,15 @@ impl fmt::Display for Report {
         writeln!(out, "  {:<24} {:>9} {:>9}", "deductions", "", -self.score.deductions)?;
         writeln!(
             out,
-            "  errors {}{}  timeouts {}",
+            "  errors {}{}  timeouts {}  GETs retried after an idle connection closed {}",
             self.stats.error_count(),
             if by_kind.is_empty() {
                 String::new()
             } else {
                 format!(" ({})", by_kind.join(", "))
             },
-            self.stats.timeouts
+            self.stats.timeouts,
+            self.stats.idle_close_retries
         )?;
         for (number, sample) in self.stats.error_samples.iter().enumerate() {
             writeln!(out, "  error #{}: {sample}", number + 1)?;

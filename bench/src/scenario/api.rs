@@ -143,7 +143,20 @@ impl Agent {
     /// Sends, and accepts only the `expected` statuses. `label` names the call in error reports.
     pub async fn send(&self, label: &str, request: RequestBuilder, expected: &[u16]) -> Result<Reply, Failure> {
         let started = std::time::Instant::now();
-        let response = request.send().await;
+        let is_get = request
+            .try_clone()
+            .and_then(|copy| copy.build().ok())
+            .is_some_and(|built| built.method() == Method::GET);
+        let retry = if is_get { request.try_clone() } else { None };
+        let mut response = request.send().await;
+        // A GET on a kept-alive connection the server closed as the request left (nginx
+        // closes idle connections when it reloads) is sent once more on a fresh one, as Go's
+        // HTTP client (the official bench's) does for idempotent requests. Counted.
+        let closed = matches!(&response, Err(error) if closed_before_answer(error));
+        if let (true, Some(retry)) = (closed, retry) {
+            self.stats.idle_close_retry();
+            response = retry.send().await;
+        }
         let response = match response {
             Ok(response) => response,
             Err(error) => {
@@ -266,6 +279,23 @@ impl Agent {
             .error(ErrorKind::Connection, format!("{label}: {description}"));
         Err(Failure::Error)
     }
+}
+
+/// The server closed (or reset) the connection before any answer: what a request meets on a
+/// kept-alive connection the server closed while it was on its way.
+fn closed_before_answer(error: &reqwest::Error) -> bool {
+    if error.is_timeout() || error.is_connect() {
+        return false;
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if text.contains("connection closed before message completed") || text.contains("Connection reset by peer") {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// Decompresses a gzip body.

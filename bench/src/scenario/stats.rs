@@ -209,6 +209,8 @@ pub struct Stats {
     requests: AtomicU64,
     errors: [AtomicU64; 5],
     timeouts: AtomicU64,
+    /// GETs sent again because the server closed an idle keep-alive connection as they left.
+    idle_close_retries: AtomicU64,
     read: [AtomicU64; 3],
     tags: [AtomicU64; Tag::ALL.len()],
     critical: AtomicBool,
@@ -233,6 +235,10 @@ impl Stats {
 
     pub fn timeout(&self) {
         self.timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn idle_close_retry(&self) {
+        self.idle_close_retries.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records one non-timeout error; the first few descriptions are kept and logged.
@@ -311,6 +317,7 @@ impl Stats {
             requests: load(&self.requests),
             errors,
             timeouts: load(&self.timeouts),
+            idle_close_retries: load(&self.idle_close_retries),
             read: self.read.each_ref().map(load),
             tags,
             critical: self.critical.load(Ordering::Relaxed),
@@ -349,6 +356,9 @@ pub struct Snapshot {
     pub requests: u64,
     pub errors: BTreeMap<ErrorKind, u64>,
     pub timeouts: u64,
+    /// GETs retried once after the server closed an idle keep-alive connection under them
+    /// (an nginx reload does that), as Go's HTTP client, the official bench's, does.
+    pub idle_close_retries: u64,
     /// Newly read conditions: info, warning, critical.
     pub read: [u64; 3],
     pub tags: BTreeMap<Tag, u64>,

@@ -73,6 +73,8 @@ pub(super) struct User {
     jia_user_id: String,
     isus: Vec<UserIsu>,
     rng: StdRng,
+    /// Signing in again failed: the user has no session and stops.
+    signed_out: bool,
 }
 
 /// Runs one user until the caller drops the future (at the deadline) or the run has failed.
@@ -98,6 +100,7 @@ pub(super) async fn run_user(ctx: Arc<RunContext>, index: usize) {
         jia_user_id,
         isus: Vec::new(),
         rng,
+        signed_out: false,
     };
     // A browser's first visit: the top page, whose trend request nobody waits for.
     user.top_page().await;
@@ -118,7 +121,7 @@ pub(super) async fn run_user(ctx: Arc<RunContext>, index: usize) {
     };
     user.ctx.ready_users.lock().expect("ready users poisoned").push(ready);
     let mut which = 0;
-    while !user.ctx.over() {
+    while !user.ctx.over() && !user.signed_out {
         let started = Instant::now();
         user.visit(which).await;
         which = (which + 1) % user.isus.len();
@@ -164,6 +167,9 @@ impl User {
                 _ => self.read_graphs(which).await,
             }
             if self.rng.gen_ratio(1, 5) && !self.sign_out_and_in().await {
+                // Without a session every later request would fail again: like the official
+                // bench's user, this one ends (its failure is already counted).
+                self.signed_out = true;
                 return;
             }
         }

@@ -2,6 +2,7 @@
 //! that move ISUs between cells. `scripts/cells` is its command-line front.
 //!
 //! - `GET  /internal/placement`: the map and the migrations in progress;
+//! - `GET  /internal/cells`: the same as a text table (one line per cell);
 //! - `POST /internal/cells/migrate` `{"slot": "0b", "to": "c"}` or `{"isu": UUID, "to": "c"}`;
 //! - `POST /internal/cells/drain` `{"cell": "a"}`: every slot and pin of the cell elsewhere;
 //! - `POST /internal/cells/rebalance` `{}`: the fewest slot moves that even out every cell.
@@ -28,6 +29,7 @@ use crate::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route(COORDINATOR_PLACEMENT, get(placement))
+        .route("/internal/cells", get(summary))
         .route("/internal/cells/migrate", post(migrate))
         .route("/internal/cells/drain", post(drain))
         .route("/internal/cells/rebalance", post(rebalance))
@@ -42,6 +44,43 @@ async fn placement(_: ClusterPeer, State(app): State<AppState>) -> Response {
         "migrations": migrations,
     }))
     .into_response()
+}
+
+async fn summary(_: ClusterPeer, State(app): State<AppState>) -> String {
+    let map = app.state.placement.map();
+    let counts = map.slot_counts();
+    let mut text = format!(
+        "placement map version {} ({} cells, {} pins)\n{:<8} {:>5} {:>5}  {:<28} {}\n",
+        map.version(),
+        map.cells().len(),
+        map.pins().len(),
+        "CELL",
+        "SLOTS",
+        "PINS",
+        "INTERNAL URL",
+        "DEVICE URL"
+    );
+    for (id, cell) in map.cells().iter().enumerate() {
+        text.push_str(&format!(
+            "{:<8} {:>5} {:>5}  {:<28} {}\n",
+            cell.name,
+            counts[id],
+            map.pins_of(id as CellId).len(),
+            cell.internal_url,
+            cell.device_url
+        ));
+    }
+    for migration in app.state.placement.migrations.lock().values() {
+        text.push_str(&format!(
+            "migration {}: {} {} → {} ({:?})\n",
+            migration.id,
+            migration.subject,
+            map.cells()[usize::from(migration.from)].name,
+            map.cells()[usize::from(migration.to)].name,
+            migration.phase
+        ));
+    }
+    text
 }
 
 #[derive(Deserialize)]

@@ -123,6 +123,8 @@ impl State {
         migration = migration.apply(Event::Flipped { map_version: version })?;
         self.log_migration(&migration).await?;
         self.after_flip(&migration, &next).await;
+        let router = self.clone();
+        tokio::spawn(async move { router.placement.write_router().await });
         let millis = started.elapsed().as_millis() as u64;
         tracing::info!(
             id,
@@ -213,7 +215,6 @@ impl State {
             tracing::error!(%error, id = migration.id, "activating the migrated ISUs failed; retried on restart");
         }
         self.send_map_everywhere(map).await;
-        self.placement.write_router().await;
     }
 
     fn forget_after_grace(self: &Arc<Self>, migration: Migration) {
@@ -302,6 +303,7 @@ impl State {
                         tracing::error!(%error, "logging a resumed migration failed");
                     }
                     self.after_flip(&flipped, &map).await;
+                    self.placement.write_router().await;
                     self.forget_after_grace(flipped);
                 }
             }

@@ -25,8 +25,9 @@ pub struct Placement {
     /// Unfinished migrations by id (their last logged state).
     pub(crate) migrations: Arc<Mutex<BTreeMap<u64, Migration>>>,
     router: Option<RouterFile>,
-    /// Router rewrites happen one at a time, in map order.
-    router_lock: tokio::sync::Mutex<u64>,
+    /// Router rewrites happen one at a time, in map order: the version last written, and
+    /// when nginx was last reloaded.
+    router_lock: tokio::sync::Mutex<(u64, Option<std::time::Instant>)>,
     pub(super) gate: SlotGate,
 }
 
@@ -41,7 +42,7 @@ impl Placement {
                     .collect(),
             )),
             router,
-            router_lock: tokio::sync::Mutex::new(0),
+            router_lock: tokio::sync::Mutex::new((0, None)),
             gate: SlotGate::default(),
         }
     }
@@ -68,11 +69,18 @@ impl Placement {
     }
 
     /// Writes the router's include for the current map (if it is newer than the last one
-    /// written) and runs the reload command. Failures are logged: the router keeps routing
-    /// with the map it has, and a stale route is forwarded by the worker that receives it.
+    /// written) and runs the reload command, at most once per [`MIN_RELOAD_INTERVAL`]: the
+    /// flips of a drain coalesce into a few reloads (each closes nginx's idle keep-alive
+    /// connections). Failures are logged: the router keeps routing with the map it has, and
+    /// a stale route is forwarded by the worker that receives it.
     pub async fn write_router(&self) {
         let Some(router) = &self.router else { return };
-        let mut written = self.router_lock.lock().await;
+        let mut guard = self.router_lock.lock().await;
+        let (written, last_reload) = &mut *guard;
+        if let Some(last) = *last_reload {
+            let wait = MIN_RELOAD_INTERVAL.saturating_sub(last.elapsed());
+            tokio::time::sleep(wait).await;
+        }
         let map = self.map();
         if *written >= map.version() {
             return;
@@ -81,7 +89,10 @@ impl Placement {
         let path = router.path.clone();
         let result = tokio::task::spawn_blocking(move || write_atomically(&path, text.as_bytes())).await;
         match result {
-            Ok(Ok(())) => *written = map.version(),
+            Ok(Ok(())) => {
+                *written = map.version();
+                *last_reload = Some(std::time::Instant::now());
+            }
             Ok(Err(error)) => {
                 tracing::error!(%error, path = %router.path.display(), "writing the router map failed");
                 return;
@@ -109,6 +120,9 @@ impl Placement {
         }
     }
 }
+
+/// Reloads closer together than this are merged into one.
+const MIN_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     let temporary = path.with_extension(format!("tmp.{}", std::process::id()));
