@@ -28,6 +28,14 @@ pub const WORKER_RESEND_LATEST: &str = "/internal/latest/resend";
 pub const WORKER_PLACEMENT: &str = "/internal/placement";
 /// Coordinator: the current placement map (GET) and operations on it (cells API).
 pub const COORDINATOR_PLACEMENT: &str = "/internal/placement";
+/// Coordinator: the map as a text table, one line per cell.
+pub const COORDINATOR_CELLS: &str = "/internal/cells";
+/// Coordinator: migrate a slot or a pinned ISU (`{"slot"|"isu", "to"}`).
+pub const COORDINATOR_MIGRATE: &str = "/internal/cells/migrate";
+/// Coordinator: move every slot and pin of a cell elsewhere (`{"cell"}`).
+pub const COORDINATOR_DRAIN: &str = "/internal/cells/drain";
+/// Coordinator: even out the slots over every cell.
+pub const COORDINATOR_REBALANCE: &str = "/internal/cells/rebalance";
 /// Header of a request one worker forwarded to another (the owner): never forwarded again.
 pub const FORWARDED_HEADER: &str = "x-isu-forwarded-by";
 /// Worker (a migration's source): start forwarding the subject's new batches to the target

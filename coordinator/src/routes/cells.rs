@@ -20,7 +20,9 @@ use serde::Deserialize;
 use serde_json::json;
 use shared::migration::Subject;
 use shared::placement_map::CellId;
-use shared::protocol::COORDINATOR_PLACEMENT;
+use shared::protocol::{
+    COORDINATOR_CELLS, COORDINATOR_DRAIN, COORDINATOR_MIGRATE, COORDINATOR_PLACEMENT, COORDINATOR_REBALANCE,
+};
 
 use super::ClusterPeer;
 use crate::state::migration::{CellsError, MigrationReport};
@@ -29,10 +31,10 @@ use crate::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route(COORDINATOR_PLACEMENT, get(placement))
-        .route("/internal/cells", get(summary))
-        .route("/internal/cells/migrate", post(migrate))
-        .route("/internal/cells/drain", post(drain))
-        .route("/internal/cells/rebalance", post(rebalance))
+        .route(COORDINATOR_CELLS, get(summary))
+        .route(COORDINATOR_MIGRATE, post(migrate))
+        .route(COORDINATOR_DRAIN, post(drain))
+        .route(COORDINATOR_REBALANCE, post(rebalance))
 }
 
 async fn placement(_: ClusterPeer, State(app): State<AppState>) -> Response {

@@ -11,8 +11,10 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::dataset::generated::VIRTUAL_START;
 use shared::protocol::{
-    COORDINATOR_LATEST, HEALTH, METRICS, PPROF_LAST, PPROF_PROFILE, SECRET_HEADER, WORKER_PROVISIONAL, WORKER_PUBLISH,
-    WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    COORDINATOR_CELLS, COORDINATOR_DRAIN, COORDINATOR_LATEST, COORDINATOR_MIGRATE, COORDINATOR_PLACEMENT,
+    COORDINATOR_REBALANCE, HEALTH, METRICS, PPROF_LAST, PPROF_PROFILE, SECRET_HEADER, WORKER_ACTIVATE, WORKER_EXPORT,
+    WORKER_FORGET, WORKER_IMPORT, WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST,
+    WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 use shared::session::{SessionKey, COOKIE_NAME};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -77,6 +79,29 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
             {"timestamp": VIRTUAL_START + 999_999, "flags": 15, "message": "forged"}}]}),
         ),
     }];
+    let coordinator_call = |method, path, body| InternalRequest {
+        node: cluster.coordinator.clone(),
+        method,
+        path,
+        body,
+    };
+    requests.push(coordinator_call(reqwest::Method::GET, COORDINATOR_PLACEMENT, None));
+    requests.push(coordinator_call(reqwest::Method::GET, COORDINATOR_CELLS, None));
+    requests.push(coordinator_call(
+        reqwest::Method::POST,
+        COORDINATOR_MIGRATE,
+        Some(json!({"slot": "00", "to": "b"})),
+    ));
+    requests.push(coordinator_call(
+        reqwest::Method::POST,
+        COORDINATOR_DRAIN,
+        Some(json!({"cell": "a"})),
+    ));
+    requests.push(coordinator_call(
+        reqwest::Method::POST,
+        COORDINATOR_REBALANCE,
+        Some(json!({})),
+    ));
     for worker in &cluster.workers {
         let generation = generation_of(&client, worker).await;
         let victim = dataset()
@@ -111,6 +136,24 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
             json!({"generation": generation, "id": victim.id, "uuid": victim.uuid}),
         ));
         requests.push(post(WORKER_RESEND_LATEST, json!({"generation": generation})));
+        let map = json!({"version": 99, "cells": [{"name": "x", "internal_url": "http://127.0.0.1:9", "device_url": "http://127.0.0.1:9"}], "slots": vec![0; 256], "pins": {}});
+        requests.push(post(WORKER_PLACEMENT, map.clone()));
+        requests.push(post(
+            WORKER_EXPORT,
+            json!({"generation": generation, "migration": 1, "subject": {"Slot": 0}, "target_url": "http://127.0.0.1:9"}),
+        ));
+        requests.push(post(
+            WORKER_IMPORT,
+            json!({"generation": generation, "migration": 1, "isus": [{"id": 999, "uuid": unregistered, "owner": "intruder", "name": "x", "conditions": []}]}),
+        ));
+        requests.push(post(
+            WORKER_ACTIVATE,
+            json!({"generation": generation, "isus": [{"uuid": unregistered, "id": 999}]}),
+        ));
+        requests.push(post(
+            WORKER_FORGET,
+            json!({"generation": generation, "migration": 1, "subject": {"Slot": 0}, "map": map}),
+        ));
     }
     for node in [&cluster.coordinator, &cluster.workers[0], &cluster.workers[1]] {
         for path in [METRICS, PPROF_LAST, "/debug/pprof/profile?seconds=1"] {
@@ -194,7 +237,7 @@ async fn every_internal_route_of_every_node_refuses_a_missing_or_wrong_secret() 
             refused += 1;
         }
     }
-    assert_eq!(requests.len(), 1 + 2 * 6 + 3 * 3);
+    assert_eq!(requests.len(), 1 + 5 + 2 * 11 + 3 * 3);
     eprintln!(
         "internal routes: {refused} requests without the right secret, all refused ({} routes × {} credentials)",
         requests.len(),
@@ -322,6 +365,15 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
         WORKER_PUBLISH,
         WORKER_ROLLBACK,
         WORKER_RESEND_LATEST,
+        WORKER_PLACEMENT,
+        WORKER_EXPORT,
+        WORKER_IMPORT,
+        WORKER_ACTIVATE,
+        WORKER_FORGET,
+        COORDINATOR_CELLS,
+        COORDINATOR_MIGRATE,
+        COORDINATOR_DRAIN,
+        COORDINATOR_REBALANCE,
     ] {
         targets.push(("POST", path.to_owned()));
         targets.push(("POST", format!("/{path}")));
