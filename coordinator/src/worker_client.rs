@@ -92,7 +92,7 @@ impl WorkerClient {
             workers: cells
                 .iter()
                 .map(|cell| Endpoint {
-                    role: format!("worker-{}", cell.name),
+                    role: shared::placement_map::worker_role(&cell.name),
                     base_url: cell.internal_url.trim_end_matches('/').to_owned(),
                 })
                 .collect(),

@@ -70,6 +70,15 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// Replaces `path` with `bytes` in one step (a temporary file beside it, then a rename), so a
+/// reader or a crash sees the old content or the new, never a part.
+pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(format!(".tmp.{}", std::process::id()));
+    std::fs::write(&temporary, bytes)?;
+    std::fs::rename(&temporary, path)
+}
+
 /// The multi-threaded Tokio runtime of a node binary (`threads == 0`: one per core).
 pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();

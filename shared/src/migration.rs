@@ -42,6 +42,14 @@ impl Subject {
         }
     }
 
+    /// The cell holding the subject in `map`: its slot's, or the pinned ISU's owner.
+    pub fn owner(&self, map: &crate::placement_map::PlacementMap) -> CellId {
+        match self {
+            Subject::Slot(slot) => map.slots()[usize::from(*slot)],
+            Subject::Pin(uuid) => map.owner(uuid),
+        }
+    }
+
     /// The slot the subject lives in (a pin's: its UUID's).
     pub fn slot(&self) -> u8 {
         match self {

@@ -1,5 +1,5 @@
-//! Placement: which worker owns an ISU. One pure function, so a later explicit
-//! placement map replaces it in one place.
+//! The mission's placement rule, kept as the reference the default two-cell placement map
+//! ([`crate::placement_map`]) must reproduce: the parity of the UUID's first hex digit.
 
 use serde::{Deserialize, Serialize};
 
@@ -10,37 +10,6 @@ pub enum Shard {
     A,
     /// Owns UUIDs whose first hex digit is odd.
     B,
-}
-
-impl Shard {
-    pub const ALL: [Shard; 2] = [Shard::A, Shard::B];
-
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Shard::A => "a",
-            Shard::B => "b",
-        }
-    }
-
-    /// The worker's node name (`worker-a`), as logs and metrics name it.
-    pub fn role(self) -> &'static str {
-        match self {
-            Shard::A => "worker-a",
-            Shard::B => "worker-b",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Shard> {
-        match name {
-            "a" | "A" => Some(Shard::A),
-            "b" | "B" => Some(Shard::B),
-            _ => None,
-        }
-    }
 }
 
 /// The shard owning `uuid`: parity of its first hex digit. A UUID that does

@@ -335,6 +335,11 @@ fn balanced_targets(counts: &[usize], active: &[CellId]) -> Vec<usize> {
     targets
 }
 
+/// The node name of cell `name`'s worker in logs and metrics (`worker-a`).
+pub fn worker_role(name: &str) -> String {
+    format!("worker-{name}")
+}
+
 /// Checks a cell name: 1 to 32 characters of `a-z`, `0-9` and `-` (it names a log file, an
 /// nginx upstream and a metrics label).
 pub fn check_name(name: &str) -> Result<(), PlacementError> {

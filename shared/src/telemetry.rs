@@ -244,12 +244,8 @@ pub fn record_request(route: String, status: u16, elapsed: std::time::Duration) 
 
 /// Records one outgoing call (see [`OUTGOING_CALL_SECONDS`]).
 pub fn record_outgoing_call(peer: &str, path: &'static str, outcome: &'static str, elapsed: Duration) {
-    let labels = [
-        ("peer", peer.to_owned()),
-        ("path", path.to_owned()),
-        ("outcome", outcome.to_owned()),
-    ];
-    metrics::histogram!(OUTGOING_CALL_SECONDS, &labels).record(elapsed.as_secs_f64());
+    metrics::histogram!(OUTGOING_CALL_SECONDS, "peer" => peer.to_owned(), "path" => path, "outcome" => outcome)
+        .record(elapsed.as_secs_f64());
 }
 
 /// User + system CPU seconds of this process so far (all threads), to the microsecond.

@@ -90,9 +90,7 @@ impl Cells {
             return Ok(false);
         }
         if let Some(file) = &self.file {
-            let temporary = file.with_extension("json.tmp");
-            std::fs::write(&temporary, serde_json::to_vec(&map).map_err(std::io::Error::other)?)?;
-            std::fs::rename(&temporary, file)?;
+            shared::write_atomically(file, &serde_json::to_vec(&map).map_err(std::io::Error::other)?)?;
         }
         tracing::info!(version = map.version(), "placement map updated");
         self.install(map);

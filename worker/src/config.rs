@@ -77,6 +77,6 @@ fn parse_cell(text: &str) -> Result<String, String> {
 impl Config {
     /// This worker's node name in logs and metrics (`worker-a`).
     pub fn role(&self) -> String {
-        format!("worker-{}", self.cell)
+        shared::placement_map::worker_role(&self.cell)
     }
 }

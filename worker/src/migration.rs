@@ -25,7 +25,7 @@ use parking_lot::RwLock;
 use shared::migration::Subject;
 use shared::protocol::{
     ActivateIsus, ExportReport, ExportSubject, ForgetSubject, ImportChunk, ImportIsu, ProvisionalIsu, PublishIsu,
-    RollbackIsu, WireCondition, SECRET_HEADER, WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET, WORKER_IMPORT,
+    RollbackIsu, SECRET_HEADER, WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET, WORKER_IMPORT,
 };
 
 use crate::error::WorkerError;
@@ -67,11 +67,12 @@ impl Exports {
         self.any.store(!list.is_empty(), Ordering::Release);
     }
 
+    fn is_empty(&self) -> bool {
+        !self.any.load(Ordering::Acquire)
+    }
+
     /// The target URL and migration a batch for `uuid` must also go to, if it is exported.
     fn target_of(&self, uuid: &str, map: Option<&shared::placement_map::PlacementMap>) -> Option<(String, u64)> {
-        if !self.any.load(Ordering::Acquire) {
-            return None;
-        }
         self.list
             .read()
             .iter()
@@ -113,6 +114,10 @@ async fn send_chunk(state: &AppState, target_url: &str, chunk: &ImportChunk) -> 
 /// also goes to the target before the device's 202. A failure is a 503: the device posts
 /// again, and both sides skip what they hold.
 pub async fn forward_to_export(state: &AppState, uuid: &str, batch: &[NewCondition<'_>]) -> Result<(), WorkerError> {
+    // Nearly always: nothing is exported, and a post costs one atomic load here.
+    if state.exports.is_empty() {
+        return Ok(());
+    }
     let map = state.cells.map();
     let Some((target_url, migration)) = state.exports.target_of(uuid, map.as_deref()) else {
         return Ok(());
@@ -127,14 +132,7 @@ pub async fn forward_to_export(state: &AppState, uuid: &str, batch: &[NewConditi
             uuid: uuid.to_owned(),
             owner: entry.owner.to_string(),
             name: entry.name.to_string(),
-            conditions: batch
-                .iter()
-                .map(|condition| WireCondition {
-                    timestamp: condition.timestamp,
-                    flags: condition.flags,
-                    message: condition.message.to_owned(),
-                })
-                .collect(),
+            conditions: batch.iter().map(NewCondition::to_wire).collect(),
         }],
     };
     send_chunk(state, &target_url, &chunk).await.map_err(|error| {
@@ -251,15 +249,7 @@ async fn import(
         if isu.conditions.is_empty() {
             continue;
         }
-        let batch: Vec<NewCondition<'_>> = isu
-            .conditions
-            .iter()
-            .map(|condition| NewCondition {
-                timestamp: condition.timestamp,
-                flags: condition.flags,
-                message: &condition.message,
-            })
-            .collect();
+        let batch: Vec<NewCondition<'_>> = isu.conditions.iter().map(NewCondition::from).collect();
         let inserted = shard.post(&isu.uuid, &batch).map_err(|_| WorkerError::IsuNotFound)?;
         if inserted > 0 {
             state.journal.post(chunk.generation, &isu.uuid, &batch).await?;

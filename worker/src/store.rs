@@ -34,6 +34,26 @@ pub struct NewCondition<'a> {
     pub message: &'a str,
 }
 
+impl<'a> From<&'a shared::protocol::WireCondition> for NewCondition<'a> {
+    fn from(condition: &'a shared::protocol::WireCondition) -> Self {
+        NewCondition {
+            timestamp: condition.timestamp,
+            flags: condition.flags,
+            message: &condition.message,
+        }
+    }
+}
+
+impl NewCondition<'_> {
+    pub fn to_wire(&self) -> shared::protocol::WireCondition {
+        shared::protocol::WireCondition {
+            timestamp: self.timestamp,
+            flags: self.flags,
+            message: self.message.to_owned(),
+        }
+    }
+}
+
 /// Condition history of one ISU: one timestamp-sorted vector per level, so a
 /// level-filtered read never walks conditions of other levels.
 #[derive(Debug, Default)]
@@ -310,11 +330,7 @@ impl Shard {
             {
                 let mut history = entry.history.write();
                 for condition in &isu.conditions {
-                    history.insert(shard.compact(NewCondition {
-                        timestamp: condition.timestamp,
-                        flags: condition.flags,
-                        message: &condition.message,
-                    }));
+                    history.insert(shard.compact(NewCondition::from(condition)));
                 }
             }
             shard.isus.insert(isu.uuid.as_str().into(), Arc::new(entry));

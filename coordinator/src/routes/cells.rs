@@ -165,7 +165,7 @@ async fn drain(_: ClusterPeer, State(app): State<AppState>, Json(request): Json<
         Ok(slots) => slots,
         Err(error) => return refused(error.to_string()),
     };
-    // Pins go to the cell that will hold the fewest slots after the drain, spread in turn.
+    // Pins go to the other cells in turn.
     let others: Vec<CellId> = (0..map.cells().len() as CellId)
         .filter(|other| *other != cell)
         .collect();

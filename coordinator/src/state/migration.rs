@@ -66,10 +66,7 @@ impl State {
         if map.cell(to).is_none() {
             return Err(PlacementError::UnknownCell(to).into());
         }
-        let from = match &subject {
-            Subject::Slot(slot) => map.slots()[usize::from(*slot)],
-            Subject::Pin(uuid) => map.owner(uuid),
-        };
+        let from = subject.owner(&map);
         if from == to {
             if let Subject::Pin(uuid) = &subject {
                 // Already there by its slot: pinning changes no data, only the map.
@@ -275,11 +272,7 @@ impl State {
         let unfinished: Vec<Migration> = self.placement.migrations.lock().values().cloned().collect();
         for migration in unfinished {
             let map = self.placement.map();
-            let owner = match &migration.subject {
-                Subject::Slot(slot) => map.slots()[usize::from(*slot)],
-                Subject::Pin(uuid) => map.owner(uuid),
-            };
-            match migration.on_restart(owner) {
+            match migration.on_restart(migration.subject.owner(&map)) {
                 Recovery::Nothing => {}
                 Recovery::RollBack => {
                     tracing::warn!(id = migration.id, subject = %migration.subject, "rolling back an interrupted migration");

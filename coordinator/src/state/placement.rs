@@ -87,7 +87,7 @@ impl Placement {
         }
         let text = shared::router::nginx_include(&map);
         let path = router.path.clone();
-        let result = tokio::task::spawn_blocking(move || write_atomically(&path, text.as_bytes())).await;
+        let result = tokio::task::spawn_blocking(move || shared::write_atomically(&path, text.as_bytes())).await;
         match result {
             Ok(Ok(())) => {
                 *written = map.version();
@@ -123,12 +123,6 @@ impl Placement {
 
 /// Reloads closer together than this are merged into one.
 const MIN_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
-
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temporary = path.with_extension(format!("tmp.{}", std::process::id()));
-    std::fs::write(&temporary, bytes)?;
-    std::fs::rename(&temporary, path)
-}
 
 /// The map a coordinator starts with: the log's, with the configured cells' current URLs
 /// and any configured cell it does not name yet added (holding nothing); a new one when the

@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use super::durability::{device_client, own_batch, own_timestamps};
+use super::durability::{device_client, own_timestamps, post_and_record};
 use super::support::*;
 
 fn three_cells() -> ClusterOptions {
@@ -61,24 +61,11 @@ async fn keep_posting(
     let client = device_client();
     let mut serial = 0;
     while !stop.load(Ordering::Relaxed) {
-        let batch = own_batch(lane, serial);
-        let answer = client
-            .post(format!("{device_url}/api/condition/{uuid}"))
-            .json(&batch)
-            .send()
-            .await;
-        match answer {
-            Ok(response) if response.status() == StatusCode::ACCEPTED => {
-                acknowledged
-                    .lock()
-                    .unwrap()
-                    .extend(batch.iter().map(|condition| condition.timestamp));
-                serial += 1;
-            }
+        if post_and_record(&client, &device_url, &uuid, lane, serial, &acknowledged).await {
+            serial += 1;
+        } else {
             // The same batch again: a device that got no 202 retries it.
-            _ => {
-                refused.fetch_add(1, Ordering::Relaxed);
-            }
+            refused.fetch_add(1, Ordering::Relaxed);
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

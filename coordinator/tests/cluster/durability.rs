@@ -31,7 +31,7 @@ pub(super) fn device_client() -> reqwest::Client {
 }
 
 /// Batch `serial` of poster `lane`: timestamps no other batch uses.
-pub(super) fn own_batch(lane: i64, serial: i64) -> Vec<bench::model::SentCondition> {
+fn own_batch(lane: i64, serial: i64) -> Vec<bench::model::SentCondition> {
     (0..CONDITIONS_PER_BATCH)
         .map(|offset| {
             let timestamp = OWN_BASE + lane * 1_000_000 + serial * CONDITIONS_PER_BATCH + offset;
@@ -40,25 +40,39 @@ pub(super) fn own_batch(lane: i64, serial: i64) -> Vec<bench::model::SentConditi
         .collect()
 }
 
+/// Posts batch `serial` of `lane` to `worker` for `uuid`; on a 202 records its timestamps in
+/// `acknowledged` and returns true.
+pub(super) async fn post_and_record(
+    client: &reqwest::Client,
+    worker: &str,
+    uuid: &str,
+    lane: i64,
+    serial: i64,
+    acknowledged: &Mutex<BTreeSet<i64>>,
+) -> bool {
+    let batch = own_batch(lane, serial);
+    let answer = client
+        .post(format!("{worker}/api/condition/{uuid}"))
+        .json(&batch)
+        .send()
+        .await;
+    let accepted = matches!(answer, Ok(response) if response.status() == StatusCode::ACCEPTED);
+    if accepted {
+        acknowledged
+            .lock()
+            .unwrap()
+            .extend(batch.iter().map(|condition| condition.timestamp));
+    }
+    accepted
+}
+
 /// Posts batches to `worker` for `uuid` until a post fails; records the
 /// timestamps of every batch answered 202.
 async fn post_until_refused(worker: String, uuid: String, lane: i64, acknowledged: Arc<Mutex<BTreeSet<i64>>>) {
     let client = device_client();
     for serial in 0.. {
-        let batch = own_batch(lane, serial);
-        let answer = client
-            .post(format!("{worker}/api/condition/{uuid}"))
-            .json(&batch)
-            .send()
-            .await;
-        match answer {
-            Ok(response) if response.status() == StatusCode::ACCEPTED => {
-                acknowledged
-                    .lock()
-                    .unwrap()
-                    .extend(batch.iter().map(|condition| condition.timestamp));
-            }
-            _ => return,
+        if !post_and_record(&client, &worker, &uuid, lane, serial, &acknowledged).await {
+            return;
         }
     }
 }
