@@ -10,6 +10,8 @@
 mod cells;
 #[path = "cluster/durability.rs"]
 mod durability;
+#[path = "cluster/recovery.rs"]
+mod recovery;
 #[path = "cluster/security.rs"]
 mod security;
 mod support;

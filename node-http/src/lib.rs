@@ -91,3 +91,17 @@ fn reply(reply: shared::telemetry::ProfileReply) -> Response {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response()
 }
+
+/// Fail points for the crash tests (the `fail` crate): `FAILPOINTS="name=action;..."` in a
+/// node's environment configures the named points (`sleep(ms)`, `pause`, `panic`, ...) so a
+/// test can stop a migration at an exact step and kill a node there. Without the variable
+/// (any real deployment) every point is off and costs one atomic load. Call from `main`, on
+/// the main thread, and keep the guard until the node exits.
+pub fn fail_points_from_env() -> Option<fail::FailScenario<'static>> {
+    let configured = std::env::var("FAILPOINTS")
+        .ok()
+        .filter(|value| !value.trim().is_empty())?;
+    let scenario = fail::FailScenario::setup();
+    tracing::warn!(failpoints = %configured, "fail points configured from FAILPOINTS (tests only)");
+    Some(scenario)
+}

@@ -7,6 +7,7 @@ fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     shared::protocol::check_cluster_secret(config.listen, &config.cluster_secret).map_err(anyhow::Error::msg)?;
     shared::telemetry::init_tracing();
+    let _fail_points = node_http::fail_points_from_env();
     shared::runtime(config.threads)?.block_on(async move {
         let metrics = shared::telemetry::init_metrics()?;
         let application = Application::build(config, metrics).await?;

@@ -154,6 +154,7 @@ async fn export(
         subject: request.subject.clone(),
         target_url: request.target_url.clone(),
     });
+    fail::fail_point!("export-copy");
     let map = state.cells.map();
     let entries = shard.isus_where(|uuid| request.subject.covers(uuid, map.as_deref()));
     let mut report = ExportReport {

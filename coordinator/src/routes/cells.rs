@@ -120,6 +120,7 @@ fn answer(app: &AppState, done: Vec<MigrationReport>, error: Option<CellsError>)
         Some(error) => {
             let status = match error {
                 CellsError::Refused(_) | CellsError::Placement(_) | CellsError::Machine(_) => StatusCode::BAD_REQUEST,
+                CellsError::Busy(_) => StatusCode::CONFLICT,
                 CellsError::RolledBack(_) => StatusCode::SERVICE_UNAVAILABLE,
                 CellsError::Log(_) => StatusCode::INTERNAL_SERVER_ERROR,
             };

@@ -12,6 +12,12 @@
 //!    registered ISUs, every worker gets the map (the source now forwards what it
 //!    receives), nginx reloads; registrations of the slot go on, to the target;
 //! 4. forget, after the grace period: the source drops its copy and ends the export.
+//!
+//! What a dead node interrupts is finished in the background, retried every second until
+//! the node answers: the activation and the forget after a flip, the two forgets of a roll
+//! back (the source first, so it stops forwarding to a target that may be gone). Until then
+//! the migration stays unfinished in the log, and a new migration of the same slot waits
+//! for it ([`SLOT_BUSY_WAIT`]), so a late forget never meets a newer copy of its slot.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +34,9 @@ use super::State;
 pub enum CellsError {
     #[error("{0}")]
     Refused(String),
+    /// An earlier migration of the same slot has not finished.
+    #[error("{0}")]
+    Busy(String),
     #[error("{0}")]
     Placement(#[from] PlacementError),
     #[error("{0}")]
@@ -61,7 +70,7 @@ impl State {
         subject: Subject,
         to: CellId,
     ) -> Result<Option<MigrationReport>, CellsError> {
-        let _one_at_a_time = self.migration_lock.lock().await;
+        let _one_at_a_time = self.lock_for(&subject).await?;
         let map = self.placement.map();
         if map.cell(to).is_none() {
             return Err(PlacementError::UnknownCell(to).into());
@@ -97,12 +106,13 @@ impl State {
             Ok(report) => report,
             Err(error) => {
                 let reason = error.to_string();
-                self.roll_back(&migration).await;
+                self.roll_back(migration);
                 return Err(CellsError::RolledBack(reason));
             }
         };
         migration = migration.apply(Event::CaughtUp)?;
         self.log_migration(&migration).await?;
+        fail::fail_point!("migration-caught-up");
 
         // Flip: the map first (logged), then everyone who acts on it.
         let mut next = (*self.placement.map()).clone();
@@ -119,7 +129,7 @@ impl State {
         let next = self.placement.set_map(next);
         migration = migration.apply(Event::Flipped { map_version: version })?;
         self.log_migration(&migration).await?;
-        self.after_flip(&migration, &next).await;
+        let activated = self.after_flip(&migration, &next).await;
         let router = self.clone();
         tokio::spawn(async move { router.placement.write_router().await });
         let millis = started.elapsed().as_millis() as u64;
@@ -134,7 +144,7 @@ impl State {
             map_version = version,
             "migration flipped"
         );
-        self.forget_after_grace(migration);
+        self.finish_after_flip(migration, activated);
         Ok(Some(MigrationReport {
             id,
             subject: subject.to_string(),
@@ -191,14 +201,28 @@ impl State {
     }
 
     /// After the flip (also when resuming one): the target activates the subject's
-    /// registered ISUs, the workers and the router get the map.
-    async fn after_flip(&self, migration: &Migration, map: &PlacementMap) {
+    /// registered ISUs (false if it did not answer: [`State::finish_after_flip`] retries),
+    /// the workers and the router get the map.
+    async fn after_flip(&self, migration: &Migration, map: &PlacementMap) -> bool {
+        let activated = match self.activate_target(migration).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(%error, id = migration.id, "activating the migrated ISUs failed; retrying");
+                false
+            }
+        };
+        self.send_map_everywhere(map).await;
+        activated
+    }
+
+    async fn activate_target(&self, migration: &Migration) -> Result<(), crate::worker_client::WorkerCallError> {
         let generation = self.generation();
+        let map = self.placement.map();
         let isus: Vec<IsuRef> = generation
             .all
             .read()
             .iter()
-            .filter(|isu| migration.subject.covers(&isu.uuid, Some(map)))
+            .filter(|isu| migration.subject.covers(&isu.uuid, Some(&map)))
             .map(|isu| IsuRef {
                 uuid: isu.uuid.clone(),
                 id: isu.id,
@@ -208,62 +232,117 @@ impl State {
             generation: generation.id,
             isus,
         };
-        if let Err(error) = self.workers.activate(migration.to, &activate).await {
-            tracing::error!(%error, id = migration.id, "activating the migrated ISUs failed; retried on restart");
-        }
-        self.send_map_everywhere(map).await;
+        self.workers.activate(migration.to, &activate).await
     }
 
-    fn forget_after_grace(self: &Arc<Self>, migration: Migration) {
+    /// In the background: activation on the target until it answers (unless done), the
+    /// grace period, the source's forget until it answers, then `Forgotten` is logged.
+    fn finish_after_flip(self: &Arc<Self>, migration: Migration, activated: bool) {
         let state = self.clone();
         tokio::spawn(async move {
+            if !activated {
+                state
+                    .until_done("activating the migrated ISUs on the target", &migration, || {
+                        state.activate_target(&migration)
+                    })
+                    .await;
+            }
             tokio::time::sleep(state.migration_grace).await;
-            state.forget_source(migration).await;
+            fail::fail_point!("migration-before-forget");
+            state.forget_until_done(&migration, migration.from).await;
+            match migration.apply(Event::Forgotten) {
+                Ok(forgotten) => {
+                    if let Err(error) = state.log_migration(&forgotten).await {
+                        tracing::error!(%error, "logging a finished migration failed");
+                    }
+                }
+                Err(error) => tracing::error!(%error, "a flipped migration cannot end"),
+            }
         });
     }
 
-    async fn forget_source(&self, migration: Migration) {
-        let forget = ForgetSubject {
-            generation: self.generation().id,
-            migration: migration.id,
-            subject: migration.subject.clone(),
-            map: (*self.placement.map()).clone(),
-        };
-        if let Err(error) = self.workers.forget(migration.from, &forget).await {
-            // The source keeps a copy it no longer serves (it forwards); retried on restart.
-            tracing::warn!(%error, id = migration.id, "the source did not forget its copy yet");
-            return;
-        }
-        if let Ok(forgotten) = migration.apply(Event::Forgotten) {
-            if let Err(error) = self.log_migration(&forgotten).await {
-                tracing::error!(%error, "logging a finished migration failed");
+    /// Before the flip, in the background: the source ends its export (and keeps owning),
+    /// then the target drops what it imported; each retried until it answers; then `Failed`
+    /// is logged. Until then the migration stays unfinished, so a coordinator restart rolls
+    /// it back again (every step is idempotent).
+    fn roll_back(self: &Arc<Self>, migration: Migration) {
+        tracing::warn!(id = migration.id, subject = %migration.subject, "rolling back a migration");
+        let state = self.clone();
+        tokio::spawn(async move {
+            for cell in [migration.from, migration.to] {
+                state.forget_until_done(&migration, cell).await;
             }
+            match migration.apply(Event::Failed) {
+                Ok(failed) => {
+                    if let Err(error) = state.log_migration(&failed).await {
+                        tracing::error!(%error, "logging a rolled-back migration failed");
+                    }
+                    tracing::warn!(id = migration.id, subject = %migration.subject, "migration rolled back");
+                }
+                Err(error) => tracing::error!(%error, "a migration past its flip cannot roll back"),
+            }
+        });
+    }
+
+    /// Tells `cell` to drop the subject's ISUs the current map does not give it (and to end
+    /// its export), until it answers. The map and generation are read at each attempt: no
+    /// other migration of the slot runs meanwhile, so the newest map is the right one.
+    async fn forget_until_done(&self, migration: &Migration, cell: CellId) {
+        self.until_done("forgetting a migrated subject", migration, || {
+            let forget = ForgetSubject {
+                generation: self.generation().id,
+                migration: migration.id,
+                subject: migration.subject.clone(),
+                map: (*self.placement.map()).clone(),
+            };
+            let workers = &self.workers;
+            async move { workers.forget(cell, &forget).await }
+        })
+        .await;
+    }
+
+    /// Runs `step` until it succeeds, once a second ([`RETRY_EVERY`]), logging now and then.
+    async fn until_done<F, Fut>(&self, what: &str, migration: &Migration, mut step: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), crate::worker_client::WorkerCallError>>,
+    {
+        for attempt in 0u64.. {
+            match step().await {
+                Ok(()) => return,
+                Err(error) if attempt % 30 == 0 => {
+                    tracing::warn!(%error, id = migration.id, subject = %migration.subject, attempt, "{what} failed; retrying every second");
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(RETRY_EVERY).await;
         }
     }
 
-    /// Before the flip: the target drops what it imported; the source keeps owning.
-    async fn roll_back(&self, migration: &Migration) {
-        let forget = ForgetSubject {
-            generation: self.generation().id,
-            migration: migration.id,
-            subject: migration.subject.clone(),
-            map: (*self.placement.map()).clone(),
-        };
-        for cell in [migration.to, migration.from] {
-            // The target drops the import; the source ends its export.
-            if let Err(error) = self.workers.forget(cell, &forget).await {
-                tracing::error!(%error, id = migration.id, "rolling back a migration failed on a worker");
+    /// The migration lock, once no unfinished migration (one finishing in the background)
+    /// shares `subject`'s slot; refused after [`SLOT_BUSY_WAIT`].
+    async fn lock_for(&self, subject: &Subject) -> Result<tokio::sync::MutexGuard<'_, ()>, CellsError> {
+        let slot = subject.slot();
+        let deadline = Instant::now() + SLOT_BUSY_WAIT;
+        loop {
+            let lock = self.migration_lock.lock().await;
+            let busy = self
+                .placement
+                .migrations
+                .lock()
+                .values()
+                .any(|other| other.subject.slot() == slot);
+            if !busy {
+                return Ok(lock);
             }
-        }
-        match migration.apply(Event::Failed) {
-            Ok(failed) => {
-                if let Err(error) = self.log_migration(&failed).await {
-                    tracing::error!(%error, "logging a rolled-back migration failed");
-                }
+            drop(lock);
+            if Instant::now() >= deadline {
+                return Err(CellsError::Busy(format!(
+                    "slot {slot:02x}: an earlier migration is still finishing (a node it needs does not answer)"
+                )));
             }
-            Err(error) => tracing::error!(%error, "a migration past its flip cannot roll back"),
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        tracing::warn!(id = migration.id, subject = %migration.subject, "migration rolled back");
     }
 
     /// The unfinished migrations of the log, after a restart (once the workers are ready):
@@ -276,7 +355,7 @@ impl State {
                 Recovery::Nothing => {}
                 Recovery::RollBack => {
                     tracing::warn!(id = migration.id, subject = %migration.subject, "rolling back an interrupted migration");
-                    self.roll_back(&migration).await;
+                    self.roll_back(migration);
                 }
                 Recovery::ResumeAfterFlip => {
                     tracing::warn!(id = migration.id, subject = %migration.subject, "resuming an interrupted migration after its flip");
@@ -295,9 +374,9 @@ impl State {
                     if let Err(error) = self.log_migration(&flipped).await {
                         tracing::error!(%error, "logging a resumed migration failed");
                     }
-                    self.after_flip(&flipped, &map).await;
+                    let activated = self.after_flip(&flipped, &map).await;
                     self.placement.write_router().await;
-                    self.forget_after_grace(flipped);
+                    self.finish_after_flip(flipped, activated);
                 }
             }
         }
@@ -318,3 +397,7 @@ impl State {
 
 /// The default grace period before a source forgets (the coordinator's `--migration-grace-ms`).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
+/// How often a step that a dead node interrupted is tried again.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// How long a migration waits for an earlier one of the same slot to finish.
+pub const SLOT_BUSY_WAIT: Duration = Duration::from_secs(30);

@@ -21,21 +21,32 @@ fn three_cells() -> ClusterOptions {
 }
 
 /// A cells API call on the coordinator (with the secret); the status and JSON answer.
-async fn cells_call(cluster: &Cluster, path: &str, body: Value) -> (StatusCode, Value) {
-    let response = cluster
-        .raw_client()
-        .post(format!("{}{path}", cluster.coordinator))
-        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+pub(super) async fn cells_call(cluster: &Cluster, path: &str, body: Value) -> (StatusCode, Value) {
+    try_cells_call(&cluster.raw_client(), &cluster.coordinator, &cluster.secret, path, body)
+        .await
+        .expect("calling the cells API")
+}
+
+/// [`cells_call`] for callers that expect the coordinator may die meanwhile.
+pub(super) async fn try_cells_call(
+    client: &reqwest::Client,
+    coordinator: &str,
+    secret: &str,
+    path: &str,
+    body: Value,
+) -> Result<(StatusCode, Value), reqwest::Error> {
+    let response = client
+        .post(format!("{coordinator}{path}"))
+        .header(shared::protocol::SECRET_HEADER, secret)
         .timeout(Duration::from_secs(60))
         .json(&body)
         .send()
-        .await
-        .expect("calling the cells API");
+        .await?;
     let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
+    Ok((status, response.json().await.unwrap_or(Value::Null)))
 }
 
-async fn placement(cluster: &Cluster) -> Value {
+pub(super) async fn placement(cluster: &Cluster) -> Value {
     cluster
         .raw_client()
         .get(format!("{}/internal/placement", cluster.coordinator))
@@ -48,9 +59,22 @@ async fn placement(cluster: &Cluster) -> Value {
         .unwrap()
 }
 
+/// The status of `GET /api/condition/<uuid>` asked of `worker` itself: with the forwarded
+/// header it answers from its own store (404 when it holds nothing), without it a worker
+/// that does not own the ISU forwards to the owner.
+pub(super) async fn local_status(cluster: &Cluster, agent: &Agent, worker: usize, uuid: &str, forwarded: bool) -> u16 {
+    let agent = agent.with_routes(Routes::Public(cluster.workers[worker].clone()));
+    let path = format!("/api/condition/{uuid}?end_time=2000000000&condition_level={ALL_LEVELS}");
+    let headers: Vec<(&str, &str)> = match forwarded {
+        true => vec![(shared::protocol::FORWARDED_HEADER, "test")],
+        false => Vec::new(),
+    };
+    agent.get_with(&path, &headers).await.status.as_u16()
+}
+
 /// Posts batch after batch of `lane` to `device_url` (the URL JIA gave the ISU's device,
 /// which never changes) until `stop`; records what was answered 202 and counts the rest.
-async fn keep_posting(
+pub(super) async fn keep_posting(
     device_url: String,
     uuid: String,
     lane: i64,
@@ -204,19 +228,18 @@ async fn slots_and_pins_move_between_three_cells_under_load_losing_and_duplicati
 
     // The sources forgot their copies: asked without forwarding, a answers 404 for the
     // moved ISU; through it (a stale route), the owner answers.
-    let direct = |worker: usize, uuid: &str, forwarded: bool| {
-        let agent = alice.with_routes(Routes::Public(cluster.workers[worker].clone()));
-        let path = format!("/api/condition/{uuid}?end_time=2000000000&condition_level={ALL_LEVELS}");
-        let headers: Vec<(&str, &str)> = match forwarded {
-            true => vec![(shared::protocol::FORWARDED_HEADER, "test")],
-            false => Vec::new(),
-        };
-        async move { agent.get_with(&path, &headers).await.status.as_u16() }
-    };
-    assert_eq!(direct(0, &moving, true).await, 404, "the source forgot it");
-    assert_eq!(direct(0, &moving, false).await, 200, "a stale route is forwarded");
-    assert_eq!(direct(1, &pinned, true).await, 404);
-    assert_eq!(direct(2, &pinned, true).await, 200);
+    assert_eq!(
+        local_status(&cluster, &alice, 0, &moving, true).await,
+        404,
+        "the source forgot it"
+    );
+    assert_eq!(
+        local_status(&cluster, &alice, 0, &moving, false).await,
+        200,
+        "a stale route is forwarded"
+    );
+    assert_eq!(local_status(&cluster, &alice, 1, &pinned, true).await, 404);
+    assert_eq!(local_status(&cluster, &alice, 2, &pinned, true).await, 200);
 
     // The latest condition still reaches the coordinator from the new owner.
     let moving_ref = moving.as_str();

@@ -32,6 +32,7 @@ pub(super) fn device_client() -> reqwest::Client {
 
 /// Batch `serial` of poster `lane`: timestamps no other batch uses.
 fn own_batch(lane: i64, serial: i64) -> Vec<bench::model::SentCondition> {
+    assert!((0..40).contains(&lane), "own_timestamps reads lanes 0 to 39");
     (0..CONDITIONS_PER_BATCH)
         .map(|offset| {
             let timestamp = OWN_BASE + lane * 1_000_000 + serial * CONDITIONS_PER_BATCH + offset;
@@ -102,7 +103,8 @@ async fn wait_until_served(agent: &Agent, uuid: &str) {
 /// Every timestamp of the test's own conditions of `uuid`, read page by page through the API.
 pub(super) async fn own_timestamps(agent: &Agent, uuid: &str) -> BTreeSet<i64> {
     let mut seen = BTreeSet::new();
-    let mut end_time = OWN_BASE + 10_000_000;
+    // Past every lane's range (lane × 1,000,000; the tests use fewer than 40 lanes).
+    let mut end_time = OWN_BASE + 40_000_000;
     loop {
         let query = format!("start_time={OWN_BASE}&end_time={end_time}&condition_level={ALL_LEVELS}");
         let page = agent.conditions(uuid, &query).await.json(200);

@@ -357,6 +357,9 @@ pub struct ClusterOptions {
     pub worker_args: Vec<String>,
     /// Every node keeps a durable log in `<scratch>/data/<node>` (`--data-dir`), kept across restarts.
     pub durable: bool,
+    /// `FAILPOINTS` for every node's first start (`node_http::fail_points_from_env`); nodes
+    /// started again run without (see [`Cluster::fail_points`]).
+    pub fail_points: Option<String>,
 }
 
 impl Default for ClusterOptions {
@@ -369,6 +372,7 @@ impl Default for ClusterOptions {
             signer: None,
             worker_args: Vec::new(),
             durable: false,
+            fail_points: None,
         }
     }
 }
@@ -389,6 +393,10 @@ pub struct Cluster {
     node_args: Vec<Vec<String>>,
     /// Node names in the same order (`worker-a`, ..., `coordinator`).
     names: Vec<&'static str>,
+    /// `FAILPOINTS` of nodes (re)started from now on.
+    pub fail_points: Option<String>,
+    /// The options the cluster was built with (for [`Cluster::add_worker`]).
+    options: ClusterOptions,
     pub scratch: ScratchDir,
 }
 
@@ -432,38 +440,24 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
         .iter()
         .map(|port| format!("http://127.0.0.1:{port}"))
         .collect();
-    let device_urls = options.device_urls.unwrap_or_else(|| device_servers.clone());
+    let device_urls = options.device_urls.clone().unwrap_or_else(|| device_servers.clone());
 
-    let data_dir = |node: &str| -> Vec<String> {
-        let path = scratch.path.join("data").join(node);
-        match options.durable {
-            true => vec!["--data-dir".into(), path.display().to_string()],
-            false => Vec::new(),
-        }
-    };
     let mut names: Vec<&'static str> = WORKER_NAMES[..count].to_vec();
     names.push("coordinator");
-    let mut node_args: Vec<Vec<String>> = vec![Vec::new(); count + 1];
-    for index in 0..count {
-        let (port, device_port) = (worker_ports[index], device_ports[index]);
-        let args = &mut node_args[index];
-        args.extend([
-            "--cell".into(),
-            CELL_NAMES[index].into(),
-            "--listen".into(),
-            format!("127.0.0.1:{port}"),
-            "--device-listen".into(),
-            format!("127.0.0.1:{device_port}"),
-        ]);
-        args.extend([
-            "--coordinator-url".into(),
-            coordinator.clone(),
-            "--cluster-secret".into(),
-            secret.clone(),
-        ]);
-        args.extend(data_dir(names[index]));
-        args.extend(options.worker_args.iter().cloned());
-    }
+    let mut node_args: Vec<Vec<String>> = (0..count)
+        .map(|index| {
+            worker_node_args(
+                &options,
+                &scratch,
+                index,
+                worker_ports[index],
+                device_ports[index],
+                &coordinator,
+                &secret,
+            )
+        })
+        .collect();
+    node_args.push(Vec::new());
     let args = &mut node_args[count];
     args.extend(["--listen".into(), format!("127.0.0.1:{coordinator_port}")]);
     for index in 0..count {
@@ -478,13 +472,14 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
         "--jia-service-url".into(),
         jia.url(),
     ]);
-    args.extend(data_dir("coordinator"));
+    args.extend(data_dir_args(&options, &scratch, "coordinator"));
     args.extend(options.coordinator_args.iter().cloned());
+    let fail_points = options.fail_points.clone();
     let processes = (0..=count)
         .map(|index| {
             NodeProcess::spawn(
                 names[index],
-                node_command(index == count, &node_args[index]),
+                node_command(index == count, &node_args[index], fail_points.as_deref()),
                 &scratch.path,
             )
         })
@@ -496,10 +491,12 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
         device_servers,
         jia,
         secret,
-        signer: options.signer.unwrap_or_else(JwtSigner::project_default),
+        signer: options.signer.clone().unwrap_or_else(JwtSigner::project_default),
         processes,
         node_args,
         names,
+        fail_points,
+        options,
         scratch,
     };
     cluster.wait_until_healthy().await;
@@ -539,6 +536,13 @@ impl Cluster {
         uuid
     }
 
+    /// A UUID in placement slot `slot` (its first two hex digits), known to the simulator.
+    pub fn known_uuid_in_slot(&self, slot: u8, serial: u32) -> String {
+        let uuid = format!("{slot:02x}{serial:06x}-0000-4000-8000-{serial:012x}");
+        self.jia.add_isu(&uuid, bench::model::character_for_uuid(&uuid));
+        uuid
+    }
+
     /// The character the simulator gives to a UUID made by [`Cluster::known_uuid`].
     pub fn character_of(&self, uuid: &str) -> &'static str {
         bench::model::character_for_uuid(uuid)
@@ -561,11 +565,12 @@ impl Cluster {
 
     async fn wait_until_healthy(&mut self) {
         let client = self.raw_client();
-        let urls = [
-            format!("{}/healthz", self.workers[0]),
-            format!("{}/healthz", self.workers[1]),
-            format!("{}/healthz", self.coordinator),
-        ];
+        let urls: Vec<String> = self
+            .workers
+            .iter()
+            .chain([&self.coordinator])
+            .map(|base| format!("{base}/healthz"))
+            .collect();
         let deadline = Instant::now() + READY_TIMEOUT;
         for url in urls {
             loop {
@@ -605,7 +610,7 @@ impl Cluster {
         let is_coordinator = index == self.workers.len();
         self.processes[index] = NodeProcess::spawn_appending(
             name,
-            node_command(is_coordinator, &self.node_args[index]),
+            node_command(is_coordinator, &self.node_args[index], self.fail_points.as_deref()),
             &self.scratch.path,
         );
         let base = if is_coordinator {
@@ -620,9 +625,51 @@ impl Cluster {
                 Instant::now() < deadline,
                 "the restarted {name} never listened on {listen}"
             );
-            self.assert_processes_alive();
+            if let Some(status) = self.processes[index].child.try_wait().expect("polling a child") {
+                panic!("the restarted {name} exited with {status}");
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Starts one more worker (the next cell, on new ports) and restarts the coordinator
+    /// with it configured; returns once every node is healthy. Only for durable clusters:
+    /// the coordinator keeps everything across the restart, the new cell holds nothing.
+    pub async fn add_worker(&mut self) {
+        assert!(
+            self.options.durable,
+            "add_worker restarts the coordinator: durable clusters only"
+        );
+        let index = self.workers.len();
+        assert!(index < CELL_NAMES.len(), "test clusters have at most 6 workers");
+        let [port, device_port] = free_ports::<2>();
+        let args = worker_node_args(
+            &self.options,
+            &self.scratch,
+            index,
+            port,
+            device_port,
+            &self.coordinator,
+            &self.secret,
+        );
+        let worker = format!("http://127.0.0.1:{port}");
+        let device_server = format!("http://127.0.0.1:{device_port}");
+        // The coordinator is node `index` now; it moves one place on, behind the new worker.
+        self.kill_node(index);
+        let coordinator_args = &mut self.node_args[index];
+        coordinator_args.extend([
+            "--worker".into(),
+            format!("{}={worker},{device_server}", CELL_NAMES[index]),
+        ]);
+        self.node_args.insert(index, args);
+        self.names.insert(index, WORKER_NAMES[index]);
+        let placeholder = NodeProcess::spawn(WORKER_NAMES[index], Command::new("true"), &self.scratch.path);
+        self.processes.insert(index, placeholder);
+        self.workers.push(worker);
+        self.device_servers.push(device_server);
+        self.start_node(index);
+        self.start_node(index + 1);
+        self.wait_until_healthy().await;
     }
 
     /// The log file of node `index`.
@@ -712,13 +759,55 @@ fn worker_binary() -> PathBuf {
 }
 
 /// The command of a worker or the coordinator with its flags.
-fn node_command(coordinator: bool, args: &[String]) -> Command {
+fn node_command(coordinator: bool, args: &[String], fail_points: Option<&str>) -> Command {
     let mut command = match coordinator {
         true => Command::new(env!("CARGO_BIN_EXE_coordinator")),
         false => Command::new(worker_binary()),
     };
     command.args(args);
+    command.env_remove("FAILPOINTS");
+    if let Some(fail_points) = fail_points {
+        command.env("FAILPOINTS", fail_points);
+    }
     command
+}
+
+/// `--data-dir <scratch>/data/<node>` for durable clusters.
+fn data_dir_args(options: &ClusterOptions, scratch: &ScratchDir, node: &str) -> Vec<String> {
+    match options.durable {
+        true => vec![
+            "--data-dir".into(),
+            scratch.path.join("data").join(node).display().to_string(),
+        ],
+        false => Vec::new(),
+    }
+}
+
+/// The flags of worker `index` (cell `CELL_NAMES[index]`).
+fn worker_node_args(
+    options: &ClusterOptions,
+    scratch: &ScratchDir,
+    index: usize,
+    port: u16,
+    device_port: u16,
+    coordinator: &str,
+    secret: &str,
+) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--cell".into(),
+        CELL_NAMES[index].into(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--device-listen".into(),
+        format!("127.0.0.1:{device_port}"),
+        "--coordinator-url".into(),
+        coordinator.into(),
+        "--cluster-secret".into(),
+        secret.into(),
+    ];
+    args.extend(data_dir_args(options, scratch, WORKER_NAMES[index]));
+    args.extend(options.worker_args.iter().cloned());
+    args
 }
 
 /// A child process killed (by its PID) and reaped on drop; stdout and stderr go to a log file.
