@@ -12,6 +12,8 @@ mod cells;
 mod durability;
 #[path = "cluster/recovery.rs"]
 mod recovery;
+#[path = "cluster/router.rs"]
+mod router;
 #[path = "cluster/security.rs"]
 mod security;
 mod support;
@@ -985,7 +987,7 @@ async fn public_nginx_routes_by_parity_and_hides_internal_routes() {
     let Some(nginx) = nginx_or_skip() else {
         return;
     };
-    let [public_port, device_a_port, device_b_port] = free_ports::<3>();
+    let [device_a_port, device_b_port] = free_ports::<2>();
     let device_a = format!("127.0.0.1:{device_a_port}");
     let device_b = format!("127.0.0.1:{device_b_port}");
     let cluster = spawn_cluster_with(ClusterOptions {
@@ -993,50 +995,17 @@ async fn public_nginx_routes_by_parity_and_hides_internal_routes() {
         ..ClusterOptions::default()
     })
     .await;
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let run_dir = cluster.scratch.path.join("nginx");
     let web = support::fixture_front_end();
-    let host_port = |url: &str| url.trim_start_matches("http://").to_owned();
-    let rendered = std::process::Command::new(repo.join("scripts/render-nginx"))
-        .arg("--run-dir")
-        .arg(&run_dir)
-        .arg("--static-dir")
-        .arg(&web.path)
-        .args(["--public-listen", &format!("127.0.0.1:{public_port}")])
-        .args(["--coordinator", &host_port(&cluster.coordinator)])
-        .args(["--cell", &format!("a={},{device_a}", host_port(&cluster.workers[0]))])
-        .args(["--cell", &format!("b={},{device_b}", host_port(&cluster.workers[1]))])
-        .args(["--worker-processes", "1", "--access-log", "off"])
-        .env("ISU_NGINX_BIN", &nginx)
-        .output()
-        .expect("running scripts/render-nginx");
-    assert!(
-        rendered.status.success(),
-        "render-nginx failed: {}",
-        String::from_utf8_lossy(&rendered.stderr)
-    );
-    let config = std::path::PathBuf::from(String::from_utf8(rendered.stdout).unwrap().trim());
-    let mut server = Nginx::start(&nginx, &run_dir, &config);
-    let public = format!("http://127.0.0.1:{public_port}");
-    let anonymous = Agent::new(Routes::Public(public.clone()));
-    let anonymous_ref = &anonymous;
-    wait_until(
-        "nginx serves the public server",
-        Duration::from_secs(10),
-        move || async move {
-            let response = reqwest::Client::builder()
-                .no_proxy()
-                .build()
-                .unwrap()
-                .get(anonymous_ref.url("/"))
-                .timeout(Duration::from_secs(1))
-                .send()
-                .await
-                .ok()?;
-            (response.status() == 200).then_some(())
-        },
+    let (mut server, public) = public_nginx_at(
+        &cluster,
+        &nginx,
+        &web.path,
+        &run_dir,
+        &[device_a.clone(), device_b.clone()],
     )
     .await;
+    let anonymous = Agent::new(Routes::Public(public.clone()));
     server.assert_running();
 
     let page = anonymous.get("/").await;
@@ -1383,54 +1352,16 @@ async fn metrics_count_requests_by_route_and_status_and_measure_batches_and_push
     }
 }
 
-/// Starts the project's public nginx in front of `cluster`, serving `static_dir`; returns
-/// it and its base URL once it answers `GET /`.
+/// Starts the project's public nginx in front of `cluster`, serving `static_dir`, with a
+/// device server per cell on fresh ports; returns it and its base URL once it answers.
 async fn public_nginx(cluster: &Cluster, nginx: &std::path::Path, static_dir: &std::path::Path) -> (Nginx, String) {
-    let [public_port, device_a_port, device_b_port] = free_ports::<3>();
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let device_listens: Vec<String> = cluster
+        .workers
+        .iter()
+        .map(|_| format!("127.0.0.1:{}", free_ports::<1>()[0]))
+        .collect();
     let run_dir = cluster.scratch.path.join("nginx");
-    let host_port = |url: &str| url.trim_start_matches("http://").to_owned();
-    let rendered = std::process::Command::new(repo.join("scripts/render-nginx"))
-        .arg("--run-dir")
-        .arg(&run_dir)
-        .arg("--static-dir")
-        .arg(static_dir)
-        .args(["--public-listen", &format!("127.0.0.1:{public_port}")])
-        .args(["--coordinator", &host_port(&cluster.coordinator)])
-        .args([
-            "--cell",
-            &format!("a={},127.0.0.1:{device_a_port}", host_port(&cluster.workers[0])),
-        ])
-        .args([
-            "--cell",
-            &format!("b={},127.0.0.1:{device_b_port}", host_port(&cluster.workers[1])),
-        ])
-        .args(["--worker-processes", "1", "--access-log", "off"])
-        .env("ISU_NGINX_BIN", nginx)
-        .output()
-        .expect("running scripts/render-nginx");
-    assert!(
-        rendered.status.success(),
-        "render-nginx failed: {}",
-        String::from_utf8_lossy(&rendered.stderr)
-    );
-    let config = std::path::PathBuf::from(String::from_utf8(rendered.stdout).unwrap().trim());
-    let mut server = Nginx::start(nginx, &run_dir, &config);
-    let public = format!("http://127.0.0.1:{public_port}");
-    let root = format!("{public}/");
-    let root = &root;
-    wait_until(
-        "nginx serves the public server",
-        Duration::from_secs(10),
-        move || async move {
-            let client = reqwest::Client::builder().no_proxy().build().unwrap();
-            let response = client.get(root).timeout(Duration::from_secs(1)).send().await.ok()?;
-            (response.status() == 200).then_some(())
-        },
-    )
-    .await;
-    server.assert_running();
-    (server, public)
+    public_nginx_at(cluster, nginx, static_dir, &run_dir, &device_listens).await
 }
 
 /// The bench's compatibility check (§13.2) and its error checks, against the real cluster

@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use super::durability::{device_client, own_timestamps, post_and_record};
+use super::durability::{device_client, own_timestamps, post_and_record, Posted};
 use super::support::*;
 
 fn three_cells() -> ClusterOptions {
@@ -72,8 +72,75 @@ pub(super) async fn local_status(cluster: &Cluster, agent: &Agent, worker: usize
     agent.get_with(&path, &headers).await.status.as_u16()
 }
 
+/// Devices posting for some ISUs until stopped; what was acknowledged, per ISU.
+pub(super) struct Devices {
+    stop: Arc<AtomicBool>,
+    refused: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
+    acknowledged: Vec<Arc<Mutex<BTreeSet<i64>>>>,
+    posters: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Devices {
+    /// One device per `(uuid, device URL)`, posting every 10 ms.
+    pub(super) fn start(isus: &[(String, String)]) -> Devices {
+        Devices::start_at(0, isus)
+    }
+
+    /// [`Devices::start`] with the devices' own timestamps taken from lanes `first_lane`...
+    /// (devices started again after others stopped post conditions of their own).
+    pub(super) fn start_at(first_lane: i64, isus: &[(String, String)]) -> Devices {
+        let stop = Arc::new(AtomicBool::new(false));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(AtomicUsize::new(0));
+        let acknowledged: Vec<Arc<Mutex<BTreeSet<i64>>>> = isus.iter().map(|_| Arc::default()).collect();
+        let posters = isus
+            .iter()
+            .enumerate()
+            .map(|(lane, (uuid, device_url))| {
+                tokio::spawn(keep_posting(
+                    device_url.clone(),
+                    uuid.clone(),
+                    first_lane + lane as i64,
+                    stop.clone(),
+                    acknowledged[lane].clone(),
+                    refused.clone(),
+                    closed.clone(),
+                ))
+            })
+            .collect();
+        Devices {
+            stop,
+            refused,
+            closed,
+            acknowledged,
+            posters,
+        }
+    }
+
+    /// Stops posting; the acknowledged timestamps per ISU, the count of refused posts and
+    /// of posts whose connection closed under them (sent again, like refused ones).
+    pub(super) async fn stop(self) -> (Vec<BTreeSet<i64>>, usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        for poster in self.posters {
+            poster.await.unwrap();
+        }
+        let acknowledged = self
+            .acknowledged
+            .iter()
+            .map(|set| set.lock().unwrap().clone())
+            .collect();
+        let (refused, closed) = (
+            self.refused.load(Ordering::Relaxed),
+            self.closed.load(Ordering::Relaxed),
+        );
+        (acknowledged, refused, closed)
+    }
+}
+
 /// Posts batch after batch of `lane` to `device_url` (the URL JIA gave the ISU's device,
-/// which never changes) until `stop`; records what was answered 202 and counts the rest.
+/// which never changes) until `stop`; records what was answered 202, counts refusals (any
+/// other answer) and posts whose kept-alive connection closed under them (see [`Posted`]).
 pub(super) async fn keep_posting(
     device_url: String,
     uuid: String,
@@ -81,15 +148,20 @@ pub(super) async fn keep_posting(
     stop: Arc<AtomicBool>,
     acknowledged: Arc<Mutex<BTreeSet<i64>>>,
     refused: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
 ) {
     let client = device_client();
     let mut serial = 0;
     while !stop.load(Ordering::Relaxed) {
-        if post_and_record(&client, &device_url, &uuid, lane, serial, &acknowledged).await {
-            serial += 1;
-        } else {
-            // The same batch again: a device that got no 202 retries it.
-            refused.fetch_add(1, Ordering::Relaxed);
+        // After a failure the same batch again: a device that got no 202 retries it.
+        match post_and_record(&client, &device_url, &uuid, lane, serial, &acknowledged).await {
+            Posted::Accepted => serial += 1,
+            Posted::Refused(reason) => {
+                if refused.fetch_add(1, Ordering::Relaxed) < 5 {
+                    eprintln!("device post for {uuid} refused: {reason}");
+                }
+            }
+            Posted::Closed => _ = closed.fetch_add(1, Ordering::Relaxed),
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -125,6 +197,8 @@ async fn slots_and_pins_move_between_three_cells_under_load_losing_and_duplicati
             lane as i64,
             stop.clone(),
             acknowledged[lane].clone(),
+            refused.clone(),
+            // No nginx here: a closed connection is a refusal too.
             refused.clone(),
         )));
     }

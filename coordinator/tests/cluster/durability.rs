@@ -41,8 +41,21 @@ fn own_batch(lane: i64, serial: i64) -> Vec<bench::model::SentCondition> {
         .collect()
 }
 
+/// What became of one device post.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Posted {
+    /// 202: stored (and logged).
+    Accepted,
+    /// Any other answer, or no connection: what happened.
+    Refused(String),
+    /// The connection closed (or was reset) before an answer came: a kept-alive connection
+    /// that the server (an nginx worker leaving at a reload) closed as the request went out.
+    /// The device sends the batch again; nothing was acknowledged.
+    Closed,
+}
+
 /// Posts batch `serial` of `lane` to `worker` for `uuid`; on a 202 records its timestamps in
-/// `acknowledged` and returns true.
+/// `acknowledged`.
 pub(super) async fn post_and_record(
     client: &reqwest::Client,
     worker: &str,
@@ -50,21 +63,44 @@ pub(super) async fn post_and_record(
     lane: i64,
     serial: i64,
     acknowledged: &Mutex<BTreeSet<i64>>,
-) -> bool {
+) -> Posted {
     let batch = own_batch(lane, serial);
     let answer = client
         .post(format!("{worker}/api/condition/{uuid}"))
         .json(&batch)
         .send()
         .await;
-    let accepted = matches!(answer, Ok(response) if response.status() == StatusCode::ACCEPTED);
-    if accepted {
-        acknowledged
-            .lock()
-            .unwrap()
-            .extend(batch.iter().map(|condition| condition.timestamp));
+    match answer {
+        Ok(response) if response.status() == StatusCode::ACCEPTED => {
+            acknowledged
+                .lock()
+                .unwrap()
+                .extend(batch.iter().map(|condition| condition.timestamp));
+            Posted::Accepted
+        }
+        Ok(response) => Posted::Refused(format!("{}", response.status())),
+        Err(error) if closed_before_answer(&error) => Posted::Closed,
+        Err(error) => Posted::Refused(shared::error_chain(&error)),
     }
-    accepted
+}
+
+/// hyper's "connection closed before message completed", or a reset by the peer, on a
+/// request sent (an nginx worker closing an idle connection that holds unread bytes resets it).
+fn closed_before_answer(error: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        let incomplete = cause
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(|hyper| hyper.is_incomplete_message());
+        let reset = cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionReset);
+        if incomplete || reset {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// Posts batches to `worker` for `uuid` until a post fails; records the
@@ -72,7 +108,7 @@ pub(super) async fn post_and_record(
 async fn post_until_refused(worker: String, uuid: String, lane: i64, acknowledged: Arc<Mutex<BTreeSet<i64>>>) {
     let client = device_client();
     for serial in 0.. {
-        if !post_and_record(&client, &worker, &uuid, lane, serial, &acknowledged).await {
+        if post_and_record(&client, &worker, &uuid, lane, serial, &acknowledged).await != Posted::Accepted {
             return;
         }
     }

@@ -4,14 +4,12 @@
 //! running (durable) cluster gets its share by a rebalance. Devices post all along.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use super::cells::{cells_call, keep_posting, local_status, placement, try_cells_call};
+use super::cells::{cells_call, local_status, placement, try_cells_call, Devices};
 use super::durability::own_timestamps;
 use super::support::*;
 
@@ -30,57 +28,6 @@ const HOLD: &str = "sleep(4000)";
 fn slot_owner(placement: &Value, slot: &str) -> u64 {
     let index = usize::from_str_radix(slot, 16).unwrap();
     placement["map"]["slots"][index].as_u64().expect("a slot's cell")
-}
-
-/// Devices posting for some ISUs until stopped; what was acknowledged, per ISU.
-struct Devices {
-    stop: Arc<AtomicBool>,
-    refused: Arc<AtomicUsize>,
-    acknowledged: Vec<Arc<Mutex<BTreeSet<i64>>>>,
-    posters: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Devices {
-    /// One device per `(uuid, device URL)`, posting every 10 ms.
-    fn start(isus: &[(String, String)]) -> Devices {
-        let stop = Arc::new(AtomicBool::new(false));
-        let refused = Arc::new(AtomicUsize::new(0));
-        let acknowledged: Vec<Arc<Mutex<BTreeSet<i64>>>> = isus.iter().map(|_| Arc::default()).collect();
-        let posters = isus
-            .iter()
-            .enumerate()
-            .map(|(lane, (uuid, device_url))| {
-                tokio::spawn(keep_posting(
-                    device_url.clone(),
-                    uuid.clone(),
-                    lane as i64,
-                    stop.clone(),
-                    acknowledged[lane].clone(),
-                    refused.clone(),
-                ))
-            })
-            .collect();
-        Devices {
-            stop,
-            refused,
-            acknowledged,
-            posters,
-        }
-    }
-
-    /// Stops posting; the acknowledged timestamps per ISU and the count of refused posts.
-    async fn stop(self) -> (Vec<BTreeSet<i64>>, usize) {
-        self.stop.store(true, Ordering::Relaxed);
-        for poster in self.posters {
-            poster.await.unwrap();
-        }
-        let acknowledged = self
-            .acknowledged
-            .iter()
-            .map(|set| set.lock().unwrap().clone())
-            .collect();
-        (acknowledged, self.refused.load(Ordering::Relaxed))
-    }
 }
 
 /// Every acknowledged condition is stored, and nothing else (read page by page, so a
@@ -217,8 +164,9 @@ async fn interrupt_a_migration(fail_point: &str, reached: fn(&Value) -> bool, vi
         );
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (acknowledged, refused) = devices.stop().await;
+    let (acknowledged, refused, closed) = devices.stop().await;
     if victim == Victim::Coordinator {
+        assert_eq!(closed, 0, "no connection to a worker closed");
         assert_eq!(refused, 0, "devices never need the coordinator");
     }
 
@@ -339,8 +287,8 @@ async fn a_worker_added_to_a_running_cluster_gets_an_even_share_by_a_rebalance()
     assert_eq!(local_status(&cluster, &alice, 2, &newcomer, true).await, 200);
 
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (acknowledged, refused) = devices.stop().await;
-    assert_eq!(refused, 0, "no device post was refused");
+    let (acknowledged, refused, closed) = devices.stop().await;
+    assert_eq!((refused, closed), (0, 0), "no device post was refused");
     let mut on_c = 0;
     for (uuid, acknowledged) in uuids.iter().zip(&acknowledged) {
         assert_exactly_acknowledged(&alice, uuid, acknowledged).await;

@@ -219,6 +219,13 @@ impl Agent {
         self.send(self.client.get(self.url(path))).await
     }
 
+    /// `GET path`; a transport error is returned, not a panic.
+    pub async fn try_get(&self, path: &str) -> Result<Reply, reqwest::Error> {
+        let url = self.url(path);
+        let response = self.client.get(&url).send().await?;
+        Ok(read_reply(format!("GET {url}"), response).await)
+    }
+
     pub async fn post_empty(&self, path: &str) -> Reply {
         self.send(self.client.post(self.url(path))).await
     }
@@ -1227,6 +1234,61 @@ fn signal(pid: u32, name: &str) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+}
+
+/// Starts the project's public nginx in front of `cluster` from `run_dir` (its placement
+/// file there, `run_dir/placement.conf`, is what `--router-map` of the coordinator names),
+/// serving `static_dir`, with cell i's nginx device server on `device_listens[i]`; returns
+/// it and its base URL once it answers `GET /`.
+pub async fn public_nginx_at(
+    cluster: &Cluster,
+    nginx: &Path,
+    static_dir: &Path,
+    run_dir: &Path,
+    device_listens: &[String],
+) -> (Nginx, String) {
+    let public_port = free_ports::<1>()[0];
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let host_port = |url: &str| url.trim_start_matches("http://").to_owned();
+    let mut render = Command::new(repo.join("scripts/render-nginx"));
+    render
+        .arg("--run-dir")
+        .arg(run_dir)
+        .arg("--static-dir")
+        .arg(static_dir)
+        .args(["--public-listen", &format!("127.0.0.1:{public_port}")])
+        .args(["--coordinator", &host_port(&cluster.coordinator)]);
+    for (index, worker) in cluster.workers.iter().enumerate() {
+        let cell = format!("{}={},{}", CELL_NAMES[index], host_port(worker), device_listens[index]);
+        render.args(["--cell", &cell]);
+    }
+    let rendered = render
+        .args(["--worker-processes", "1", "--access-log", "off"])
+        .env("ISU_NGINX_BIN", nginx)
+        .output()
+        .expect("running scripts/render-nginx");
+    assert!(
+        rendered.status.success(),
+        "render-nginx failed: {}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let config = PathBuf::from(String::from_utf8(rendered.stdout).unwrap().trim());
+    let mut server = Nginx::start(nginx, run_dir, &config);
+    let public = format!("http://127.0.0.1:{public_port}");
+    let root = format!("{public}/");
+    let root = &root;
+    wait_until(
+        "nginx serves the public server",
+        Duration::from_secs(10),
+        move || async move {
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let response = client.get(root).timeout(Duration::from_secs(1)).send().await.ok()?;
+            (response.status() == 200).then_some(())
+        },
+    )
+    .await;
+    server.assert_running();
+    (server, public)
 }
 
 /// A minimal front end (an `index.html` referencing one asset) in its own scratch directory,
