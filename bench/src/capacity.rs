@@ -208,42 +208,48 @@ impl std::fmt::Display for CapacityReport {
 
 /// Latencies and errors of the readers, per step.
 #[derive(Default)]
-struct ReadWindow {
-    latencies: LatencyWindow,
-    errors: AtomicU64,
+pub(crate) struct ReadWindow {
+    pub(crate) latencies: LatencyWindow,
+    pub(crate) errors: AtomicU64,
 }
 
 impl ReadWindow {
-    fn take(&self) -> (Option<Histogram<u64>>, u64) {
+    pub(crate) fn take(&self) -> (Option<Histogram<u64>>, u64) {
         (self.latencies.take(), self.errors.swap(0, Ordering::Relaxed))
     }
 }
 
 /// A signed-in user with the ISUs it registered.
-struct User {
-    client: reqwest::Client,
-    isus: Vec<String>,
+pub(crate) struct User {
+    pub(crate) client: reqwest::Client,
+    pub(crate) isus: Vec<String>,
 }
 
 /// Runs the ramp (initialize, then steps until an objective breaks or `max_isus`).
 pub async fn run(config: CapacityConfig) -> anyhow::Result<CapacityReport> {
-    let jia = JiaSimulator::start(JiaConfig {
-        keep_sent_log: false,
-        lean_devices: true,
-        accept_any_uuid: true,
-        ..config.jia.clone()
-    })
-    .await
-    .context("starting the JIA simulator")?;
+    let jia = start_lean_jia(&config.jia).await?;
     let outcome = ramp(&config, &jia).await;
     jia.shutdown().await;
     outcome
 }
 
-async fn ramp(config: &CapacityConfig, jia: &JiaHandle) -> anyhow::Result<CapacityReport> {
-    let base = config.target.trim_end_matches('/').to_owned();
-    let plain = reqwest::Client::builder().no_proxy().build()?;
-    let initialized = plain
+/// The JIA simulator of the measuring modes: lean devices, any UUID activated, no sent log.
+pub(crate) async fn start_lean_jia(config: &JiaConfig) -> anyhow::Result<JiaHandle> {
+    JiaSimulator::start(JiaConfig {
+        keep_sent_log: false,
+        lean_devices: true,
+        accept_any_uuid: true,
+        ..config.clone()
+    })
+    .await
+    .context("starting the JIA simulator")
+}
+
+/// `POST /initialize` with the simulator's URL; an error unless it succeeded.
+pub(crate) async fn initialize(base: &str, jia: &JiaHandle) -> anyhow::Result<()> {
+    let initialized = reqwest::Client::builder()
+        .no_proxy()
+        .build()?
         .post(format!("{base}/initialize"))
         .json(&json!({"jia_service_url": jia.url()}))
         .timeout(Duration::from_secs(20))
@@ -255,6 +261,12 @@ async fn ramp(config: &CapacityConfig, jia: &JiaHandle) -> anyhow::Result<Capaci
         "POST /initialize answered {}",
         initialized.status()
     );
+    Ok(())
+}
+
+async fn ramp(config: &CapacityConfig, jia: &JiaHandle) -> anyhow::Result<CapacityReport> {
+    let base = config.target.trim_end_matches('/').to_owned();
+    initialize(&base, jia).await?;
 
     let window = Arc::new(ReadWindow::default());
     let mut readers = JoinSet::new();
@@ -388,7 +400,7 @@ fn broken_objective(config: &CapacityConfig, step: &Step) -> Option<String> {
 const ISUS_PER_USER: usize = 10;
 
 /// Registers `count` new ISUs (at once), signing in users as needed; returns the failures.
-async fn register_step(
+pub(crate) async fn register_step(
     config: &CapacityConfig,
     base: &str,
     users: &mut Vec<Arc<User>>,
@@ -437,7 +449,7 @@ async fn register_step(
     Ok((created, failures))
 }
 
-async fn sign_in(config: &CapacityConfig, base: &str, user: &str) -> anyhow::Result<User> {
+pub(crate) async fn sign_in(config: &CapacityConfig, base: &str, user: &str) -> anyhow::Result<User> {
     let client = reqwest::Client::builder()
         .cookie_store(true)
         .no_proxy()
@@ -458,7 +470,7 @@ async fn sign_in(config: &CapacityConfig, base: &str, user: &str) -> anyhow::Res
 
 /// One reading user: ISU list, then for one of its ISUs a condition page and a graph, then
 /// the trend; a pause after each read.
-async fn read_loop(config: CapacityConfig, base: String, user: Arc<User>, window: Arc<ReadWindow>) {
+pub(crate) async fn read_loop(config: CapacityConfig, base: String, user: Arc<User>, window: Arc<ReadWindow>) {
     let mut turn = 0usize;
     loop {
         let mut paths = vec!["/api/isu".to_owned(), "/api/trend".to_owned()];
@@ -471,7 +483,13 @@ async fn read_loop(config: CapacityConfig, base: String, user: Arc<User>, window
         }
         for path in paths {
             let started = Instant::now();
-            let answer = user.client.get(format!("{base}{path}")).send().await;
+            let url = format!("{base}{path}");
+            let mut answer = user.client.get(&url).send().await;
+            // A kept-alive connection nginx closed as it reloaded: once more, as the scored
+            // run (and Go's client) does for a GET.
+            if matches!(&answer, Err(error) if crate::scenario::api::closed_before_answer(error)) {
+                answer = user.client.get(&url).send().await;
+            }
             let ok = match answer {
                 Ok(response) => response.status() == 200 && response.bytes().await.is_ok(),
                 Err(_) => false,

@@ -121,6 +121,24 @@ pub struct RunArgs {
     /// gives it 1); default: every CPU of this machine.
     #[arg(long)]
     pub cluster_cores: Option<f64>,
+    /// Instead of a scored run: fill one placement slot with a large history, move it to
+    /// another cell while devices post and users read, and report the migration's time and
+    /// the latency, errors and cluster CPU before, during and after it (needs
+    /// `--node coordinator=URL` and `--cluster-secret-file`).
+    #[arg(long, conflicts_with = "capacity")]
+    pub migration_cost: bool,
+    /// Migration cost: conditions of history in the moving slot.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u32).range(1..=50_000_000))]
+    pub migration_conditions: u32,
+    /// Migration cost: ISUs of the moving slot (sharing the history).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub migration_isus: u32,
+    /// Migration cost: other ISUs, posting and read all along.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub migration_background_isus: u32,
+    /// Migration cost: length of the windows before and after the migration.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub migration_window: Duration,
 }
 
 /// Options of the standalone JIA simulator.
@@ -212,6 +230,19 @@ impl RunArgs {
             isus_per_reader: 50,
             read_pause: Duration::from_millis(100),
             request_timeout: Duration::from_secs(2),
+        })
+    }
+
+    /// The settings of a migration-cost run (`--migration-cost`).
+    pub fn into_migration_cost_config(self) -> anyhow::Result<crate::migration_cost::MigrationCostConfig> {
+        let (conditions, heavy_isus) = (self.migration_conditions as usize, self.migration_isus as usize);
+        let (background_isus, window) = (self.migration_background_isus as usize, self.migration_window);
+        Ok(crate::migration_cost::MigrationCostConfig {
+            base: self.into_capacity_config()?,
+            conditions,
+            heavy_isus,
+            background_isus,
+            window,
         })
     }
 

@@ -18,6 +18,7 @@ pub mod device;
 pub mod jia;
 pub mod jwt;
 pub mod lean;
+pub mod migration_cost;
 pub mod model;
 pub mod nodes;
 pub mod report;

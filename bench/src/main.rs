@@ -46,6 +46,9 @@ async fn run(cli: Cli) -> ExitCode {
     if cli.run.capacity {
         return run_capacity(cli.run, json_path).await;
     }
+    if cli.run.migration_cost {
+        return run_migration_cost(cli.run, json_path).await;
+    }
     let outcome = match cli.run.into_config() {
         Ok(config) => bench::scenario::run(config).await,
         Err(error) => Err(error),
@@ -89,6 +92,31 @@ async fn run_capacity(args: bench::cli::RunArgs, json_path: Option<std::path::Pa
         write_json(&path, &report.to_json());
     }
     if report.sustained().is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `--migration-cost`: the windows' table and `migration_cost.*` in the JSON; fails when the
+/// migration failed or any request failed.
+async fn run_migration_cost(args: bench::cli::RunArgs, json_path: Option<std::path::PathBuf>) -> ExitCode {
+    let outcome = match args.into_migration_cost_config() {
+        Ok(config) => bench::migration_cost::run(config).await,
+        Err(error) => Err(error),
+    };
+    let report = match outcome {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("bench migration cost failed: {error:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{report}");
+    if let Some(path) = json_path {
+        write_json(&path, &report.to_json());
+    }
+    if report.errors() == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -37,6 +37,19 @@ impl Nodes {
         self.nodes.is_empty()
     }
 
+    /// The internal URL of the node named `name`.
+    pub fn url_of(&self, name: &str) -> Option<&str> {
+        self.nodes
+            .iter()
+            .find(|node| node.name == name)
+            .map(|node| node.url.as_str())
+    }
+
+    /// The cluster secret the internal routes require.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
     /// CPU seconds used so far by each node (`None` for a node that did not answer).
     pub async fn cpu_seconds(&self) -> Vec<(String, Option<f64>)> {
         let reads = self.nodes.iter().map(|node| async move {

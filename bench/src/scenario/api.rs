@@ -283,7 +283,7 @@ impl Agent {
 
 /// The server closed (or reset) the connection before any answer: what a request meets on a
 /// kept-alive connection the server closed while it was on its way.
-fn closed_before_answer(error: &reqwest::Error) -> bool {
+pub fn closed_before_answer(error: &reqwest::Error) -> bool {
     if error.is_timeout() || error.is_connect() {
         return false;
     }

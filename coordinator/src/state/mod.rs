@@ -137,6 +137,10 @@ impl State {
     /// `POST /initialize`: a new generation from the dataset, on every node.
     pub async fn initialize(&self, jia_service_url: String) -> Result<(), ApiError> {
         let _resetting = self.reset_lock.lock().await;
+        // Never between a migration's plan and its flip: the reset hands each slot's ISUs to
+        // the owner the map names, and a flip after it would name a cell that never got them.
+        // A migration that waits for this lock starts on the new generation.
+        let _no_migration = self.migration_lock.lock().await;
         let dataset = self.dataset.clone();
         let default_icon = self.default_icon.clone();
         let generation =

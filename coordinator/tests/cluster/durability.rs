@@ -79,28 +79,9 @@ pub(super) async fn post_and_record(
             Posted::Accepted
         }
         Ok(response) => Posted::Refused(format!("{}", response.status())),
-        Err(error) if closed_before_answer(&error) => Posted::Closed,
+        Err(error) if bench::scenario::api::closed_before_answer(&error) => Posted::Closed,
         Err(error) => Posted::Refused(shared::error_chain(&error)),
     }
-}
-
-/// hyper's "connection closed before message completed", or a reset by the peer, on a
-/// request sent (an nginx worker closing an idle connection that holds unread bytes resets it).
-fn closed_before_answer(error: &reqwest::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        let incomplete = cause
-            .downcast_ref::<hyper::Error>()
-            .is_some_and(|hyper| hyper.is_incomplete_message());
-        let reset = cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionReset);
-        if incomplete || reset {
-            return true;
-        }
-        source = cause.source();
-    }
-    false
 }
 
 /// Posts batches to `worker` for `uuid` until a post fails; records the

@@ -299,3 +299,125 @@ async fn a_worker_added_to_a_running_cluster_gets_an_even_share_by_a_rebalance()
     assert!(on_c >= 1, "some of the spread ISUs moved to c");
     cluster.assert_no_crash();
 }
+
+/// A worker's `/healthz` map version.
+async fn map_version_of(cluster: &Cluster, worker: usize) -> Option<u64> {
+    let health: Value = cluster
+        .raw_client()
+        .get(format!("{}/healthz", cluster.workers[worker]))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    health["map_version"].as_u64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_down_during_a_flip_gets_the_new_map_from_the_watch_when_it_returns() {
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        workers: 3,
+        durable: true,
+        coordinator_args: vec!["--migration-grace-ms".into(), "200".into()],
+        ..ClusterOptions::default()
+    })
+    .await;
+    let alice = cluster.sign_in("alice").await;
+    let moving = cluster.known_uuid_in_slot(0x03, 0x71);
+    assert_eq!(default_cell(&moving, 3), 0, "slot 03 starts on a");
+    alice.register(&moving, "moving", None).await.json(201);
+
+    // c is down while slot 03 moves from a to b: the flip's map never reaches it.
+    cluster.kill_node(2);
+    let (status, answer) = cells_call(&cluster, "/internal/cells/migrate", json!({"slot": "03", "to": "b"})).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let version = answer["map_version"].as_u64().unwrap();
+    wait_until("a forgets its copy", Duration::from_secs(5), || async {
+        (local_status(&cluster, &alice, 0, &moving, true).await == 404).then_some(())
+    })
+    .await;
+
+    // Back with the map it saved (older); the coordinator's watch sends the new one.
+    cluster.start_node(2);
+    let cluster_ref = &cluster;
+    wait_until("c gets the current map", Duration::from_secs(5), || async move {
+        (map_version_of(cluster_ref, 2).await == Some(version)).then_some(())
+    })
+    .await;
+    // A stale route to c goes to b (by the old map it would go to a, which has forgotten).
+    assert_eq!(local_status(&cluster, &alice, 2, &moving, false).await, 200);
+    cluster.assert_no_crash();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initialize_during_a_migration_waits_for_it_and_leaves_a_consistent_cluster() {
+    let cluster = spawn_cluster_with(ClusterOptions {
+        coordinator_args: vec!["--migration-grace-ms".into(), "200".into()],
+        fail_points: Some(format!("export-copy={HOLD}")),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let alice = cluster.sign_in("alice").await;
+    let moving = cluster.known_uuid_in_slot(0x00, 0x81);
+    alice.register(&moving, "moving", None).await.json(201);
+    let migrate = {
+        let (client, coordinator, secret) = (
+            cluster.raw_client(),
+            cluster.coordinator.clone(),
+            cluster.secret.clone(),
+        );
+        let body = json!({"slot": "00", "to": "b"});
+        tokio::spawn(
+            async move { try_cells_call(&client, &coordinator, &secret, "/internal/cells/migrate", body).await },
+        )
+    };
+    let cluster_ref = &cluster;
+    wait_until("the migration is cloning", Duration::from_secs(10), || async move {
+        let migrations = placement(cluster_ref).await["migrations"].clone();
+        migrations
+            .as_array()
+            .and_then(|list| list.first())
+            .is_some_and(|migration| migration["phase"] == "Cloning")
+            .then_some(())
+    })
+    .await;
+    // The reset waits until the migration has flipped (or rolled back) ...
+    let initialized = cluster.initialize().await;
+    assert_eq!(initialized.json(200), json!({"language": "rust"}));
+    let (status, answer) = migrate.await.unwrap().expect("the coordinator answers");
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the migration finished before the reset: {answer}"
+    );
+    // ... so the slot's ISUs of the new generation (the dataset's among them) went to the
+    // cell the map names, and the moved ISU is gone with the old generation.
+    let map = placement(&cluster).await;
+    assert_eq!(slot_owner(&map, "00"), 1);
+    let isucon1 = cluster.sign_in("isucon1").await;
+    for isu in dataset_isus_of("isucon1") {
+        let path = format!(
+            "/api/condition/{}?end_time=2000000000&condition_level={ALL_LEVELS}",
+            isu.uuid
+        );
+        assert_eq!(isucon1.get(&path).await.status, 200, "{}", isu.uuid);
+    }
+    let alice = cluster.sign_in("alice").await;
+    alice.isu(&moving).await.assert_error(404, NOT_FOUND_ISU);
+    // Registrations in the slot work, land on b, and the slot moves back.
+    alice.register(&moving, "again", None).await.json(201);
+    assert_eq!(local_status(&cluster, &alice, 1, &moving, true).await, 200);
+    wait_until("the migration ends", Duration::from_secs(10), || async move {
+        placement(cluster_ref).await["migrations"]
+            .as_array()
+            .is_some_and(|list| list.is_empty())
+            .then_some(())
+    })
+    .await;
+    let (status, answer) = cells_call(&cluster, "/internal/cells/migrate", json!({"slot": "00", "to": "a"})).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(local_status(&cluster, &alice, 0, &moving, true).await, 200);
+    let mut cluster = cluster;
+    cluster.assert_no_crash();
+}
