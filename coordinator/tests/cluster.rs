@@ -10,6 +10,8 @@
 mod cells;
 #[path = "cluster/durability.rs"]
 mod durability;
+#[path = "cluster/ingest.rs"]
+mod ingest;
 #[path = "cluster/recovery.rs"]
 mod recovery;
 #[path = "cluster/router.rs"]

@@ -28,6 +28,8 @@ pub mod placement_map;
 pub mod protocol;
 pub mod router;
 pub mod session;
+pub mod shuffle;
+pub mod sketch;
 pub mod telemetry;
 pub mod wal;
 

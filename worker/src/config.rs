@@ -64,6 +64,47 @@ pub struct Config {
     #[arg(long, env = "ISU_COMPACT_AFTER_MB", default_value_t = 256)]
     pub compact_after_mb: u64,
 
+    /// Per-ISU quota: conditions per ISU per 10 s window (counted in a count-min sketch);
+    /// an ISU over it is shaped (its batches are stored when the lanes are idle; 429 when
+    /// the shaping lane is full). 0 turns the quota off. The default is several times what
+    /// an official device posts (up to 10 conditions every 40 ms: 2,500 per window).
+    #[arg(long, env = "ISU_QUOTA", default_value_t = 10_000)]
+    pub isu_quota: u32,
+
+    /// Ingest lanes: device batches are stored inside one of N lanes.
+    #[arg(long, env = "ISU_INGEST_LANES", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub ingest_lanes: u16,
+
+    /// Lanes per ISU (shuffle sharding): an ISU uses the least loaded of its K lanes.
+    #[arg(long, env = "ISU_LANE_CHOICES", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub lane_choices: u16,
+
+    /// Batches a lane stores at once.
+    #[arg(long, env = "ISU_LANE_PERMITS", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub lane_permits: u16,
+
+    /// Batches waiting or running in a lane before new ones get 503 (`Retry-After: 1`).
+    #[arg(long, env = "ISU_LANE_QUEUE", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub lane_queue: u32,
+
+    /// Batches waiting in the shaping lane before shaped ISUs get 429 (`Retry-After: 1`).
+    #[arg(long, env = "ISU_SHAPING_QUEUE", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub shaping_queue: u32,
+
+    /// A batch holding its lane this long (ms) is left behind: the lane goes on, its ISU is
+    /// quarantined.
+    #[arg(long, env = "ISU_LANE_STALL_MS", default_value_t = 1000)]
+    pub lane_stall_ms: u64,
+
+    /// Quarantine an ISU whose batch stalled or panicked a lane (its later batches go to the
+    /// shaping lane): `on` or `off`.
+    #[arg(long, env = "ISU_QUARANTINE", default_value = "on", value_parser = ["on", "off"])]
+    pub quarantine: String,
+
+    /// Seed of the ISUs' lane sets.
+    #[arg(long, env = "ISU_LANE_SEED", default_value_t = 0x15_c0de)]
+    pub lane_seed: u64,
+
     /// Number of Tokio worker threads (0 = one per core).
     #[arg(long, env = "ISU_THREADS", default_value_t = 0)]
     pub threads: usize,
@@ -78,5 +119,20 @@ impl Config {
     /// This worker's node name in logs and metrics (`worker-a`).
     pub fn role(&self) -> String {
         shared::placement_map::worker_role(&self.cell)
+    }
+
+    /// The ingest settings (quota and lanes).
+    pub fn ingest(&self) -> crate::ingest::IngestConfig {
+        crate::ingest::IngestConfig {
+            quota: self.isu_quota,
+            lanes: usize::from(self.ingest_lanes),
+            choices: usize::from(self.lane_choices),
+            permits: usize::from(self.lane_permits),
+            lane_queue: self.lane_queue as usize,
+            shaping_queue: self.shaping_queue as usize,
+            stall_after: std::time::Duration::from_millis(self.lane_stall_ms.max(1)),
+            quarantine: self.quarantine == "on",
+            seed: self.lane_seed,
+        }
     }
 }

@@ -20,9 +20,13 @@ pub enum WorkerError {
     Conflict(&'static str),
     #[error("stale generation")]
     StaleGeneration,
-    /// 503: another node this request needs (a migration's target) did not answer.
+    /// 503: another node this request needs (a migration's target) did not answer, or the
+    /// batch's ingest lanes are full; `Retry-After: 1`.
     #[error("unavailable")]
     Unavailable,
+    /// 429: the ISU is over its quota and the shaping lane is full; `Retry-After: 1`.
+    #[error("too many requests")]
+    TooManyRequests,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -38,6 +42,7 @@ impl WorkerError {
             // Distinct from 409, which means "UUID already on this worker".
             WorkerError::StaleGeneration => StatusCode::PRECONDITION_FAILED,
             WorkerError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            WorkerError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             WorkerError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -51,6 +56,7 @@ impl WorkerError {
             WorkerError::IsuNotFound => messages::NOT_FOUND_ISU,
             WorkerError::StaleGeneration => "stale generation",
             WorkerError::Unavailable => "service unavailable",
+            WorkerError::TooManyRequests => "too many requests",
             WorkerError::Internal(_) => messages::INTERNAL,
         }
     }
@@ -67,11 +73,17 @@ impl IntoResponse for WorkerError {
         if let WorkerError::Internal(detail) = &self {
             tracing::error!(%detail, "internal error");
         }
-        (
+        let mut response = (
             self.status(),
             [(header::CONTENT_TYPE, messages::TEXT_PLAIN)],
             self.body(),
         )
-            .into_response()
+            .into_response();
+        if matches!(self, WorkerError::Unavailable | WorkerError::TooManyRequests) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        response
     }
 }

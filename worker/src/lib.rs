@@ -15,6 +15,7 @@ pub mod cells;
 pub mod config;
 pub mod device_server;
 pub mod error;
+pub mod ingest;
 pub mod journal;
 pub mod migration;
 pub mod pusher;
@@ -23,7 +24,7 @@ pub mod store;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use shared::session::SessionKey;
@@ -44,6 +45,8 @@ pub struct AppState {
     /// Migrations this worker is the source of.
     pub exports: Arc<migration::Exports>,
     pub config: Arc<Config>,
+    /// Per-ISU quota and ingest lanes.
+    pub ingest: Arc<ingest::Ingest>,
     pub session_key: SessionKey,
     pub metrics: PrometheusHandle,
 }
@@ -63,6 +66,7 @@ pub struct Application {
     listener: TcpListener,
     device_server: Option<DeviceServer>,
     state: AppState,
+    shaped_batches: tokio::sync::mpsc::Receiver<ingest::ShapedBatch>,
 }
 
 impl Application {
@@ -103,11 +107,13 @@ impl Application {
             }
             None => None,
         };
+        let (ingest, shaped_batches) = ingest::Ingest::new(config.ingest());
         let state = AppState {
             store,
             journal,
             cells,
             exports: Arc::default(),
+            ingest,
             session_key: SessionKey::from_secret(&config.cluster_secret),
             config: Arc::new(config),
             metrics,
@@ -116,6 +122,7 @@ impl Application {
             listener,
             device_server,
             state,
+            shaped_batches,
         })
     }
 
@@ -147,6 +154,14 @@ impl Application {
             Duration::from_millis(self.state.config.push_interval_ms.max(1)),
         )?;
         let pusher_task = tokio::spawn(pusher.run(stop_pusher.clone()));
+        let self_ingest = self.state.ingest.clone();
+        let watchdog = tokio::spawn(ingest::run_watchdog(self.state.ingest.clone()));
+        let store = self.state.store.clone();
+        let shaping = tokio::spawn(ingest::run_shaping_lane(
+            self.state.ingest.clone(),
+            self.shaped_batches,
+            move |batch| store_shaped(store.clone(), batch),
+        ));
         let device_task = self.device_server.map(|server| {
             let router = routes::device_router(self.state.clone());
             tokio::spawn(server.run(router, stop_servers.clone()))
@@ -164,10 +179,31 @@ impl Application {
             Some(device_task) => device_task.await.map_err(anyhow::Error::from).and_then(|served| served),
             None => Ok(()),
         };
+        // Shaped batches are acknowledged (and logged): stored before the process ends.
+        let draining = Instant::now();
+        while self_ingest.shaping_depth() > 0 && draining.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        watchdog.abort();
+        shaping.abort();
         stop_pusher.cancel();
         let _ = pusher_task.await;
         served?;
         device_served?;
         Ok(())
+    }
+}
+
+/// The shaping lane's store: a shaped batch (already logged and acknowledged) goes into the
+/// shard it was accepted for.
+async fn store_shaped(store: Store, batch: ingest::ShapedBatch) {
+    let shard = store.shard();
+    if shard.generation != batch.generation {
+        return;
+    }
+    ingest::poison(&batch.uuid).await;
+    let conditions: Vec<store::NewCondition<'_>> = batch.conditions.iter().map(store::NewCondition::from).collect();
+    if let Ok(inserted) = shard.post(&batch.uuid, &conditions) {
+        metrics::counter!(shared::telemetry::CONDITIONS_STORED).increment(inserted as u64);
     }
 }

@@ -25,20 +25,21 @@ const ISU: &str = "0b104b95-3532-4828-8550-89da717b9667";
 
 /// A worker of shard A on a free port, memory only, without a device server.
 fn test_config(coordinator_url: String) -> Config {
-    Config {
-        cell: "a".into(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        coordinator_url,
-        cluster_secret: SECRET.into(),
-        push_interval_ms: 10,
-        threads: 0,
-        data_dir: None,
-        fsync: shared::wal::FsyncPolicy::Always,
-        compact_after_mb: 256,
-        device_listen: None,
-        device_tls_cert: None,
-        device_tls_key: None,
-    }
+    use clap::Parser;
+    // Every other setting at its default, as a worker started with these flags has it.
+    Config::parse_from([
+        "worker",
+        "--cell",
+        "a",
+        "--listen",
+        "127.0.0.1:0",
+        "--coordinator-url",
+        &coordinator_url,
+        "--cluster-secret",
+        SECRET,
+        "--push-interval-ms",
+        "10",
+    ])
 }
 
 /// A metrics handle that is not the global recorder (tests run side by side).

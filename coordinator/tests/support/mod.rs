@@ -364,6 +364,8 @@ pub struct ClusterOptions {
     pub worker_args: Vec<String>,
     /// Every node keeps a durable log in `<scratch>/data/<node>` (`--data-dir`), kept across restarts.
     pub durable: bool,
+    /// How long the simulator's device of each activated ISU posts (zero: not at all).
+    pub device_run_for: Duration,
     /// `FAILPOINTS` for every node's first start (`node_http::fail_points_from_env`); nodes
     /// started again run without (see [`Cluster::fail_points`]).
     pub fail_points: Option<String>,
@@ -379,6 +381,7 @@ impl Default for ClusterOptions {
             signer: None,
             worker_args: Vec::new(),
             durable: false,
+            device_run_for: DEVICE_RUN_FOR,
             fail_points: None,
         }
     }
@@ -438,7 +441,7 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
         url_policy: UrlPolicy::AnyUrl,
         accept_any_uuid: false,
         activation_delay: options.activation_delay,
-        run_for: DEVICE_RUN_FOR,
+        run_for: options.device_run_for,
         ..JiaConfig::default()
     })
     .await

@@ -13,7 +13,8 @@ use shared::ingest::{decode_batch, validate_batch, BatchError, CONDITION_BODY_LI
 
 use super::{json_response, query_param, SignedIn};
 use crate::error::WorkerError;
-use crate::store::{NewCondition, PostError};
+use crate::ingest::{Route, ShapedBatch};
+use crate::store::{NewCondition, PostError, Shard};
 use crate::AppState;
 
 /// The limit of one condition page.
@@ -66,16 +67,52 @@ async fn post_conditions(
             message: condition.message,
         })
         .collect();
-    match shard.post(&uuid, &batch) {
+    match state.ingest.route(&uuid, batch.len()) {
+        Route::Lane(lane) => {
+            let _inside = state.ingest.enter(lane, &uuid).await?;
+            state
+                .ingest
+                .guarded(&uuid, store_batch(&state, &shard, &uuid, &batch))
+                .await?;
+        }
+        Route::Shaped => {
+            // Over its quota (or quarantined): logged and acknowledged now, stored when
+            // the lanes have room; 429 when the shaping lane is full.
+            let place = state.ingest.reserve_shaping()?;
+            state.journal.post(shard.generation, &uuid, &batch).await?;
+            crate::migration::forward_to_export(&state, &uuid, &batch).await?;
+            let conditions = batch.iter().map(NewCondition::to_wire).collect();
+            state.ingest.shape(
+                place,
+                ShapedBatch {
+                    generation: shard.generation,
+                    uuid,
+                    conditions,
+                },
+            );
+        }
+    }
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// Stores a batch (inside its lane): in memory, then in the log, then at a migration's
+/// target; the device's 202 follows.
+async fn store_batch(
+    state: &AppState,
+    shard: &Shard,
+    uuid: &str,
+    batch: &[NewCondition<'_>],
+) -> Result<(), WorkerError> {
+    crate::ingest::poison(uuid).await;
+    match shard.post(uuid, batch) {
         Ok(inserted) => {
             metrics::counter!(shared::telemetry::CONDITIONS_STORED).increment(inserted as u64);
             if inserted > 0 {
                 // Acknowledged only once logged (a repeat is already in the log).
-                state.journal.post(shard.generation, &uuid, &batch).await?;
+                state.journal.post(shard.generation, uuid, batch).await?;
             }
             // During a migration of this ISU, acknowledged only once its target has it too.
-            crate::migration::forward_to_export(&state, &uuid, &batch).await?;
-            Ok(StatusCode::ACCEPTED)
+            crate::migration::forward_to_export(state, uuid, batch).await
         }
         // Rolled back between the check and the insert.
         Err(PostError::UnknownIsu) => Err(WorkerError::IsuNotFound),

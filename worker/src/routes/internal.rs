@@ -40,6 +40,7 @@ async fn reset(_: ClusterPeer, State(state): State<AppState>, Json(reset): Json<
         Ok(shard) => {
             tracing::info!(generation = shard.generation, isus, "shard reset");
             state.store.replace(shard);
+            state.ingest.reset();
             // A fresh log: a snapshot of the new shard replaces the old file.
             if let Err(error) = state.journal.reset().await {
                 tracing::error!(%error, "logging the reset failed");
