@@ -59,27 +59,11 @@ const BASE: i64 = shared::dataset::generated::VIRTUAL_START - 40_000_000;
 async fn a_flooding_isu_is_shaped_and_a_poisonous_one_quarantined_while_others_post_as_usual() {
     // All three on cell a; the poisonous ISU's UUID names the fail point's target.
     let poison = test_uuid('0', 0xdead);
-    let cluster = spawn_cluster_with(ClusterOptions {
-        worker_args: [
-            "--isu-quota",
-            "300",
-            "--shaping-queue",
-            "4",
-            "--lane-stall-ms",
-            "300",
-            "--lane-seed",
-            "7",
-        ]
-        .map(String::from)
-        .to_vec(),
-        fail_points: Some(format!("ingest-stall=return({poison})")),
-        // The simulator's devices stay silent: every batch here is the test's own.
-        device_run_for: Duration::ZERO,
-        ..ClusterOptions::default()
-    })
+    let (cluster, alice) = poisoned_cluster(
+        &poison,
+        &["--isu-quota", "300", "--shaping-queue", "4", "--lane-stall-ms", "300"],
+    )
     .await;
-    let alice = cluster.sign_in("alice").await;
-    cluster.jia.add_isu(&poison, cluster.character_of(&poison));
     let poison_lanes = lanes_of(poison.as_bytes(), SEED, 8, 2);
     let flood = (0xf1..)
         .map(|serial| test_uuid('2', serial))
@@ -165,6 +149,24 @@ async fn a_flooding_isu_is_shaped_and_a_poisonous_one_quarantined_while_others_p
     cluster.assert_no_crash();
 }
 
+/// A cluster whose workers take `worker_args` (and `--lane-seed` [`SEED`]) and treat
+/// `poison` as a poison pill, with the simulator's devices silent (every batch is the
+/// test's own); alice signed in, the poison known to JIA.
+async fn poisoned_cluster(poison: &str, worker_args: &[&str]) -> (Cluster, Agent) {
+    let mut args: Vec<String> = worker_args.iter().map(|arg| arg.to_string()).collect();
+    args.extend(["--lane-seed".to_owned(), SEED.to_string()]);
+    let cluster = spawn_cluster_with(ClusterOptions {
+        worker_args: args,
+        fail_points: Some(format!("ingest-stall=return({poison})")),
+        device_run_for: Duration::ZERO,
+        ..ClusterOptions::default()
+    })
+    .await;
+    let alice = cluster.sign_in("alice").await;
+    cluster.jia.add_isu(poison, cluster.character_of(poison));
+    (cluster, alice)
+}
+
 async fn worker_metrics(cluster: &Cluster, worker: usize) -> String {
     cluster
         .raw_client()
@@ -184,30 +186,23 @@ async fn worker_metrics(cluster: &Cluster, worker: usize) -> String {
 /// ISUs that saw an error or a timeout, all ISUs).
 async fn blast_radius(lanes: usize, choices: usize, isus: usize) -> (BTreeSet<String>, BTreeSet<String>) {
     let poison = test_uuid('0', 0xbad);
-    let cluster = spawn_cluster_with(ClusterOptions {
-        worker_args: [
+    let (lanes_flag, choices_flag) = (lanes.to_string(), choices.to_string());
+    let (cluster, alice) = poisoned_cluster(
+        &poison,
+        &[
             "--ingest-lanes",
-            &lanes.to_string(),
+            &lanes_flag,
             "--lane-choices",
-            &choices.to_string(),
+            &choices_flag,
             "--lane-permits",
             "1",
             "--lane-stall-ms",
             "3000",
             "--quarantine",
             "off",
-            "--lane-seed",
-            "7",
-        ]
-        .map(String::from)
-        .to_vec(),
-        fail_points: Some(format!("ingest-stall=return({poison})")),
-        device_run_for: Duration::ZERO,
-        ..ClusterOptions::default()
-    })
+        ],
+    )
     .await;
-    let alice = cluster.sign_in("alice").await;
-    cluster.jia.add_isu(&poison, cluster.character_of(&poison));
     alice.register(&poison, "poison", None).await.json(201);
     let poison_lanes: BTreeSet<usize> = lanes_of(poison.as_bytes(), SEED, lanes, choices).into_iter().collect();
     // Every other ISU on the same cell (first digit even: a); a few of them, at least,

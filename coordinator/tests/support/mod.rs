@@ -422,6 +422,21 @@ pub async fn spawn_cluster() -> Cluster {
 /// Starts the workers (A and B by default) and the coordinator on free ports, waits until
 /// every `/healthz` answers 200, then sends `POST /initialize` with the simulator's URL.
 pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
+    // A port handed out by `free_ports` can be taken by another test's outgoing connection
+    // (same ephemeral range) before the node binds it: such a start is tried again.
+    for attempt in 1.. {
+        match try_spawn_cluster(options.clone()).await {
+            Ok(cluster) => return cluster,
+            Err(failure) if attempt < 3 && failure.contains("in use") => {
+                eprintln!("a node could not bind its port; starting the cluster again: {failure}");
+            }
+            Err(failure) => panic!("{failure}"),
+        }
+    }
+    unreachable!("the loop returns or panics")
+}
+
+async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
     let count = options.workers;
     assert!(
         (1..=CELL_NAMES.len()).contains(&count),
@@ -509,10 +524,12 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
         options,
         scratch,
     };
-    cluster.wait_until_healthy().await;
+    if let Some(exited) = cluster.wait_for_health().await {
+        return Err(exited);
+    }
     let reply = cluster.initialize().await;
     assert_eq!(reply.json(200), json!({"language": "rust"}));
-    cluster
+    Ok(cluster)
 }
 
 impl Cluster {
@@ -574,6 +591,14 @@ impl Cluster {
     }
 
     async fn wait_until_healthy(&mut self) {
+        if let Some(exited) = self.wait_for_health().await {
+            panic!("{exited}");
+        }
+    }
+
+    /// Waits until every node answers `/healthz`; a node that exited meanwhile, with the
+    /// end of its log.
+    async fn wait_for_health(&mut self) -> Option<String> {
         let client = self.raw_client();
         let urls: Vec<String> = self
             .workers
@@ -584,7 +609,9 @@ impl Cluster {
         let deadline = Instant::now() + READY_TIMEOUT;
         for url in urls {
             loop {
-                self.assert_processes_alive();
+                if let Some(exited) = self.exited_node() {
+                    return Some(exited);
+                }
                 let healthy = client
                     .get(&url)
                     .timeout(Duration::from_secs(2))
@@ -598,6 +625,18 @@ impl Cluster {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
+        None
+    }
+
+    /// A node that has exited: its name, status and the end of its log.
+    fn exited_node(&mut self) -> Option<String> {
+        for process in &mut self.processes {
+            if let Some(status) = process.child.try_wait().expect("polling a child") {
+                let log = std::fs::read_to_string(&process.log).unwrap_or_default();
+                return Some(format!("{} exited with {status}:\n{}", process.name, tail(&log, 10)));
+            }
+        }
+        None
     }
 
     /// Kills worker `index` (0 = A, 1 = B) and starts a fresh one on the same
