@@ -139,6 +139,15 @@ pub struct RunArgs {
     /// Migration cost: length of the windows before and after the migration.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub migration_window: Duration,
+    /// Instead of a scored run: 100 ISUs post at the real rate and are read while one ISU
+    /// floods (batches of 1,000 from 4 connections, back to back) for `--flood-seconds`;
+    /// reports the others' read and post latency before, during and after, and what the
+    /// flood's batches got (the per-ISU quota shapes it: 202 while its lane has room, then 429).
+    #[arg(long, conflicts_with_all = ["capacity", "migration_cost"])]
+    pub flood_cost: bool,
+    /// Flood cost: how long the ISU floods.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub flood_seconds: Duration,
 }
 
 /// Options of the standalone JIA simulator.
@@ -237,12 +246,14 @@ impl RunArgs {
     pub fn into_migration_cost_config(self) -> anyhow::Result<crate::migration_cost::MigrationCostConfig> {
         let (conditions, heavy_isus) = (self.migration_conditions as usize, self.migration_isus as usize);
         let (background_isus, window) = (self.migration_background_isus as usize, self.migration_window);
+        let flood = self.flood_cost.then_some(self.flood_seconds);
         Ok(crate::migration_cost::MigrationCostConfig {
             base: self.into_capacity_config()?,
             conditions,
-            heavy_isus,
+            heavy_isus: if flood.is_some() { 1 } else { heavy_isus },
             background_isus,
             window,
+            flood,
         })
     }
 

@@ -115,6 +115,9 @@ pub struct JiaConfig {
     pub keep_sent_log: bool,
     /// Devices post on lean connections of their own (`crate::lean`) where the URL allows.
     pub lean_devices: bool,
+    /// Activations of UUIDs starting with this get no device (a client of the measuring
+    /// modes posts for them itself).
+    pub silent_uuid_prefix: Option<String>,
 }
 
 impl Default for JiaConfig {
@@ -133,6 +136,7 @@ impl Default for JiaConfig {
             resolve: Vec::new(),
             keep_sent_log: true,
             lean_devices: false,
+            silent_uuid_prefix: None,
         }
     }
 }
@@ -466,6 +470,10 @@ impl Shared {
             target_base_url: target_base_url.to_string(),
             character: character.to_owned(),
         });
+        let silent = self.config.silent_uuid_prefix.as_deref();
+        if silent.is_some_and(|prefix| isu_uuid.starts_with(prefix)) {
+            return Ok(());
+        }
         let lean = self
             .config
             .lean_devices

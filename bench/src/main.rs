@@ -46,7 +46,7 @@ async fn run(cli: Cli) -> ExitCode {
     if cli.run.capacity {
         return run_capacity(cli.run, json_path).await;
     }
-    if cli.run.migration_cost {
+    if cli.run.migration_cost || cli.run.flood_cost {
         return run_migration_cost(cli.run, json_path).await;
     }
     let outcome = match cli.run.into_config() {

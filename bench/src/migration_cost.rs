@@ -1,4 +1,6 @@
-//! Migration cost: what moving a heavy slot to another cell costs while the service runs.
+//! Migration cost: what moving a heavy slot to another cell costs while the service runs;
+//! and, with the same windows, flood cost: what one ISU posting as fast as it can costs the
+//! others (the per-ISU quota shapes it).
 //!
 //! Devices post at the real rate (every 40 ms) for a set of background ISUs and for the
 //! heavy ones, and users read both (ISU list, trend, a condition page, a graph). The heavy
@@ -39,7 +41,16 @@ pub struct MigrationCostConfig {
     pub background_isus: usize,
     /// Length of the windows before and after.
     pub window: Duration,
+    /// Instead of a migration: one heavy ISU floods for this long (batches of 1,000 from
+    /// [`FLOOD_CONNECTIONS`] connections, back to back).
+    pub flood: Option<Duration>,
 }
+
+/// The flooding ISU's UUID starts with this (its simulator device stays silent).
+const FLOODER_PREFIX: &str = "f100d";
+
+/// Connections the flooding ISU posts from at once.
+pub const FLOOD_CONNECTIONS: usize = 4;
 
 /// Conditions per posted batch while filling (the ingest limit).
 const FILL_BATCH: usize = 1_000;
@@ -87,6 +98,8 @@ impl Window {
 
 #[derive(Debug, Clone)]
 pub struct MigrationCostReport {
+    /// In flood mode: what the flooding ISU's batches got (202, 429, other).
+    pub flood: Option<Value>,
     pub slot: String,
     /// The coordinator's answer (from, to, isus, conditions, millis, map_version).
     pub migration: Value,
@@ -103,8 +116,14 @@ impl MigrationCostReport {
     }
 
     pub fn to_json(&self) -> Value {
+        let key = if self.flood.is_some() {
+            "flood_cost"
+        } else {
+            "migration_cost"
+        };
         json!({
-            "migration_cost": {
+            key: {
+                "flood": self.flood,
                 "slot": self.slot,
                 "migration": self.migration,
                 "migration_seconds": self.migration_seconds,
@@ -120,7 +139,14 @@ impl MigrationCostReport {
 impl std::fmt::Display for MigrationCostReport {
     fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let migration = &self.migration;
-        writeln!(
+        if let Some(flood) = &self.flood {
+            writeln!(
+                out,
+                "one ISU flooded for {} s ({} connections, 1,000 conditions a batch): {} batches accepted (202), {} shaped away (429), {} other answers",
+                flood["seconds"], FLOOD_CONNECTIONS, flood["accepted"], flood["too_many"], flood["other"]
+            )?;
+        } else {
+            writeln!(
             out,
             "slot {} moved {} → {}: {} ISUs, {} conditions, {:.2} s (coordinator: {} ms to the flip); filled {} conditions in {:.1} s",
             self.slot,
@@ -133,6 +159,7 @@ impl std::fmt::Display for MigrationCostReport {
             self.filled_conditions,
             self.fill_seconds,
         )?;
+        }
         writeln!(
             out,
             "{:<11} {:>6} {:>7} {:>9} {:>9} {:>11} {:>9} {:>10} {:>6} {:>8}",
@@ -173,24 +200,19 @@ pub async fn run(config: MigrationCostConfig) -> anyhow::Result<MigrationCostRep
         .context("no --node coordinator=URL")?
         .trim_end_matches('/')
         .to_owned();
-    let jia = start_lean_jia(&config.base.jia).await?;
+    let mut jia_config = config.base.jia.clone();
+    if config.flood.is_some() {
+        // The flooding ISU posts through the flood alone.
+        jia_config.silent_uuid_prefix = Some(FLOODER_PREFIX.to_owned());
+    }
+    let jia = start_lean_jia(&jia_config).await?;
     let outcome = measure(&config, &jia, &coordinator, nodes.secret()).await;
     jia.shutdown().await;
     outcome
 }
 
-async fn measure(
-    config: &MigrationCostConfig,
-    jia: &JiaHandle,
-    coordinator: &str,
-    secret: &str,
-) -> anyhow::Result<MigrationCostReport> {
-    let base_config = &config.base;
-    let base = base_config.target.trim_end_matches('/').to_owned();
-    initialize(&base, jia).await?;
-    let plain = reqwest::Client::builder().no_proxy().build()?;
-
-    // The slot's owner now, and the cell it moves to (the next one).
+/// The cell after slot 00's owner (the migration's target).
+async fn next_cell_of_slot_00(plain: &reqwest::Client, coordinator: &str, secret: &str) -> anyhow::Result<String> {
     let placement: Value = plain
         .get(format!("{coordinator}/internal/placement"))
         .header(shared::protocol::SECRET_HEADER, secret)
@@ -212,7 +234,24 @@ async fn measure(
         cells.len()
     );
     let owner = placement["map"]["slots"][0].as_u64().context("slot 00 has no cell")? as usize;
-    let target = cells[(owner + 1) % cells.len()].clone();
+    Ok(cells[(owner + 1) % cells.len()].clone())
+}
+
+async fn measure(
+    config: &MigrationCostConfig,
+    jia: &JiaHandle,
+    coordinator: &str,
+    secret: &str,
+) -> anyhow::Result<MigrationCostReport> {
+    let base_config = &config.base;
+    let base = base_config.target.trim_end_matches('/').to_owned();
+    initialize(&base, jia).await?;
+    let plain = reqwest::Client::builder().no_proxy().build()?;
+
+    let target = match config.flood {
+        Some(_) => String::new(),
+        None => next_cell_of_slot_00(&plain, coordinator, secret).await?,
+    };
 
     let mut users = Vec::new();
     let (created, failed) = register_step(base_config, &base, &mut users, 0, config.background_isus).await?;
@@ -224,7 +263,10 @@ async fn measure(
     let heavy = register_heavy(config, &base).await?;
 
     let started = Instant::now();
-    let filled = fill(&heavy, &base, config.conditions).await?;
+    let filled = match config.flood {
+        Some(_) => 0,
+        None => fill(&heavy, &base, config.conditions).await?,
+    };
     let fill_seconds = started.elapsed().as_secs_f64();
     tracing::info!(conditions = filled, seconds = fill_seconds, "slot {SLOT} filled");
 
@@ -258,6 +300,23 @@ async fn measure(
     tokio::time::sleep(config.window).await;
     windows.push(meter.window("before", &mut mark).await);
 
+    if let Some(length) = config.flood {
+        let flood = flood(&heavy, &base, length).await;
+        windows.push(meter.window("flood", &mut mark).await);
+        tokio::time::sleep(config.window).await;
+        windows.push(meter.window("after", &mut mark).await);
+        readers.abort_all();
+        while readers.join_next().await.is_some() {}
+        return Ok(MigrationCostReport {
+            flood: Some(flood),
+            slot: SLOT.to_owned(),
+            migration: Value::Null,
+            migration_seconds: 0.0,
+            filled_conditions: 0,
+            fill_seconds: 0.0,
+            windows,
+        });
+    }
     let called = Instant::now();
     let answer = plain
         .post(format!("{coordinator}{}", shared::protocol::COORDINATOR_MIGRATE))
@@ -281,6 +340,7 @@ async fn measure(
     while readers.join_next().await.is_some() {}
 
     Ok(MigrationCostReport {
+        flood: None,
         slot: SLOT.to_owned(),
         migration: body["migrations"][0].clone(),
         migration_seconds,
@@ -294,8 +354,9 @@ async fn measure(
 async fn register_heavy(config: &MigrationCostConfig, base: &str) -> anyhow::Result<Arc<User>> {
     let user = sign_in(&config.base, base, "migration-heavy").await?;
     let mut isus = Vec::new();
+    let prefix = if config.flood.is_some() { FLOODER_PREFIX } else { SLOT };
     for _ in 0..config.heavy_isus {
-        let uuid = format!("{SLOT}{}", &uuid::Uuid::new_v4().to_string()[2..]);
+        let uuid = format!("{prefix}{}", &uuid::Uuid::new_v4().to_string()[prefix.len()..]);
         let form = reqwest::multipart::Form::new()
             .text("jia_isu_uuid", uuid.clone())
             .text("isu_name", "heavy");
@@ -363,6 +424,55 @@ async fn fill(heavy: &User, base: &str, conditions: usize) -> anyhow::Result<usi
         stored += done??;
     }
     Ok(stored)
+}
+
+/// The first heavy ISU posts batches of [`FILL_BATCH`] conditions back to back from
+/// [`FLOOD_CONNECTIONS`] connections for `length`; what the batches got.
+async fn flood(heavy: &User, base: &str, length: Duration) -> Value {
+    let uuid = heavy.isus[0].clone();
+    let deadline = Instant::now() + length;
+    let mut posters = JoinSet::new();
+    for connection in 0..FLOOD_CONNECTIONS {
+        let url = format!("{base}/api/condition/{uuid}");
+        posters.spawn(async move {
+            let client = reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("an HTTP client");
+            let (mut accepted, mut too_many, mut other) = (0u64, 0u64, 0u64);
+            let mut first = FILL_START + connection as i64 * 100_000_000;
+            while Instant::now() < deadline {
+                let batch: Vec<Value> = (first..first + FILL_BATCH as i64)
+                    .map(|timestamp| {
+                        json!({"is_sitting": true, "condition": crate::model::condition_string(false, false, false),
+                               "message": "flood", "timestamp": timestamp})
+                    })
+                    .collect();
+                first += FILL_BATCH as i64;
+                match client
+                    .post(&url)
+                    .json(&batch)
+                    .send()
+                    .await
+                    .map(|response| response.status().as_u16())
+                {
+                    Ok(202) => accepted += 1,
+                    // A flooder ignores Retry-After and comes straight back.
+                    Ok(429) => too_many += 1,
+                    _ => other += 1,
+                }
+            }
+            (accepted, too_many, other)
+        });
+    }
+    let (mut accepted, mut too_many, mut other) = (0, 0, 0);
+    while let Some(Ok((a, t, o))) = posters.join_next().await {
+        accepted += a;
+        too_many += t;
+        other += o;
+    }
+    json!({"seconds": length.as_secs_f64(), "accepted": accepted, "too_many": too_many, "other": other})
 }
 
 /// Takes the windows' readings.

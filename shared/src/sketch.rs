@@ -153,6 +153,11 @@ impl WindowedSketch {
         now.max(self.sketches[1 - current].estimate(key))
     }
 
+    /// The larger of `key`'s estimates in the two windows, counting nothing.
+    pub fn estimate(&self, key: &[u8]) -> u32 {
+        self.sketches[0].estimate(key).max(self.sketches[1].estimate(key))
+    }
+
     /// Starts a new window if the current one is over (`now` past its end): the previous
     /// window's counts are dropped. Returns whether it rotated.
     pub fn rotate_if_due(&self, now: Instant) -> bool {

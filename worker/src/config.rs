@@ -87,9 +87,14 @@ pub struct Config {
     #[arg(long, env = "ISU_LANE_QUEUE", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub lane_queue: u32,
 
-    /// Batches waiting in the shaping lane before shaped ISUs get 429 (`Retry-After: 1`).
-    #[arg(long, env = "ISU_SHAPING_QUEUE", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Conditions waiting in the shaping lane before shaped ISUs get 429 (`Retry-After: 1`,
+    /// answered before the body is read).
+    #[arg(long, env = "ISU_SHAPING_QUEUE", default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub shaping_queue: u32,
+
+    /// Conditions a second the shaping lane stores, at most (shaped ISUs together).
+    #[arg(long, env = "ISU_SHAPING_RATE", default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub shaping_rate: u32,
 
     /// A batch holding its lane this long (ms) is left behind: the lane goes on, its ISU is
     /// quarantined.
@@ -130,6 +135,7 @@ impl Config {
             permits: usize::from(self.lane_permits),
             lane_queue: self.lane_queue as usize,
             shaping_queue: self.shaping_queue as usize,
+            shaping_rate: self.shaping_rate,
             stall_after: std::time::Duration::from_millis(self.lane_stall_ms.max(1)),
             quarantine: self.quarantine == "on",
             seed: self.lane_seed,

@@ -6,8 +6,10 @@
 //!   post). An ISU over its quota (`--isu-quota` conditions per window) is *shaped*: its
 //!   batch is logged and acknowledged (202) as usual, then waits in the **shaping lane**,
 //!   which stores it only when the normal lanes are idle (at the latest after
-//!   [`SHAPING_MAX_WAIT`]): visible later, never dropped. When the shaping lane is full
-//!   the answer is 429 with `Retry-After` and nothing is stored.
+//!   [`SHAPING_MAX_WAIT`]) and at most `--shaping-rate` conditions a second: visible
+//!   later, never dropped. The lane holds at most `--shaping-queue` conditions; when it is
+//!   full a shaped ISU's post is answered 429 with `Retry-After` *before its body is read*,
+//!   so a flood costs the cell little more than its connections.
 //! - **Lanes**: the other batches are stored inline by the handler, inside one of `n`
 //!   lanes (each admits `--lane-permits` batches at a time and queues at most
 //!   `--lane-queue`); an ISU's batches use the least loaded of its `k` lanes
@@ -63,8 +65,10 @@ pub struct IngestConfig {
     pub permits: usize,
     /// Batches waiting or running per lane before 503.
     pub lane_queue: usize,
-    /// Batches waiting in the shaping lane before 429.
+    /// Conditions waiting in the shaping lane before shaped ISUs get 429.
     pub shaping_queue: usize,
+    /// Conditions a second the shaping lane stores, at most.
+    pub shaping_rate: u32,
     pub stall_after: Duration,
     pub quarantine: bool,
     pub seed: u64,
@@ -110,8 +114,24 @@ pub struct Ingest {
     quarantined: DashSet<String>,
     /// ISUs shaped in the current window (for the gauge; cleared with the window).
     shaped: DashSet<String>,
-    shaping: mpsc::Sender<ShapedBatch>,
+    shaping: mpsc::UnboundedSender<ShapedBatch>,
+    /// Conditions in the shaping lane (queued or being stored).
     shaping_depth: Arc<AtomicUsize>,
+}
+
+/// Room taken in the shaping lane for one batch.
+pub struct ShapingPlace<'a> {
+    ingest: &'a Ingest,
+    conditions: usize,
+    used: bool,
+}
+
+impl Drop for ShapingPlace<'_> {
+    fn drop(&mut self) {
+        if !self.used {
+            self.ingest.shaping_depth.fetch_sub(self.conditions, Ordering::AcqRel);
+        }
+    }
 }
 
 /// A batch inside its lane: leaving (drop) frees the lane.
@@ -136,7 +156,7 @@ impl Drop for LanePass<'_> {
 
 impl Ingest {
     /// The ingest state and the receiving end of the shaping lane (for [`run_shaping_lane`]).
-    pub fn new(config: IngestConfig) -> (Arc<Ingest>, mpsc::Receiver<ShapedBatch>) {
+    pub fn new(config: IngestConfig) -> (Arc<Ingest>, mpsc::UnboundedReceiver<ShapedBatch>) {
         let sketch = (config.quota > 0).then(|| {
             WindowedSketch::new(QUOTA_WINDOW, |seed| {
                 CountMinSketch::for_error(0.00005, 0.00001, config.seed ^ seed)
@@ -150,7 +170,7 @@ impl Ingest {
                 holders: Mutex::new(HashMap::new()),
             })
             .collect();
-        let (shaping, receiver) = mpsc::channel(config.shaping_queue.max(1));
+        let (shaping, receiver) = mpsc::unbounded_channel();
         let ingest = Ingest {
             config,
             sketch,
@@ -247,25 +267,53 @@ impl Ingest {
         }
     }
 
-    /// Takes a place in the shaping lane (429 when it is full).
-    pub fn reserve_shaping(&self) -> Result<mpsc::Permit<'_, ShapedBatch>, WorkerError> {
-        match self.shaping.try_reserve() {
-            Ok(permit) => Ok(permit),
-            Err(_) => {
-                metrics::counter!(REJECTED_BATCHES, "reason" => "shaping_full").increment(1);
-                Err(WorkerError::TooManyRequests)
-            }
+    /// Is `uuid` shaped now (quarantined, or over its quota in either window), judged
+    /// without counting anything: the check made before a post's body is read.
+    pub fn is_shaped(&self, uuid: &str) -> bool {
+        self.quarantined.contains(uuid)
+            || self
+                .sketch
+                .as_ref()
+                .is_some_and(|sketch| sketch.estimate(uuid.as_bytes()) > self.config.quota)
+    }
+
+    /// Is the shaping lane full (a shaped ISU's post is refused with 429)?
+    pub fn shaping_full(&self) -> bool {
+        self.shaping_depth.load(Ordering::Acquire) >= self.config.shaping_queue.max(1)
+    }
+
+    /// The 429 of a shaped ISU's post when the shaping lane is full (counted).
+    pub fn refuse_shaped(&self) -> WorkerError {
+        metrics::counter!(REJECTED_BATCHES, "reason" => "shaping_full").increment(1);
+        WorkerError::TooManyRequests
+    }
+
+    /// Takes room for `conditions` in the shaping lane (429 when it is full); the room is
+    /// given back if the returned place is dropped unused.
+    pub fn reserve_shaping(&self, conditions: usize) -> Result<ShapingPlace<'_>, WorkerError> {
+        let before = self.shaping_depth.fetch_add(conditions, Ordering::AcqRel);
+        if before >= self.config.shaping_queue.max(1) {
+            self.shaping_depth.fetch_sub(conditions, Ordering::AcqRel);
+            return Err(self.refuse_shaped());
+        }
+        Ok(ShapingPlace {
+            ingest: self,
+            conditions,
+            used: false,
+        })
+    }
+
+    /// Queues a shaped batch in the room `place` holds.
+    pub fn shape(&self, mut place: ShapingPlace<'_>, batch: ShapedBatch) {
+        place.used = true;
+        metrics::counter!(SHAPED_BATCHES).increment(1);
+        if self.shaping.send(batch).is_err() {
+            // The lane has stopped (the process is ending): the batch is in the log.
+            self.shaping_depth.fetch_sub(place.conditions, Ordering::AcqRel);
         }
     }
 
-    /// Queues a shaped batch in the place `permit` holds.
-    pub fn shape(&self, permit: mpsc::Permit<'_, ShapedBatch>, batch: ShapedBatch) {
-        self.shaping_depth.fetch_add(1, Ordering::AcqRel);
-        metrics::counter!(SHAPED_BATCHES).increment(1);
-        permit.send(batch);
-    }
-
-    /// Shaped batches not stored yet.
+    /// Shaped conditions not stored yet.
     pub fn shaping_depth(&self) -> usize {
         self.shaping_depth.load(Ordering::Acquire)
     }
@@ -332,23 +380,27 @@ pub async fn run_watchdog(ingest: Arc<Ingest>) {
 }
 
 /// The shaping lane: stores shaped batches one at a time, when the normal lanes are idle
-/// (or after [`SHAPING_MAX_WAIT`]); `store` stores one (a panic in it is caught and logged).
-pub async fn run_shaping_lane<F, Fut>(ingest: Arc<Ingest>, mut batches: mpsc::Receiver<ShapedBatch>, store: F)
+/// (or after [`SHAPING_MAX_WAIT`]) and at most `--shaping-rate` conditions a second;
+/// `store` stores one (a panic in it is caught and logged).
+pub async fn run_shaping_lane<F, Fut>(ingest: Arc<Ingest>, mut batches: mpsc::UnboundedReceiver<ShapedBatch>, store: F)
 where
     F: Fn(ShapedBatch) -> Fut,
     Fut: Future<Output = ()>,
 {
+    let rate = f64::from(ingest.config.shaping_rate.max(1));
     while let Some(batch) = batches.recv().await {
         let waiting_since = Instant::now();
         while !ingest.lanes_idle() && waiting_since.elapsed() < SHAPING_MAX_WAIT {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let uuid = batch.uuid.clone();
+        let (uuid, conditions) = (batch.uuid.clone(), batch.conditions.len());
         if std::panic::AssertUnwindSafe(store(batch)).catch_unwind().await.is_err() {
             metrics::counter!(LANE_PANICS).increment(1);
             tracing::error!(uuid, "storing a shaped batch panicked; it stays in the log only");
         }
-        ingest.shaping_depth.fetch_sub(1, Ordering::AcqRel);
+        ingest.shaping_depth.fetch_sub(conditions, Ordering::AcqRel);
+        // The rate cap: this batch's share of a second.
+        tokio::time::sleep(Duration::from_secs_f64(conditions as f64 / rate)).await;
     }
 }
 

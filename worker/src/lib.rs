@@ -66,7 +66,7 @@ pub struct Application {
     listener: TcpListener,
     device_server: Option<DeviceServer>,
     state: AppState,
-    shaped_batches: tokio::sync::mpsc::Receiver<ingest::ShapedBatch>,
+    shaped_batches: tokio::sync::mpsc::UnboundedReceiver<ingest::ShapedBatch>,
 }
 
 impl Application {

@@ -61,7 +61,7 @@ async fn a_flooding_isu_is_shaped_and_a_poisonous_one_quarantined_while_others_p
     let poison = test_uuid('0', 0xdead);
     let (cluster, alice) = poisoned_cluster(
         &poison,
-        &["--isu-quota", "300", "--shaping-queue", "4", "--lane-stall-ms", "300"],
+        &["--isu-quota", "300", "--shaping-queue", "400", "--lane-stall-ms", "300"],
     )
     .await;
     let poison_lanes = lanes_of(poison.as_bytes(), SEED, 8, 2);

@@ -2,7 +2,7 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, RawQuery, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -46,9 +46,14 @@ pub fn device_router() -> Router<AppState> {
 async fn post_conditions(
     State(state): State<AppState>,
     Path(uuid): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Result<StatusCode, WorkerError> {
-    let body = body.map_err(|rejection| match rejection.status() {
+    // A shaped ISU meeting a full shaping lane is refused before its body is read.
+    if state.ingest.is_shaped(&uuid) && state.ingest.shaping_full() {
+        return Err(state.ingest.refuse_shaped());
+    }
+    let body = Bytes::from_request(request, &state).await;
+    let body = body.map_err(|rejection: BytesRejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => WorkerError::PayloadTooLarge(messages::PAYLOAD_TOO_LARGE),
         _ => WorkerError::BadRequest(messages::BAD_REQUEST_BODY),
     })?;
@@ -78,7 +83,7 @@ async fn post_conditions(
         Route::Shaped => {
             // Over its quota (or quarantined): logged and acknowledged now, stored when
             // the lanes have room; 429 when the shaping lane is full.
-            let place = state.ingest.reserve_shaping()?;
+            let place = state.ingest.reserve_shaping(batch.len())?;
             state.journal.post(shard.generation, &uuid, &batch).await?;
             crate::migration::forward_to_export(&state, &uuid, &batch).await?;
             let conditions = batch.iter().map(NewCondition::to_wire).collect();
