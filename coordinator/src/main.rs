@@ -9,7 +9,7 @@ fn main() -> anyhow::Result<()> {
     shared::telemetry::init_tracing();
     let _fail_points = node_http::fail_points_from_env();
     shared::runtime(config.threads)?.block_on(async move {
-        let metrics = shared::telemetry::init_metrics()?;
+        let metrics = shared::telemetry::init_metrics("coordinator", "coordinator")?;
         let application = Application::build(config, metrics).await?;
         tracing::info!(address = %application.local_addr(), "coordinator listening");
         application.run_until_stopped(shared::shutdown_signal()).await

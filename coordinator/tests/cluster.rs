@@ -1333,8 +1333,9 @@ async fn metrics_count_requests_by_route_and_status_and_measure_batches_and_push
     )
     .await;
     for expected in [
-        r#"http_requests_total{route="/api/condition/{uuid}",status="202"}"#,
-        r#"http_request_duration_seconds_bucket{route="/api/condition/{uuid}",status="202",le="#,
+        // Every metric names its node and cell first.
+        r#"http_requests_total{node="worker-a",cell="a",route="/api/condition/{uuid}",status="202"}"#,
+        r#"http_request_duration_seconds_bucket{node="worker-a",cell="a",route="/api/condition/{uuid}",status="202",le="#,
         "latest_batch_items_bucket",
         "latest_push_lag_seconds_bucket",
         "conditions_stored_total",
@@ -1343,9 +1344,9 @@ async fn metrics_count_requests_by_route_and_status_and_measure_batches_and_push
     }
     let coordinator = metrics(cluster.coordinator.clone()).await;
     for expected in [
-        r#"http_requests_total{route="/api/isu",status="201"}"#,
-        r#"http_requests_total{route="/api/trend",status="200"}"#,
-        r#"http_request_duration_seconds_bucket{route="/api/auth",status="200",le="#,
+        r#"http_requests_total{node="coordinator",cell="coordinator",route="/api/isu",status="201"}"#,
+        r#"http_requests_total{node="coordinator",cell="coordinator",route="/api/trend",status="200"}"#,
+        r#"http_request_duration_seconds_bucket{node="coordinator",cell="coordinator",route="/api/auth",status="200",le="#,
     ] {
         assert!(
             coordinator.contains(expected),
@@ -1533,15 +1534,6 @@ async fn spawn_official_cluster(dir: &std::path::Path) -> Cluster {
         ..ClusterOptions::default()
     })
     .await
-}
-
-/// Sums the samples of a Prometheus counter or histogram `_count` whose labels contain every `label`.
-fn metric_sum(metrics: &str, name: &str, labels: &[&str]) -> f64 {
-    metrics
-        .lines()
-        .filter(|line| line.starts_with(name) && labels.iter().all(|label| line.contains(label)))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// A bench load starts (and grows) with a burst: many users sign in and register at once

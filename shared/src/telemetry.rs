@@ -36,7 +36,10 @@ pub fn init_tracing() {
 }
 
 /// Installs the global Prometheus recorder and returns the handle that renders it.
-pub fn init_metrics() -> anyhow::Result<PrometheusHandle> {
+/// Installs the Prometheus recorder. Every metric carries `node` (`coordinator`,
+/// `worker-a`, ...) and `cell` (the worker's cell; `coordinator` for the control plane), so
+/// per-cell rules need no relabelling (`ops/prometheus/`).
+pub fn init_metrics(node: &str, cell: &str) -> anyhow::Result<PrometheusHandle> {
     let latency_buckets = [
         0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
         1.0, 2.5,
@@ -45,6 +48,8 @@ pub fn init_metrics() -> anyhow::Result<PrometheusHandle> {
         0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0,
     ];
     let handle = PrometheusBuilder::new()
+        .add_global_label("node", node)
+        .add_global_label("cell", cell)
         .set_buckets_for_metric(Matcher::Full(REQUEST_SECONDS.into()), &latency_buckets)?
         .set_buckets_for_metric(Matcher::Full(PUSH_LAG_SECONDS.into()), &latency_buckets)?
         .set_buckets_for_metric(Matcher::Full(OUTGOING_CALL_SECONDS.into()), &latency_buckets)?

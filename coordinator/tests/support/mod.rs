@@ -1333,6 +1333,15 @@ pub async fn public_nginx_at(
     (server, public)
 }
 
+/// Sums the samples of a Prometheus counter or histogram `_count` whose labels contain every `label`.
+pub fn metric_sum(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(name) && labels.iter().all(|label| line.contains(label)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// A minimal front end (an `index.html` referencing one asset) in its own scratch directory,
 /// so the static-file tests do not depend on whether `web/dist` is built.
 pub fn fixture_front_end() -> ScratchDir {
