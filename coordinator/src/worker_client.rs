@@ -194,6 +194,22 @@ impl WorkerClient {
         response.json().await.map_err(self.transport(cell))
     }
 
+    /// A worker's `/metrics` (Prometheus text), for `GET /internal/cells`.
+    pub async fn metrics(&self, cell: CellId) -> Result<String, WorkerCallError> {
+        let response = self
+            .client
+            .get(self.url(cell, shared::protocol::METRICS))
+            .header(SECRET_HEADER, &self.secret)
+            .timeout(CALL_TIMEOUT)
+            .send()
+            .await
+            .map_err(self.transport(cell))?;
+        match response.status() {
+            status if status.is_success() => response.text().await.map_err(self.transport(cell)),
+            status => Err(self.status(cell, shared::protocol::METRICS, status)),
+        }
+    }
+
     /// Asks a worker to push the latest condition of every published ISU again.
     pub async fn resend_latest(&self, cell: CellId, generation: u64) -> Result<(), WorkerCallError> {
         self.post(cell, WORKER_RESEND_LATEST, &ResendLatest { generation }, CALL_TIMEOUT)

@@ -25,6 +25,7 @@ pub mod ingest;
 pub mod migration;
 pub mod placement;
 pub mod placement_map;
+pub mod prom_text;
 pub mod protocol;
 pub mod router;
 pub mod session;

@@ -2,7 +2,8 @@
 //! that move ISUs between cells. `scripts/cells` is its command-line front.
 //!
 //! - `GET  /internal/placement`: the map and the migrations in progress;
-//! - `GET  /internal/cells`: the same as a text table (one line per cell);
+//! - `GET  /internal/cells[?seconds=S]`: a text table, one line per cell: the map's share and
+//!   what the cell did over S seconds (two scrapes of its `/metrics`);
 //! - `POST /internal/cells/migrate` `{"slot": "0b", "to": "c"}` or `{"isu": UUID, "to": "c"}`;
 //! - `POST /internal/cells/drain` `{"cell": "a"}`: every slot and pin of the cell elsewhere;
 //! - `POST /internal/cells/rebalance` `{}`: the fewest slot moves that even out every cell.
@@ -11,7 +12,7 @@
 //! an error `{"error": "...", "migrations": [what moved before it]}` (400: refused, 503: a
 //! worker failed and the migration was rolled back).
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -48,28 +49,138 @@ async fn placement(_: ClusterPeer, State(app): State<AppState>) -> Response {
     .into_response()
 }
 
-async fn summary(_: ClusterPeer, State(app): State<AppState>) -> String {
+#[derive(Deserialize)]
+struct SummaryQuery {
+    /// Seconds between the two scrapes the rates and percentiles are taken from.
+    seconds: Option<f64>,
+}
+
+/// What one cell did between two scrapes of its `/metrics` (`None`: it did not answer).
+struct CellFigures {
+    conditions: f64,
+    requests_per_second: f64,
+    error_ratio: Option<f64>,
+    p99: Option<f64>,
+    push_lag_p99: Option<f64>,
+    shaped: f64,
+    map_version: u64,
+}
+
+/// Public API routes only: the scrapes and the cluster's own calls are not the cell's load.
+fn public_route(labels: &str) -> bool {
+    shared::prom_text::label(labels, "route").is_some_and(|route| route.starts_with("/api/"))
+}
+
+fn figures(before: &str, after: &str, seconds: f64, map_version: u64) -> CellFigures {
+    use shared::prom_text::{buckets, label, parse, quantile_between, sum};
+    let (before, after) = (parse(before), parse(after));
+    let delta = |keep: &dyn Fn(&str) -> bool| {
+        sum(&after, "http_requests_total", keep) - sum(&before, "http_requests_total", keep)
+    };
+    let requests = delta(&public_route);
+    let errors = delta(&|labels: &str| {
+        public_route(labels) && label(labels, "status").is_some_and(|status| status.starts_with('5'))
+    });
+    let latency =
+        |samples: &[shared::prom_text::Sample]| buckets(samples, "http_request_duration_seconds", public_route);
+    let lag = |samples: &[shared::prom_text::Sample]| buckets(samples, "latest_push_lag_seconds", |_| true);
+    CellFigures {
+        conditions: sum(&after, "conditions_stored_total", |_| true),
+        requests_per_second: requests / seconds,
+        error_ratio: (requests > 0.0).then(|| errors / requests),
+        p99: quantile_between(&latency(&before), &latency(&after), 0.99),
+        push_lag_p99: quantile_between(&lag(&before), &lag(&after), 0.99),
+        shaped: sum(&after, "ingest_shaped_isus", |_| true),
+        map_version,
+    }
+}
+
+/// Scrapes every worker's `/metrics` and `/healthz`.
+async fn scrape(app: &AppState) -> Vec<Option<(String, u64)>> {
+    let workers = &app.state.workers;
+    let scrapes = workers.cells().map(|cell| async move {
+        let (metrics, health) = tokio::join!(workers.metrics(cell), workers.health(cell));
+        Some((metrics.ok()?, health.ok()?.map_version))
+    });
+    futures_util::future::join_all(scrapes).await
+}
+
+/// `GET /internal/cells[?seconds=S]`: a table per cell — slots, pins, ISUs, conditions,
+/// public requests a second, their error ratio (5xx) and p99, the latest push's p99 lag,
+/// shaped ISUs and the worker's map version — from two scrapes S seconds apart (default 1).
+async fn summary(_: ClusterPeer, State(app): State<AppState>, Query(query): Query<SummaryQuery>) -> String {
+    let seconds = query.seconds.unwrap_or(1.0).clamp(0.1, 30.0);
+    let before = scrape(&app).await;
+    tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+    let after = scrape(&app).await;
     let map = app.state.placement.map();
     let counts = map.slot_counts();
+    let isus = app.state.generation().isus_per_cell(&map);
     let mut text = format!(
-        "placement map version {} ({} cells, {} pins)\n{:<8} {:>5} {:>5}  {:<28} {}\n",
+        "placement map version {} ({} cells, {} pins); rates over {seconds:.1} s\n{:<8} {:<5} {:>5} {:>4} {:>6} {:>11} {:>8} {:>7} {:>8} {:>9} {:>6} {:>4}  {:<28} {}\n",
         map.version(),
         map.cells().len(),
         map.pins().len(),
         "CELL",
+        "STATE",
         "SLOTS",
         "PINS",
+        "ISUS",
+        "CONDITIONS",
+        "REQ/S",
+        "ERR%",
+        "P99 ms",
+        "PUSH p99",
+        "SHAPED",
+        "MAP",
         "INTERNAL URL",
         "DEVICE URL"
     );
+    let ms = |value: Option<f64>| match value {
+        Some(seconds) if seconds.is_infinite() => ">2500".to_owned(),
+        Some(seconds) => format!("{:.1}", seconds * 1000.0),
+        None => "-".to_owned(),
+    };
     for (id, cell) in map.cells().iter().enumerate() {
+        let measured = match (&before.get(id).cloned().flatten(), &after.get(id).cloned().flatten()) {
+            (Some((earlier, _)), Some((later, version))) => Some(figures(earlier, later, seconds, *version)),
+            _ => None,
+        };
+        let columns = match &measured {
+            Some(figures) => format!(
+                "{:<5} {:>5} {:>4} {:>6} {:>11.0} {:>8.1} {:>7} {:>8} {:>9} {:>6.0} {:>4}",
+                "up",
+                counts[id],
+                map.pins_of(id as CellId).len(),
+                isus[id],
+                figures.conditions,
+                figures.requests_per_second,
+                figures
+                    .error_ratio
+                    .map_or("-".to_owned(), |ratio| format!("{:.2}", ratio * 100.0)),
+                ms(figures.p99),
+                ms(figures.push_lag_p99),
+                figures.shaped,
+                figures.map_version,
+            ),
+            None => format!(
+                "{:<5} {:>5} {:>4} {:>6} {:>11} {:>8} {:>7} {:>8} {:>9} {:>6} {:>4}",
+                "DOWN",
+                counts[id],
+                map.pins_of(id as CellId).len(),
+                isus[id],
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-"
+            ),
+        };
         text.push_str(&format!(
-            "{:<8} {:>5} {:>5}  {:<28} {}\n",
-            cell.name,
-            counts[id],
-            map.pins_of(id as CellId).len(),
-            cell.internal_url,
-            cell.device_url
+            "{:<8} {columns}  {:<28} {}\n",
+            cell.name, cell.internal_url, cell.device_url
         ));
     }
     for migration in app.state.placement.migrations.lock().values() {

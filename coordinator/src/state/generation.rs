@@ -211,6 +211,15 @@ impl Generation {
         self.changed();
     }
 
+    /// How many registered ISUs `map` gives each of its cells.
+    pub fn isus_per_cell(&self, map: &shared::placement_map::PlacementMap) -> Vec<usize> {
+        let mut counts = vec![0; map.cells().len()];
+        for isu in self.all.read().iter() {
+            counts[usize::from(map.owner(&isu.uuid))] += 1;
+        }
+        counts
+    }
+
     pub fn has_user(&self, user: &str) -> bool {
         self.users.read().contains(user)
     }

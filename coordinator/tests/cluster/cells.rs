@@ -340,3 +340,58 @@ async fn slots_and_pins_move_between_three_cells_under_load_losing_and_duplicati
 fn cluster_assert_no_crash(mut cluster: Cluster) {
     cluster.assert_no_crash();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cells_table_shows_what_each_cell_does_and_a_cell_that_is_down() {
+    let mut cluster = spawn_cluster_with(three_cells()).await;
+    let alice = cluster.sign_in("alice").await;
+    let on_b = cluster.known_uuid('1', 0x91);
+    alice.register(&on_b, "busy", None).await.json(201);
+    let devices = Devices::start(&[(on_b.clone(), cluster.device_servers[1].clone())]);
+    let table = |cluster: &Cluster| {
+        let (client, url, secret) = (
+            cluster.raw_client(),
+            format!("{}/internal/cells?seconds=0.5", cluster.coordinator),
+            cluster.secret.clone(),
+        );
+        async move {
+            let response = client
+                .get(url)
+                .header(shared::protocol::SECRET_HEADER, secret)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            response.text().await.unwrap()
+        }
+    };
+    let columns = |text: &str, cell: &str| -> Vec<String> {
+        text.lines()
+            .find(|line| line.split_whitespace().next() == Some(cell))
+            .unwrap_or_else(|| panic!("no line for cell {cell}:\n{text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    let text = table(&cluster).await;
+    // CELL STATE SLOTS PINS ISUS CONDITIONS REQ/S ERR% P99 PUSH SHAPED MAP URL URL
+    let b = columns(&text, "b");
+    assert_eq!(b[1], "up", "{text}");
+    assert_eq!(b[2], "80", "{text}");
+    assert!(b[4].parse::<u64>().unwrap() >= 1, "b has ISUs: {text}");
+    assert!(b[5].parse::<f64>().unwrap() > 0.0, "b stored conditions: {text}");
+    assert!(b[6].parse::<f64>().unwrap() > 10.0, "b takes device posts: {text}");
+    assert_eq!(b[7], "0.00", "no 5xx: {text}");
+    assert_ne!(b[8], "-", "a p99: {text}");
+    let c = columns(&text, "c");
+    assert_eq!(c[6].parse::<f64>().unwrap(), 0.0, "c takes nothing: {text}");
+    assert_eq!(c[7], "-", "no request, no ratio: {text}");
+    assert!(text.starts_with("placement map version 1 (3 cells, 0 pins)"), "{text}");
+
+    cluster.kill_node(2);
+    let text = table(&cluster).await;
+    assert_eq!(columns(&text, "c")[1], "DOWN", "{text}");
+    assert_eq!(columns(&text, "b")[1], "up", "{text}");
+    let (_, refused, _) = devices.stop().await;
+    assert_eq!(refused, 0);
+}
