@@ -50,6 +50,26 @@ impl Nodes {
         &self.secret
     }
 
+    /// Every node's `/metrics` text (`None` for a node that did not answer).
+    pub async fn scrape_all(&self) -> Vec<(String, Option<String>)> {
+        let reads = self.nodes.iter().map(|node| async move {
+            let text = async {
+                self.client
+                    .get(format!("{}{METRICS}", node.url))
+                    .header(SECRET_HEADER, &self.secret)
+                    .timeout(Duration::from_secs(5))
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .text()
+                    .await
+            }
+            .await;
+            (node.name.clone(), text.ok())
+        });
+        futures::future::join_all(reads).await
+    }
+
     /// CPU seconds used so far by each node (`None` for a node that did not answer).
     pub async fn cpu_seconds(&self) -> Vec<(String, Option<f64>)> {
         let reads = self.nodes.iter().map(|node| async move {

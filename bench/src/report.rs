@@ -58,6 +58,73 @@ impl DevicePosts {
 }
 
 /// Everything a run found out.
+/// What one node (a cell's worker, or the coordinator) served during the load, from its
+/// own `/metrics` before and after: public API requests, 5xx answers and latency
+/// percentiles (upper bounds of the nodes' histogram buckets).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellFigures {
+    pub cell: String,
+    pub node: String,
+    pub requests: u64,
+    pub errors: u64,
+    pub p50_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+}
+
+impl CellFigures {
+    /// One per node that answered both scrapes.
+    pub fn between(before: &[(String, Option<String>)], after: &[(String, Option<String>)]) -> Vec<CellFigures> {
+        use shared::prom_text::{buckets, label, parse, quantile_between, sum};
+        let public = |labels: &str| label(labels, "route").is_some_and(|route| route.starts_with("/api/"));
+        after
+            .iter()
+            .filter_map(|(node, text)| {
+                let earlier = before.iter().find(|(name, _)| name == node)?.1.as_deref()?;
+                let (earlier, later) = (parse(earlier), parse(text.as_deref()?));
+                let cell = later
+                    .iter()
+                    .find_map(|sample| label(&sample.labels, "cell").map(str::to_owned))
+                    .unwrap_or_else(|| node.clone());
+                let count = |keep: &dyn Fn(&str) -> bool| {
+                    (sum(&later, "http_requests_total", keep) - sum(&earlier, "http_requests_total", keep)).max(0.0)
+                        as u64
+                };
+                let errors = count(&|labels: &str| {
+                    public(labels) && label(labels, "status").is_some_and(|status| status.starts_with('5'))
+                });
+                let latency =
+                    |samples: &[shared::prom_text::Sample]| buckets(samples, "http_request_duration_seconds", public);
+                let (from, to) = (latency(&earlier), latency(&later));
+                let ms = |q: f64| quantile_between(&from, &to, q).map(|seconds| seconds * 1000.0);
+                Some(CellFigures {
+                    cell,
+                    node: node.clone(),
+                    requests: count(&public),
+                    errors,
+                    p50_ms: ms(0.5),
+                    p90_ms: ms(0.9),
+                    p99_ms: ms(0.99),
+                })
+            })
+            .collect()
+    }
+
+    fn to_json(&self) -> Value {
+        // An infinite bound (beyond the last bucket) is not JSON: null.
+        let finite = |value: Option<f64>| value.filter(|ms| ms.is_finite());
+        json!({
+            "cell": self.cell,
+            "node": self.node,
+            "requests": self.requests,
+            "errors": self.errors,
+            "p50_ms": finite(self.p50_ms),
+            "p90_ms": finite(self.p90_ms),
+            "p99_ms": finite(self.p99_ms),
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Report {
     pub target: String,
@@ -81,6 +148,8 @@ pub struct Report {
     pub bench_cpus: Option<String>,
     /// Flamegraphs and protobufs written.
     pub profiles: Vec<PathBuf>,
+    /// Per cell (and the coordinator), as the nodes measured themselves.
+    pub cells: Vec<CellFigures>,
 }
 
 impl Report {
@@ -194,6 +263,7 @@ impl Report {
             "cluster_cpu_per_1000_requests": as_object(self.cluster_cpu_per(self.cluster_requests(), 1000.0)),
             "cluster_cpu_per_1000_conditions":
                 as_object(self.cluster_cpu_per(self.device_posts.stored_conditions, 1000.0)),
+            "cells": self.cells.iter().map(CellFigures::to_json).collect::<Vec<_>>(),
         })
     }
 }
@@ -267,6 +337,32 @@ impl fmt::Display for Report {
             }
         }
 
+        if !self.cells.is_empty() {
+            writeln!(out, "\nPer cell (public API requests, as each node measured them)")?;
+            writeln!(
+                out,
+                "  {:<12} {:<12} {:>9} {:>7} {:>9} {:>9} {:>9}",
+                "cell", "node", "requests", "errors", "p50 ms", "p90 ms", "p99 ms"
+            )?;
+            let ms = |value: Option<f64>| match value {
+                Some(ms) if ms.is_finite() => format!("{ms:.2}"),
+                Some(_) => ">2500".to_owned(),
+                None => "-".to_owned(),
+            };
+            for cell in &self.cells {
+                writeln!(
+                    out,
+                    "  {:<12} {:<12} {:>9} {:>7} {:>9} {:>9} {:>9}",
+                    cell.cell,
+                    cell.node,
+                    cell.requests,
+                    cell.errors,
+                    ms(cell.p50_ms),
+                    ms(cell.p90_ms),
+                    ms(cell.p99_ms)
+                )?;
+            }
+        }
         if !self.cpu.is_empty() {
             writeln!(out, "\nCPU seconds during load")?;
             for usage in &self.cpu {
@@ -374,6 +470,7 @@ mod tests {
             device_posts: posts,
             bench_cpus: Some("0".into()),
             profiles: Vec::new(),
+            cells: Vec::new(),
         }
     }
 
@@ -420,5 +517,37 @@ mod tests {
             DevicePosts::default(),
         );
         assert_eq!(unread.to_json()["cluster_cpu_per_1000_requests"], json!({}));
+    }
+
+    #[test]
+    fn per_cell_figures_come_from_two_scrapes_of_each_node() {
+        let scrape = |ok: u64, errors: u64, fast: u64, slow: u64| {
+            format!(
+                "http_requests_total{{node=\"worker-a\",cell=\"a\",route=\"/api/condition/{{uuid}}\",status=\"202\"}} {ok}\n\
+                 http_requests_total{{node=\"worker-a\",cell=\"a\",route=\"/api/condition/{{uuid}}\",status=\"503\"}} {errors}\n\
+                 http_requests_total{{node=\"worker-a\",cell=\"a\",route=\"/metrics\",status=\"200\"}} 7\n\
+                 http_request_duration_seconds_bucket{{node=\"worker-a\",cell=\"a\",route=\"/api/condition/{{uuid}}\",status=\"202\",le=\"0.001\"}} {fast}\n\
+                 http_request_duration_seconds_bucket{{node=\"worker-a\",cell=\"a\",route=\"/api/condition/{{uuid}}\",status=\"202\",le=\"0.1\"}} {slow}\n\
+                 http_request_duration_seconds_bucket{{node=\"worker-a\",cell=\"a\",route=\"/api/condition/{{uuid}}\",status=\"202\",le=\"+Inf\"}} {slow}\n"
+            )
+        };
+        let before = vec![
+            ("worker-a".to_owned(), Some(scrape(10, 0, 10, 10))),
+            ("worker-b".to_owned(), None),
+        ];
+        let after = vec![
+            ("worker-a".to_owned(), Some(scrape(110, 5, 105, 110))),
+            ("worker-b".to_owned(), None),
+        ];
+        let cells = CellFigures::between(&before, &after);
+        assert_eq!(cells.len(), 1, "a node that did not answer has no figures");
+        let a = &cells[0];
+        assert_eq!(
+            (a.cell.as_str(), a.node.as_str(), a.requests, a.errors),
+            ("a", "worker-a", 105, 5)
+        );
+        assert_eq!(a.p50_ms, Some(1.0));
+        assert_eq!(a.p99_ms, Some(100.0));
+        assert_eq!(a.to_json()["p99_ms"], json!(100.0));
     }
 }

@@ -268,6 +268,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         deadline: started + config.duration,
     });
     let cpu_before = cpu_readings(config.nodes.as_ref(), &config.processes).await;
+    let metrics_before = scrape_nodes(config.nodes.as_ref()).await;
     let posts_before = jia.device_posts();
     stats.add(Tag::StartBenchmark);
     jia.start_error_poster(ERROR_POST_INTERVAL);
@@ -308,6 +309,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     let cpu_after = cpu_readings(config.nodes.as_ref(), &config.processes).await;
+    let metrics_after = scrape_nodes(config.nodes.as_ref()).await;
     let posts_after = jia.device_posts();
     let profiles = profiles.await.unwrap_or_default();
     jia.shutdown().await;
@@ -328,7 +330,16 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         device_posts: DevicePosts::between(posts_before, posts_after),
         bench_cpus: crate::nodes::own_cpus_allowed(),
         profiles,
+        cells: crate::report::CellFigures::between(&metrics_before, &metrics_after),
     })
+}
+
+/// Every node's `/metrics` (none without `--node`).
+async fn scrape_nodes(nodes: Option<&Nodes>) -> Vec<(String, Option<String>)> {
+    match nodes {
+        Some(nodes) => nodes.scrape_all().await,
+        None => Vec::new(),
+    }
 }
 
 fn load_expected(config: &ScenarioConfig) -> anyhow::Result<ExpectedData> {
@@ -471,5 +482,6 @@ async fn failed_before_load(config: &ScenarioConfig, jia: &JiaHandle, stats: Arc
         device_posts: DevicePosts::default(),
         bench_cpus: crate::nodes::own_cpus_allowed(),
         profiles: Vec::new(),
+        cells: Vec::new(),
     }
 }
