@@ -110,6 +110,11 @@ pub struct Config {
     #[arg(long, env = "ISU_LANE_SEED", default_value_t = 0x15_c0de)]
     pub lane_seed: u64,
 
+    /// A deliberately broken build, for the rollout tests (`scripts/rollout-check`): every
+    /// graph read is answered 500.
+    #[arg(long, env = "ISU_FAULT_GRAPH_500", hide = true)]
+    pub fault_graph_500: bool,
+
     /// Number of Tokio worker threads (0 = one per core).
     #[arg(long, env = "ISU_THREADS", default_value_t = 0)]
     pub threads: usize,

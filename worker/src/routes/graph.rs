@@ -32,6 +32,11 @@ async fn graph(
     Path(uuid): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, WorkerError> {
+    if state.config.fault_graph_500 {
+        return Err(WorkerError::Internal(
+            "graph reads fail on purpose (--fault-graph-500)".into(),
+        ));
+    }
     let datetime = query_param(query.as_deref(), "datetime")
         .filter(|value| !value.is_empty())
         .ok_or(WorkerError::BadRequest(messages::MISSING_DATETIME))?
