@@ -416,6 +416,11 @@ async fn fill(heavy: &User, base: &str, conditions: usize) -> anyhow::Result<usi
                 })
                 .collect();
             let response = client.post(&url).json(&batch).send().await?;
+            anyhow::ensure!(
+                response.status() != 429,
+                "filling {url}: 429: the cluster's per-ISU quota shapes the history being loaded; \
+                 start the cluster with ISU_QUOTA=0 (scripts/bench --migration-cost does)"
+            );
             anyhow::ensure!(response.status() == 202, "filling {url}: {}", response.status());
             Ok::<usize, anyhow::Error>(count)
         });
