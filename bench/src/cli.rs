@@ -57,6 +57,10 @@ pub struct RunArgs {
     /// Keep the number of users fixed (no load growth).
     #[arg(long)]
     pub no_growth: bool,
+    /// Keep the load going past 100 errors until `--duration` ends (the run still fails):
+    /// for checks that break the service on purpose, such as `scripts/rollout-check`.
+    #[arg(long)]
+    pub keep_going: bool,
     /// Internal URL of a node, for its CPU time and profiles (repeatable), e.g.
     /// `coordinator=http://127.0.0.2:3000`.
     #[arg(long = "node", value_name = "NAME=URL", value_parser = crate::nodes::parse_node)]
@@ -267,6 +271,7 @@ impl RunArgs {
             users: self.users,
             max_isus_per_user: usize::from(self.max_isus_per_user),
             grow: !self.no_growth,
+            keep_going: self.keep_going,
             signer: load_signer(self.private_key.as_deref())?,
             url_policy: url_policy(self.official_urls),
             resolve: self.resolve,

@@ -52,6 +52,8 @@ const ERROR_POST_INTERVAL: Duration = Duration::from_secs(1);
 pub struct ScenarioConfig {
     /// Public base URL of the service, e.g. `http://127.0.0.2:8080`.
     pub target: String,
+    /// Load until the deadline even past 100 errors (the run still fails).
+    pub keep_going: bool,
     /// Where the JIA simulator listens; its `http://` URL is sent in `POST /initialize`.
     pub jia_listen: SocketAddr,
     /// Length of the load phase.
@@ -96,6 +98,7 @@ impl ScenarioConfig {
     pub fn new(target: &str, jia_listen: SocketAddr) -> ScenarioConfig {
         ScenarioConfig {
             target: target.trim_end_matches('/').to_owned(),
+            keep_going: false,
             jia_listen,
             duration: Duration::from_secs(60),
             users: 6,
@@ -144,12 +147,14 @@ pub(crate) struct RunContext {
     /// Where new users' and viewers' tasks go.
     tasks: Mutex<JoinSet<()>>,
     deadline: Instant,
+    keep_going: bool,
 }
 
 impl RunContext {
-    /// Whether the load phase must end now.
+    /// Whether the load phase must end now (at the deadline; before it on too many errors
+    /// unless `--keep-going`).
     fn over(&self) -> bool {
-        Instant::now() >= self.deadline || self.stats.failed()
+        Instant::now() >= self.deadline || (self.stats.failed() && !self.keep_going)
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -266,6 +271,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         ready_users: Mutex::new(first_checked_user.into_iter().collect()),
         tasks: Mutex::new(JoinSet::new()),
         deadline: started + config.duration,
+        keep_going: config.keep_going,
     });
     let cpu_before = cpu_readings(config.nodes.as_ref(), &config.processes).await;
     let metrics_before = scrape_nodes(config.nodes.as_ref()).await;
