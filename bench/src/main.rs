@@ -80,43 +80,44 @@ async fn run_capacity(args: bench::cli::RunArgs, json_path: Option<std::path::Pa
         Ok(config) => bench::capacity::run(config).await,
         Err(error) => Err(error),
     };
-    let report = match outcome {
-        Ok(report) => report,
-        Err(error) => {
-            eprintln!("bench capacity failed: {error:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    println!("{report}");
-    if let Some(path) = json_path {
-        write_json(&path, &report.to_json());
-    }
-    if report.sustained().is_some() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    finish_measuring_mode("capacity", outcome, json_path, |report| {
+        (report.to_json(), report.sustained().is_some())
+    })
 }
 
-/// `--migration-cost`: the windows' table and `migration_cost.*` in the JSON; fails when the
-/// migration failed or any request failed.
+/// `--migration-cost` / `--flood-cost`: the windows' table and `migration_cost.*` or
+/// `flood_cost.*` in the JSON; fails when the migration failed or any request failed.
 async fn run_migration_cost(args: bench::cli::RunArgs, json_path: Option<std::path::PathBuf>) -> ExitCode {
     let outcome = match args.into_migration_cost_config() {
         Ok(config) => bench::migration_cost::run(config).await,
         Err(error) => Err(error),
     };
+    finish_measuring_mode("migration cost", outcome, json_path, |report| {
+        (report.to_json(), report.errors() == 0)
+    })
+}
+
+/// Prints a measuring mode's report (or why it failed), writes its JSON, and exits 0 when
+/// `judge` says the run held.
+fn finish_measuring_mode<R: std::fmt::Display>(
+    mode: &str,
+    outcome: anyhow::Result<R>,
+    json_path: Option<std::path::PathBuf>,
+    judge: impl Fn(&R) -> (serde_json::Value, bool),
+) -> ExitCode {
     let report = match outcome {
         Ok(report) => report,
         Err(error) => {
-            eprintln!("bench migration cost failed: {error:#}");
+            eprintln!("bench {mode} failed: {error:#}");
             return ExitCode::FAILURE;
         }
     };
     println!("{report}");
+    let (json, held) = judge(&report);
     if let Some(path) = json_path {
-        write_json(&path, &report.to_json());
+        write_json(&path, &json);
     }
-    if report.errors() == 0 {
+    if held {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

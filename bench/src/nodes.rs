@@ -52,22 +52,23 @@ impl Nodes {
 
     /// Every node's `/metrics` text (`None` for a node that did not answer).
     pub async fn scrape_all(&self) -> Vec<(String, Option<String>)> {
-        let reads = self.nodes.iter().map(|node| async move {
-            let text = async {
-                self.client
-                    .get(format!("{}{METRICS}", node.url))
-                    .header(SECRET_HEADER, &self.secret)
-                    .timeout(Duration::from_secs(5))
-                    .send()
-                    .await?
-                    .error_for_status()?
-                    .text()
-                    .await
-            }
-            .await;
-            (node.name.clone(), text.ok())
-        });
+        let reads = self
+            .nodes
+            .iter()
+            .map(|node| async move { (node.name.clone(), self.metrics_text(node).await.ok()) });
         futures::future::join_all(reads).await
+    }
+
+    async fn metrics_text(&self, node: &Node) -> reqwest::Result<String> {
+        self.client
+            .get(format!("{}{METRICS}", node.url))
+            .header(SECRET_HEADER, &self.secret)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await
     }
 
     /// CPU seconds used so far by each node (`None` for a node that did not answer).
@@ -83,16 +84,7 @@ impl Nodes {
     }
 
     async fn scrape_cpu(&self, node: &Node) -> anyhow::Result<f64> {
-        let text = self
-            .client
-            .get(format!("{}{METRICS}", node.url))
-            .header(SECRET_HEADER, &self.secret)
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await?
-            .error_for_status()?
-            .text()
-            .await?;
+        let text = self.metrics_text(node).await?;
         parse_cpu_seconds(&text).with_context(|| format!("no {CPU_METRIC} in {}{METRICS}", node.url))
     }
 

@@ -293,20 +293,19 @@ impl Journal {
 
     /// A new placement map (logged before it is published anywhere).
     pub async fn placement(&self, map: &PlacementMap) -> Result<(), WalError> {
-        let json = serde_json::to_string(map).expect("a map serialises");
-        self.append(|| {
-            let mut encoder = Encoder::new(MAP_TAG);
-            encoder.str(&json);
-            encoder
-        })
-        .await
+        self.append_json(MAP_TAG, map).await
     }
 
     /// A migration's state after a step.
     pub async fn migration(&self, migration: &Migration) -> Result<(), WalError> {
-        let json = serde_json::to_string(migration).expect("a migration serialises");
+        self.append_json(MIGRATION_TAG, migration).await
+    }
+
+    /// A record of `tag` holding `value` as JSON.
+    async fn append_json(&self, tag: u8, value: &impl serde::Serialize) -> Result<(), WalError> {
+        let json = serde_json::to_string(value).expect("placement records serialise");
         self.append(|| {
-            let mut encoder = Encoder::new(MIGRATION_TAG);
+            let mut encoder = Encoder::new(tag);
             encoder.str(&json);
             encoder
         })

@@ -136,6 +136,18 @@ impl WorkerClient {
         body: &T,
         timeout: Duration,
     ) -> Result<(), WorkerCallError> {
+        self.post_for_response(cell, path, body, timeout).await.map(drop)
+    }
+
+    /// POSTs `body` as JSON; a successful answer, or the error; the call's outcome and time
+    /// are recorded either way.
+    async fn post_for_response<T: Serialize + ?Sized>(
+        &self,
+        cell: CellId,
+        path: &'static str,
+        body: &T,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, WorkerCallError> {
         let started = std::time::Instant::now();
         let outcome = self
             .client
@@ -146,12 +158,12 @@ impl WorkerClient {
             .send()
             .await;
         let result = match outcome {
-            Ok(response) if response.status().is_success() => Ok(()),
+            Ok(response) if response.status().is_success() => Ok(response),
             Ok(response) => Err(self.status(cell, path, response.status())),
             Err(source) => Err(self.transport(cell)(source)),
         };
         let outcome = match &result {
-            Ok(()) => "ok",
+            Ok(_) => "ok",
             Err(WorkerCallError::Status { .. }) => "status",
             Err(WorkerCallError::Transport { source, .. }) if source.is_timeout() => "timeout",
             Err(WorkerCallError::Transport { .. }) => "transport",
@@ -250,26 +262,9 @@ impl WorkerClient {
     /// Asks a migration's source to export its subject to the target; answers once the target
     /// holds the whole history (a slot of a million conditions takes seconds, hence the timeout).
     pub async fn export(&self, cell: CellId, request: &ExportSubject) -> Result<ExportReport, WorkerCallError> {
-        let started = std::time::Instant::now();
         let response = self
-            .client
-            .post(self.url(cell, WORKER_EXPORT))
-            .header(SECRET_HEADER, &self.secret)
-            .timeout(EXPORT_TIMEOUT)
-            .json(request)
-            .send()
-            .await
-            .map_err(self.transport(cell))?;
-        let status = response.status();
-        shared::telemetry::record_outgoing_call(
-            self.role(cell),
-            WORKER_EXPORT,
-            if status.is_success() { "ok" } else { "status" },
-            started.elapsed(),
-        );
-        if !status.is_success() {
-            return Err(self.status(cell, WORKER_EXPORT, status));
-        }
+            .post_for_response(cell, WORKER_EXPORT, request, EXPORT_TIMEOUT)
+            .await?;
         response.json().await.map_err(self.transport(cell))
     }
 

@@ -92,16 +92,25 @@ fn reply(reply: shared::telemetry::ProfileReply) -> Response {
     (status, [(header::CONTENT_TYPE, reply.content_type)], reply.body).into_response()
 }
 
+static FAIL_POINTS_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Fail points for the crash tests (the `fail` crate): `FAILPOINTS="name=action;..."` in a
 /// node's environment configures the named points (`sleep(ms)`, `pause`, `panic`, ...) so a
-/// test can stop a migration at an exact step and kill a node there. Without the variable
-/// (any real deployment) every point is off and costs one atomic load. Call from `main`, on
-/// the main thread, and keep the guard until the node exits.
+/// test can stop a migration at an exact step and kill a node there. Call from `main`, on
+/// the main thread, and keep the guard until the node exits. Evaluating a point takes the
+/// `fail` crate's registry lock, so points on a hot path are evaluated only when
+/// [`fail_points_on`].
 pub fn fail_points_from_env() -> Option<fail::FailScenario<'static>> {
     let configured = std::env::var("FAILPOINTS")
         .ok()
         .filter(|value| !value.trim().is_empty())?;
     let scenario = fail::FailScenario::setup();
+    FAIL_POINTS_ON.store(true, std::sync::atomic::Ordering::Release);
     tracing::warn!(failpoints = %configured, "fail points configured from FAILPOINTS (tests only)");
     Some(scenario)
+}
+
+/// Whether `FAILPOINTS` configured any fail point (one atomic load; false in deployments).
+pub fn fail_points_on() -> bool {
+    FAIL_POINTS_ON.load(std::sync::atomic::Ordering::Acquire)
 }

@@ -64,7 +64,8 @@ impl CountMinSketch {
         self.counters.len() * std::mem::size_of::<AtomicU32>()
     }
 
-    /// Two independent 64-bit hashes of `key` (double hashing gives every row's index).
+    /// Two independent 64-bit hashes of `key` (double hashing gives every row's index); the
+    /// same for every sketch of the same seed and width.
     fn hashes(&self, key: &[u8]) -> (u64, u64) {
         let mut first = self.hasher.build_hasher();
         first.write_u64(self.seed);
@@ -96,7 +97,10 @@ impl CountMinSketch {
 
     /// Counts `count` more for `key` (conservative update); its new estimate.
     pub fn add(&self, key: &[u8], count: u32) -> u32 {
-        let hashes = self.hashes(key);
+        self.add_hashed(self.hashes(key), count)
+    }
+
+    fn add_hashed(&self, hashes: (u64, u64), count: u32) -> u32 {
         let _serialized = self.stripes[hashes.0 as usize & (STRIPES - 1)]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -120,6 +124,7 @@ impl CountMinSketch {
 /// over the current and the previous window, so memory stays fixed and a key that was over
 /// its quota a moment ago is still seen as such just after a boundary.
 pub struct WindowedSketch {
+    /// Built alike (same seed and size), so a key is hashed once for both.
     sketches: [CountMinSketch; 2],
     current: AtomicUsize,
     window: Duration,
@@ -127,35 +132,29 @@ pub struct WindowedSketch {
 }
 
 impl WindowedSketch {
-    pub fn new(window: Duration, make: impl Fn(u64) -> CountMinSketch) -> WindowedSketch {
+    /// Two sketches from `make`, which must build them alike (same seed and size).
+    pub fn new(window: Duration, make: impl Fn() -> CountMinSketch) -> WindowedSketch {
         WindowedSketch {
-            sketches: [make(1), make(2)],
+            sketches: [make(), make()],
             current: AtomicUsize::new(0),
             window,
             started: Mutex::new(Instant::now()),
         }
     }
 
-    pub fn window(&self) -> Duration {
-        self.window
-    }
-
-    /// Bytes of counters of both sketches.
-    pub fn memory(&self) -> usize {
-        self.sketches.iter().map(CountMinSketch::memory).sum()
-    }
-
     /// Counts `count` for `key` in the current window; the larger of its estimate there and
     /// in the previous window.
     pub fn add(&self, key: &[u8], count: u32) -> u32 {
         let current = self.current.load(Ordering::Acquire);
-        let now = self.sketches[current].add(key, count);
-        now.max(self.sketches[1 - current].estimate(key))
+        let hashes = self.sketches[current].hashes(key);
+        let now = self.sketches[current].add_hashed(hashes, count);
+        now.max(self.sketches[1 - current].min_of(hashes))
     }
 
     /// The larger of `key`'s estimates in the two windows, counting nothing.
     pub fn estimate(&self, key: &[u8]) -> u32 {
-        self.sketches[0].estimate(key).max(self.sketches[1].estimate(key))
+        let hashes = self.sketches[0].hashes(key);
+        self.sketches[0].min_of(hashes).max(self.sketches[1].min_of(hashes))
     }
 
     /// Starts a new window if the current one is over (`now` past its end): the previous
@@ -204,7 +203,7 @@ mod tests {
 
     #[test]
     fn windows_keep_the_previous_count_for_one_window_then_drop_it() {
-        let windows = WindowedSketch::new(Duration::from_secs(10), |seed| CountMinSketch::new(4, 1024, seed));
+        let windows = WindowedSketch::new(Duration::from_secs(10), || CountMinSketch::new(4, 1024, 5));
         let start = Instant::now();
         assert_eq!(windows.add(b"isu", 100), 100);
         assert!(!windows.rotate_if_due(start));

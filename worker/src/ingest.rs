@@ -116,7 +116,7 @@ pub struct Ingest {
     shaped: DashSet<String>,
     shaping: mpsc::UnboundedSender<ShapedBatch>,
     /// Conditions in the shaping lane (queued or being stored).
-    shaping_depth: Arc<AtomicUsize>,
+    shaping_depth: AtomicUsize,
 }
 
 /// Room taken in the shaping lane for one batch.
@@ -158,8 +158,8 @@ impl Ingest {
     /// The ingest state and the receiving end of the shaping lane (for [`run_shaping_lane`]).
     pub fn new(config: IngestConfig) -> (Arc<Ingest>, mpsc::UnboundedReceiver<ShapedBatch>) {
         let sketch = (config.quota > 0).then(|| {
-            WindowedSketch::new(QUOTA_WINDOW, |seed| {
-                CountMinSketch::for_error(0.00005, 0.00001, config.seed ^ seed)
+            WindowedSketch::new(QUOTA_WINDOW, || {
+                CountMinSketch::for_error(0.00005, 0.00001, config.seed)
             })
         });
         let lanes = (0..config.lanes.clamp(1, shared::shuffle::MAX_LANES))
@@ -179,7 +179,7 @@ impl Ingest {
             quarantined: DashSet::new(),
             shaped: DashSet::new(),
             shaping,
-            shaping_depth: Arc::new(AtomicUsize::new(0)),
+            shaping_depth: AtomicUsize::new(0),
         };
         (Arc::new(ingest), receiver)
     }
@@ -408,6 +408,9 @@ where
 /// `ingest-stall=return(UUID)` makes storing a batch of that ISU hang for
 /// [`POISON_STALL`], `ingest-panic=return(UUID)` makes it panic.
 pub async fn poison(uuid: &str) {
+    if !node_http::fail_points_on() {
+        return;
+    }
     if fail::eval("ingest-stall", |target| target).flatten().as_deref() == Some(uuid) {
         tokio::time::sleep(POISON_STALL).await;
     }
