@@ -1,0 +1,412 @@
+//! The inventory: which hosts run what, at which addresses, with which certificate.
+//!
+//! One TOML file describes a whole deployment (`ops/deploy/contest.toml` is the contest's
+//! three hosts). It is checked as a whole before anything is rendered, so a typo is an error
+//! naming the key, never a half-rendered host.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// A parsed and checked inventory.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Inventory {
+    /// File with the cluster secret, relative to the inventory; made (32 random bytes, hex,
+    /// mode 600) when missing.
+    #[serde(default = "default_secret_file")]
+    pub secret_file: PathBuf,
+    /// Where the node binaries (`coordinator`, `worker`) are on the hosts.
+    #[serde(default = "default_bin_dir")]
+    pub bin_dir: PathBuf,
+    /// Where the front end (`index.html`, `assets/`) is on the coordinator host.
+    #[serde(default = "default_web_dir")]
+    pub web_dir: PathBuf,
+    /// Parent of every node's state directory on the hosts (must be under `/var/lib`:
+    /// systemd's `StateDirectory=`).
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// When the logs reach the disk: `always`, `<N>ms` or `never`.
+    #[serde(default = "default_fsync")]
+    pub fsync: String,
+    /// Port of every node's internal listener (on the internal addresses).
+    #[serde(default = "default_node_port")]
+    pub node_port: u16,
+    /// Port of the public listeners (nginx on the coordinator host, the device servers on
+    /// the worker hosts); default 443 with TLS, 80 without.
+    pub public_port: Option<u16>,
+    /// JIA's URL until `POST /initialize` names one (the coordinator's default otherwise).
+    pub jia_service_url: Option<String>,
+    /// The user nginx's workers run as.
+    #[serde(default = "default_nginx_user")]
+    pub nginx_user: String,
+    /// nginx's binary on the coordinator host.
+    #[serde(default = "default_nginx_bin")]
+    pub nginx_bin: PathBuf,
+    /// Certificate and key on the hosts (one certificate covering every server name).
+    pub tls: Option<Tls>,
+    /// Files `--apply` copies to the hosts with the rendered configuration.
+    #[serde(default)]
+    pub bundle: Bundle,
+    /// The hosts: one coordinator, one host per worker.
+    #[serde(rename = "host")]
+    pub hosts: Vec<Host>,
+}
+
+/// Paths of the certificate chain and key, as they are on the hosts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Local directories whose files `--apply` installs (relative to the inventory).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bundle {
+    /// Directory holding the built `coordinator` and `worker`, installed into `bin_dir`.
+    pub binaries: Option<PathBuf>,
+    /// The built front end, installed into `web_dir` on the coordinator host.
+    pub web: Option<PathBuf>,
+}
+
+/// What a host runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Coordinator,
+    Worker,
+}
+
+/// One host.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    /// Short name: the rendered directory, and the host in messages.
+    pub name: String,
+    /// `ssh` destination for `--apply` (default: `server_name`).
+    pub ssh: Option<String>,
+    pub role: Role,
+    /// The worker's cell (a-z, 0-9, '-'); workers only.
+    pub cell: Option<String>,
+    /// The host's public name: the browser's site (coordinator) or the devices' (worker).
+    pub server_name: String,
+    /// Address the public listener binds (nginx, or the worker's device server).
+    pub public_address: IpAddr,
+    /// Address of the internal network: the nodes listen here and call each other here.
+    pub internal_address: IpAddr,
+}
+
+fn default_secret_file() -> PathBuf {
+    PathBuf::from("secret")
+}
+fn default_bin_dir() -> PathBuf {
+    PathBuf::from("/usr/local/lib/isucondition")
+}
+fn default_web_dir() -> PathBuf {
+    PathBuf::from("/usr/local/share/isucondition/web")
+}
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("/var/lib/isucondition")
+}
+fn default_fsync() -> String {
+    "10ms".to_owned()
+}
+fn default_node_port() -> u16 {
+    3000
+}
+fn default_nginx_user() -> String {
+    "www-data".to_owned()
+}
+fn default_nginx_bin() -> PathBuf {
+    PathBuf::from("/usr/sbin/nginx")
+}
+
+/// An inventory that cannot be deployed.
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Parse { path: PathBuf, source: toml::de::Error },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Inventory {
+    /// Reads and checks an inventory file.
+    pub fn load(path: &Path) -> Result<Inventory, InventoryError> {
+        let text = std::fs::read_to_string(path).map_err(|source| InventoryError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let inventory: Inventory = toml::from_str(&text).map_err(|source| InventoryError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        inventory.check()?;
+        Ok(inventory)
+    }
+
+    /// Every rule that rendering relies on.
+    pub fn check(&self) -> Result<(), InventoryError> {
+        let invalid = |message: String| Err(InventoryError::Invalid(message));
+        let coordinators = self.hosts.iter().filter(|host| host.role == Role::Coordinator).count();
+        if coordinators != 1 {
+            return invalid(format!(
+                "exactly one host must have role = \"coordinator\" (found {coordinators})"
+            ));
+        }
+        let workers = self.hosts.len() - 1;
+        if !(1..=16).contains(&workers) {
+            return invalid(format!("1 to 16 worker hosts are needed (found {workers})"));
+        }
+        let mut names = BTreeSet::new();
+        let mut cells = BTreeSet::new();
+        let mut addresses = BTreeSet::new();
+        for host in &self.hosts {
+            if !is_simple_name(&host.name) {
+                return invalid(format!(
+                    "host name {:?}: use a-z, 0-9, '-' (1 to 63 characters)",
+                    host.name
+                ));
+            }
+            if !names.insert(&host.name) {
+                return invalid(format!("host {:?} appears twice", host.name));
+            }
+            if !is_server_name(&host.server_name) {
+                return invalid(format!(
+                    "host {}: server_name {:?} is not a DNS name",
+                    host.name, host.server_name
+                ));
+            }
+            if host.internal_address.is_unspecified() {
+                return invalid(format!(
+                    "host {}: internal_address must be the host's own address (the other nodes call it)",
+                    host.name
+                ));
+            }
+            if !addresses.insert(host.internal_address) {
+                return invalid(format!(
+                    "host {}: internal_address {} is taken",
+                    host.name, host.internal_address
+                ));
+            }
+            match (host.role, &host.cell) {
+                (Role::Worker, Some(cell)) => {
+                    if !is_simple_name(cell) || cell.len() > 32 {
+                        return invalid(format!("host {}: cell {cell:?}: use a-z, 0-9, '-' (≤ 32)", host.name));
+                    }
+                    if !cells.insert(cell) {
+                        return invalid(format!("cell {cell:?} is on two hosts"));
+                    }
+                }
+                (Role::Worker, None) => return invalid(format!("host {}: a worker needs cell = \"...\"", host.name)),
+                (Role::Coordinator, Some(_)) => {
+                    return invalid(format!("host {}: the coordinator has no cell", host.name))
+                }
+                (Role::Coordinator, None) => {}
+            }
+        }
+        if !self.data_dir.starts_with("/var/lib/") || self.data_dir.components().count() < 4 {
+            return invalid(format!(
+                "data_dir {} must be a directory under /var/lib (systemd's StateDirectory=)",
+                self.data_dir.display()
+            ));
+        }
+        for (key, path) in [
+            ("bin_dir", &self.bin_dir),
+            ("web_dir", &self.web_dir),
+            ("nginx_bin", &self.nginx_bin),
+        ] {
+            if !path.is_absolute() || !is_plain_path(path) {
+                return invalid(format!(
+                    "{key} {} must be an absolute path without spaces or quotes",
+                    path.display()
+                ));
+            }
+        }
+        if let Some(tls) = &self.tls {
+            for (key, path) in [("tls.cert", &tls.cert), ("tls.key", &tls.key)] {
+                if !path.is_absolute() || !is_plain_path(path) {
+                    return invalid(format!(
+                        "{key} {} must be an absolute path on the hosts",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        let fsync = &self.fsync;
+        let fsync_ok = fsync == "always"
+            || fsync == "never"
+            || fsync
+                .strip_suffix("ms")
+                .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 0));
+        if !fsync_ok {
+            return invalid(format!("fsync {fsync:?}: use \"always\", \"<N>ms\" or \"never\""));
+        }
+        if let Some(url) = &self.jia_service_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.contains(char::is_whitespace) {
+                return invalid(format!("jia_service_url {url:?} is not an http(s) URL"));
+            }
+        }
+        if !is_simple_name(&self.nginx_user.replace('_', "-")) {
+            return invalid(format!("nginx_user {:?} is not a user name", self.nginx_user));
+        }
+        Ok(())
+    }
+
+    /// The coordinator's host.
+    pub fn coordinator(&self) -> &Host {
+        self.hosts
+            .iter()
+            .find(|host| host.role == Role::Coordinator)
+            .expect("checked: one coordinator")
+    }
+
+    /// The worker hosts, in inventory order (the cells' order in the placement map).
+    pub fn workers(&self) -> impl Iterator<Item = &Host> {
+        self.hosts.iter().filter(|host| host.role == Role::Worker)
+    }
+
+    /// The public port: given, else 443 with TLS and 80 without.
+    pub fn public_port(&self) -> u16 {
+        self.public_port.unwrap_or(if self.tls.is_some() { 443 } else { 80 })
+    }
+
+    /// The URL a name is reached at on the public port (no port when it is the scheme's).
+    pub fn public_url(&self, server_name: &str) -> String {
+        let (scheme, default_port) = if self.tls.is_some() {
+            ("https", 443)
+        } else {
+            ("http", 80)
+        };
+        match self.public_port() {
+            port if port == default_port => format!("{scheme}://{server_name}"),
+            port => format!("{scheme}://{server_name}:{port}"),
+        }
+    }
+}
+
+impl Host {
+    /// Where `--apply` connects.
+    pub fn ssh_destination(&self) -> &str {
+        self.ssh.as_deref().unwrap_or(&self.server_name)
+    }
+
+    /// The node's name: `coordinator` or `worker-<cell>`.
+    pub fn node_name(&self) -> String {
+        match &self.cell {
+            Some(cell) => format!("worker-{cell}"),
+            None => "coordinator".to_owned(),
+        }
+    }
+}
+
+fn is_simple_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+}
+
+fn is_server_name(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && name.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+        })
+}
+
+fn is_plain_path(path: &Path) -> bool {
+    path.to_str()
+        .is_some_and(|text| !text.contains(|c: char| c.is_whitespace() || "\"'$;{}\\%".contains(c)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        [tls]
+        cert = "/etc/isucondition/tls/cert.pem"
+        key = "/etc/isucondition/tls/key.pem"
+
+        [[host]]
+        name = "isu1"
+        role = "coordinator"
+        server_name = "isucondition-1.t.isucon.dev"
+        public_address = "0.0.0.0"
+        internal_address = "192.168.0.11"
+
+        [[host]]
+        name = "isu2"
+        role = "worker"
+        cell = "a"
+        server_name = "isucondition-2.t.isucon.dev"
+        public_address = "0.0.0.0"
+        internal_address = "192.168.0.12"
+    "#;
+
+    fn parse(text: &str) -> Result<Inventory, String> {
+        let inventory: Inventory = toml::from_str(text).map_err(|error| error.to_string())?;
+        inventory.check().map_err(|error| error.to_string())?;
+        Ok(inventory)
+    }
+
+    #[test]
+    fn a_good_inventory_has_defaults_and_urls() {
+        let inventory = parse(GOOD).unwrap();
+        assert_eq!(inventory.public_port(), 443);
+        assert_eq!(inventory.public_url("x.example"), "https://x.example");
+        assert_eq!(inventory.coordinator().name, "isu1");
+        assert_eq!(inventory.workers().count(), 1);
+        assert_eq!(inventory.data_dir, Path::new("/var/lib/isucondition"));
+        assert_eq!(inventory.hosts[1].node_name(), "worker-a");
+        assert_eq!(inventory.hosts[1].ssh_destination(), "isucondition-2.t.isucon.dev");
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let cases = [
+            (
+                GOOD.replace("role = \"coordinator\"", "role = \"worker\"\ncell = \"z\""),
+                "exactly one host",
+            ),
+            (GOOD.replace("cell = \"a\"", ""), "needs cell"),
+            (GOOD.replace("192.168.0.12", "192.168.0.11"), "is taken"),
+            (GOOD.replace("isucondition-2.t", "bad name.t"), "not a DNS name"),
+            (format!("fsync = \"sometimes\"\n{GOOD}"), "fsync"),
+            (format!("data_dir = \"/srv/isu\"\n{GOOD}"), "under /var/lib"),
+            (format!("colour = \"red\"\n{GOOD}"), "unknown field"),
+            (
+                GOOD.replace("\"/etc/isucondition/tls/key.pem\"", "\"key.pem\""),
+                "tls.key",
+            ),
+            (
+                GOOD.replace("internal_address = \"192.168.0.12\"", "internal_address = \"0.0.0.0\""),
+                "own address",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = parse(&text).expect_err(expected);
+            assert!(error.contains(expected), "{error:?} should mention {expected:?}");
+        }
+    }
+
+    #[test]
+    fn without_tls_the_site_is_plain_http_on_80() {
+        let text = GOOD
+            .split("[[host]]")
+            .skip(1)
+            .fold(String::new(), |all, host| all + "[[host]]" + host);
+        let inventory = parse(&text).unwrap();
+        assert_eq!(inventory.public_port(), 80);
+        assert_eq!(inventory.public_url("x.example"), "http://x.example");
+    }
+}

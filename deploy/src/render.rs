@@ -1,0 +1,504 @@
+//! Rendering: the inventory → every host's files, as they will lie on the host.
+//!
+//! `OUT/<host>/` mirrors the host's file system (`etc/systemd/system/*.service`,
+//! `etc/isucondition/*.env` with mode 600, `etc/isucondition/nginx.conf`, and the bundled
+//! binaries and front end when the inventory names them), plus `OUT/<host>/.isu-deploy/`
+//! (which units to enable and what to restart when a file changes) for `--apply`.
+//!
+//! The services run with systemd's sandboxing: the nodes under `DynamicUser=` with a
+//! `StateDirectory=` (their durable logs), read-only system and home, no devices, no new
+//! privileges; a worker gets only `CAP_NET_BIND_SERVICE` (its device server binds 443) and
+//! reads the TLS key through `LoadCredential=`, so the key file can stay root-only. nginx
+//! runs as its own unit (`isu-nginx`, not the distribution's `nginx.service`): the
+//! coordinator rewrites the router's map in its state directory and a path unit reloads it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context as _};
+
+use crate::inventory::{Host, Inventory, Role};
+
+/// One rendered file.
+#[derive(Debug, Clone)]
+pub struct File {
+    pub contents: Vec<u8>,
+    pub mode: u32,
+}
+
+/// Every file of one host, by path relative to its root (and to `OUT/<host>/`).
+#[derive(Debug, Default)]
+pub struct HostFiles {
+    pub files: BTreeMap<PathBuf, File>,
+}
+
+impl HostFiles {
+    fn text(&mut self, path: impl Into<PathBuf>, mode: u32, text: String) {
+        self.files.insert(
+            path.into(),
+            File {
+                contents: text.into_bytes(),
+                mode,
+            },
+        );
+    }
+}
+
+/// What rendering needs besides the inventory.
+pub struct Context<'a> {
+    /// The inventory's directory: relative paths in it are relative to this.
+    pub base: &'a Path,
+    /// The cluster secret.
+    pub secret: &'a str,
+    /// `scripts/render-nginx` of this checkout.
+    pub render_nginx: &'a Path,
+}
+
+/// The marker line every rendered text file starts with.
+pub const HEADER: &str = "# Rendered by scripts/deploy from the inventory: edit the inventory, not this file.";
+
+/// Systemd's sandboxing shared by both nodes.
+const NODE_HARDENING: &str = "\
+DynamicUser=yes
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+PrivateDevices=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX
+RestrictNamespaces=yes
+RestrictRealtime=yes
+LockPersonality=yes
+SystemCallArchitectures=native
+UMask=0027
+LimitNOFILE=65536
+";
+
+/// Renders every host.
+pub fn render(inventory: &Inventory, context: &Context) -> anyhow::Result<BTreeMap<String, HostFiles>> {
+    let mut hosts = BTreeMap::new();
+    for host in &inventory.hosts {
+        let files = match host.role {
+            Role::Coordinator => coordinator_host(inventory, host, context)?,
+            Role::Worker => worker_host(inventory, host, context)?,
+        };
+        hosts.insert(host.name.clone(), files);
+    }
+    Ok(hosts)
+}
+
+fn state_directory(inventory: &Inventory, node: &str) -> String {
+    let relative = inventory
+        .data_dir
+        .strip_prefix("/var/lib")
+        .expect("checked: under /var/lib");
+    format!("{}/{node}", relative.display())
+}
+
+/// The router's map: in the coordinator's state directory (it rewrites the file).
+fn placement_file(inventory: &Inventory) -> PathBuf {
+    inventory.data_dir.join("coordinator/placement.conf")
+}
+
+fn nginx_run_dir(inventory: &Inventory) -> PathBuf {
+    inventory.data_dir.join("nginx")
+}
+
+fn internal(inventory: &Inventory, host: &Host) -> String {
+    socket(host.internal_address, inventory.node_port)
+}
+
+fn socket(address: std::net::IpAddr, port: u16) -> String {
+    std::net::SocketAddr::new(address, port).to_string()
+}
+
+fn env_file(lines: &[(&str, String)]) -> String {
+    let mut text = format!("{HEADER}\n# Holds the cluster secret: mode 600, root only.\n");
+    for (key, value) in lines {
+        if value.contains(' ') {
+            writeln!(text, "{key}=\"{value}\"").unwrap();
+        } else {
+            writeln!(text, "{key}={value}").unwrap();
+        }
+    }
+    text
+}
+
+fn coordinator_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<HostFiles> {
+    let mut files = HostFiles::default();
+    let cells: Vec<String> = inventory
+        .workers()
+        .map(|worker| {
+            format!(
+                "{}=http://{},{}",
+                worker.cell.as_deref().expect("checked"),
+                internal(inventory, worker),
+                inventory.public_url(&worker.server_name)
+            )
+        })
+        .collect();
+    let mut env = vec![
+        ("ISU_LISTEN", internal(inventory, host)),
+        ("ISU_WORKERS", cells.join(" ")),
+        ("ISU_CLUSTER_SECRET", context.secret.to_owned()),
+        ("ISU_FSYNC", inventory.fsync.clone()),
+        ("ISU_STATIC_DIR", inventory.web_dir.display().to_string()),
+        ("ISU_ROUTER_MAP", placement_file(inventory).display().to_string()),
+        ("NO_COLOR", "1".to_owned()),
+    ];
+    if let Some(url) = &inventory.jia_service_url {
+        env.push(("ISU_JIA_SERVICE_URL", url.clone()));
+    }
+    files.text("etc/isucondition/coordinator.env", 0o600, env_file(&env));
+    files.text(
+        "etc/systemd/system/isu-coordinator.service",
+        0o644,
+        format!(
+            "{HEADER}
+[Unit]
+Description=ISUCONDITION coordinator (auth, registration, latest conditions, placement map)
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=simple
+EnvironmentFile=/etc/isucondition/coordinator.env
+ExecStart={bin}/coordinator --data-dir ${{STATE_DIRECTORY}}
+Restart=always
+RestartSec=1
+StateDirectory={state}
+{NODE_HARDENING}CapabilityBoundingSet=
+
+[Install]
+WantedBy=multi-user.target
+",
+            bin = inventory.bin_dir.display(),
+            state = state_directory(inventory, "coordinator"),
+        ),
+    );
+
+    let nginx_conf = render_nginx(inventory, host, context)?;
+    files.text("etc/isucondition/nginx.conf", 0o644, nginx_conf);
+    let run_dir = nginx_run_dir(inventory);
+    let placement = placement_file(inventory);
+    let nginx = inventory.nginx_bin.display();
+    let nginx_args = format!(
+        "-p {run}/ -c /etc/isucondition/nginx.conf -e {run}/nginx-error.log",
+        run = run_dir.display()
+    );
+    files.text(
+        "etc/systemd/system/isu-nginx.service",
+        0o644,
+        format!(
+            "{HEADER}
+[Unit]
+Description=ISUCONDITION public site and router over the placement map (nginx)
+After=network-online.target isu-coordinator.service
+Wants=network-online.target isu-coordinator.service
+
+[Service]
+Type=simple
+StateDirectory={state}
+ExecStartPre=/bin/mkdir -p {run}/tmp
+ExecStartPre=/bin/sh -c 'for i in $$(seq 300); do test -s {placement} && exit 0; sleep 0.1; done; echo no router map at {placement}, is isu-coordinator running >&2; exit 1'
+ExecStartPre={nginx} -t -q {nginx_args}
+ExecStart={nginx} {nginx_args}
+ExecReload=/bin/kill -HUP $MAINPID
+Restart=always
+RestartSec=1
+LimitNOFILE=65536
+ProtectSystem=full
+ProtectHome=yes
+PrivateTmp=yes
+
+[Install]
+WantedBy=multi-user.target
+",
+            state = state_directory(inventory, "nginx"),
+            run = run_dir.display(),
+            placement = placement.display(),
+        ),
+    );
+    files.text(
+        "etc/systemd/system/isu-router.path",
+        0o644,
+        format!(
+            "{HEADER}
+[Unit]
+Description=Reload the router when the coordinator rewrites the placement map
+
+[Path]
+PathChanged={placement}
+Unit=isu-router.service
+
+[Install]
+WantedBy=multi-user.target
+",
+            placement = placement.display()
+        ),
+    );
+    files.text(
+        "etc/systemd/system/isu-router.service",
+        0o644,
+        format!(
+            "{HEADER}
+[Unit]
+Description=Reload nginx over the new placement map
+After=isu-nginx.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/systemctl reload isu-nginx.service
+"
+        ),
+    );
+    bundle(inventory, context, &mut files, "coordinator", true)?;
+    plan(
+        &mut files,
+        &["isu-coordinator.service", "isu-nginx.service", "isu-router.path"],
+        &[
+            ("etc/isucondition/coordinator.env", "restart isu-coordinator.service"),
+            (
+                "etc/systemd/system/isu-coordinator.service",
+                "restart isu-coordinator.service",
+            ),
+            (&bin_path(inventory, "coordinator"), "restart isu-coordinator.service"),
+            ("etc/isucondition/nginx.conf", "reload isu-nginx.service"),
+            ("etc/systemd/system/isu-nginx.service", "restart isu-nginx.service"),
+            ("etc/systemd/system/isu-router.path", "restart isu-router.path"),
+        ],
+    );
+    Ok(files)
+}
+
+fn worker_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<HostFiles> {
+    let mut files = HostFiles::default();
+    let coordinator = inventory.coordinator();
+    let env = vec![
+        ("ISU_CELL", host.cell.clone().expect("checked")),
+        ("ISU_LISTEN", internal(inventory, host)),
+        (
+            "ISU_DEVICE_LISTEN",
+            socket(host.public_address, inventory.public_port()),
+        ),
+        (
+            "ISU_COORDINATOR_URL",
+            format!("http://{}", internal(inventory, coordinator)),
+        ),
+        ("ISU_CLUSTER_SECRET", context.secret.to_owned()),
+        ("ISU_FSYNC", inventory.fsync.clone()),
+        ("NO_COLOR", "1".to_owned()),
+    ];
+    files.text("etc/isucondition/worker.env", 0o600, env_file(&env));
+    let (tls_args, credentials) = match &inventory.tls {
+        Some(tls) => (
+            " --device-tls-cert ${CREDENTIALS_DIRECTORY}/tls-cert --device-tls-key ${CREDENTIALS_DIRECTORY}/tls-key",
+            format!(
+                "LoadCredential=tls-cert:{}\nLoadCredential=tls-key:{}\n",
+                tls.cert.display(),
+                tls.key.display()
+            ),
+        ),
+        None => ("", String::new()),
+    };
+    let capabilities = if inventory.public_port() < 1024 {
+        "CapabilityBoundingSet=CAP_NET_BIND_SERVICE\nAmbientCapabilities=CAP_NET_BIND_SERVICE\n"
+    } else {
+        "CapabilityBoundingSet=\n"
+    };
+    files.text(
+        "etc/systemd/system/isu-worker.service",
+        0o644,
+        format!(
+            "{HEADER}
+[Unit]
+Description=ISUCONDITION worker of cell {cell} (condition history, device posts)
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=simple
+EnvironmentFile=/etc/isucondition/worker.env
+ExecStart={bin}/worker --data-dir ${{STATE_DIRECTORY}}{tls_args}
+Restart=always
+RestartSec=1
+StateDirectory={state}
+{credentials}{NODE_HARDENING}{capabilities}
+[Install]
+WantedBy=multi-user.target
+",
+            cell = host.cell.as_deref().expect("checked"),
+            bin = inventory.bin_dir.display(),
+            state = state_directory(inventory, &host.node_name()),
+        ),
+    );
+    bundle(inventory, context, &mut files, "worker", false)?;
+    plan(
+        &mut files,
+        &["isu-worker.service"],
+        &[
+            ("etc/isucondition/worker.env", "restart isu-worker.service"),
+            ("etc/systemd/system/isu-worker.service", "restart isu-worker.service"),
+            (&bin_path(inventory, "worker"), "restart isu-worker.service"),
+        ],
+    );
+    Ok(files)
+}
+
+fn bin_path(inventory: &Inventory, binary: &str) -> String {
+    let relative = inventory.bin_dir.strip_prefix("/").expect("checked: absolute");
+    relative.join(binary).display().to_string()
+}
+
+/// Adds the bundled binary (and the front end on the coordinator host) when the inventory
+/// names where they are built.
+fn bundle(
+    inventory: &Inventory,
+    context: &Context,
+    files: &mut HostFiles,
+    binary: &str,
+    with_web: bool,
+) -> anyhow::Result<()> {
+    if let Some(dir) = &inventory.bundle.binaries {
+        let path = context.base.join(dir).join(binary);
+        let contents = std::fs::read(&path).with_context(|| format!("bundle.binaries: reading {}", path.display()))?;
+        files
+            .files
+            .insert(bin_path(inventory, binary).into(), File { contents, mode: 0o755 });
+    }
+    if let (true, Some(dir)) = (with_web, &inventory.bundle.web) {
+        let root = context.base.join(dir);
+        if !root.join("index.html").is_file() {
+            bail!(
+                "bundle.web: {} has no index.html (build it: scripts/web build)",
+                root.display()
+            );
+        }
+        let web = inventory
+            .web_dir
+            .strip_prefix("/")
+            .expect("checked: absolute")
+            .to_owned();
+        add_tree(&root, &root, &web, files)?;
+    }
+    Ok(())
+}
+
+fn add_tree(root: &Path, dir: &Path, target: &Path, files: &mut HostFiles) -> anyhow::Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .collect::<Result<_, _>>()?;
+    entries.sort_by_key(|entry| entry.file_name());
+    for entry in entries {
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            add_tree(root, &path, target, files)?;
+        } else {
+            let relative = path.strip_prefix(root).expect("under root");
+            let contents = std::fs::read(&path)?;
+            files
+                .files
+                .insert(target.join(relative), File { contents, mode: 0o644 });
+        }
+    }
+    Ok(())
+}
+
+/// `.isu-deploy/units` (enabled and started) and `.isu-deploy/actions` (`PATH ACTION UNIT`
+/// per file whose change needs one) for the apply script.
+fn plan(files: &mut HostFiles, units: &[&str], actions: &[(&str, &str)]) {
+    let units = units.iter().map(|unit| format!("{unit}\n")).collect();
+    files.text(".isu-deploy/units", 0o644, units);
+    let actions = actions
+        .iter()
+        .map(|(path, action)| format!("{path} {action}\n"))
+        .collect();
+    files.text(".isu-deploy/actions", 0o644, actions);
+}
+
+fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<String> {
+    let out = std::env::temp_dir().join(format!("isu-deploy-nginx-{}.conf", std::process::id()));
+    let mut command = Command::new(context.render_nginx);
+    command
+        .arg("--for-host")
+        .arg(&inventory.nginx_user)
+        .arg("--run-dir")
+        .arg(nginx_run_dir(inventory))
+        .arg("--out")
+        .arg(&out)
+        .arg("--static-dir")
+        .arg(&inventory.web_dir)
+        .arg("--public-listen")
+        .arg(socket(host.public_address, inventory.public_port()))
+        .arg("--public-server-name")
+        .arg(&host.server_name)
+        .arg("--coordinator")
+        .arg(internal(inventory, host))
+        .arg("--placement")
+        .arg(placement_file(inventory))
+        .arg("--device-servers")
+        .arg("off")
+        .arg("--access-log")
+        .arg("off");
+    for worker in inventory.workers() {
+        command.arg("--cell").arg(format!(
+            "{}={},{},{}",
+            worker.cell.as_deref().expect("checked"),
+            internal(inventory, worker),
+            socket(worker.public_address, inventory.public_port()),
+            worker.server_name
+        ));
+    }
+    if let Some(tls) = &inventory.tls {
+        command.arg("--tls-cert").arg(&tls.cert).arg("--tls-key").arg(&tls.key);
+    }
+    // Whatever the caller's environment says about the local cluster is not this host's.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("ISU_") {
+            command.env_remove(key);
+        }
+    }
+    let output = command
+        .output()
+        .with_context(|| format!("running {}", context.render_nginx.display()))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed for host {}: {}",
+            context.render_nginx.display(),
+            host.name,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let text = std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+    let _ = std::fs::remove_file(&out);
+    Ok(format!("{HEADER}\n{text}"))
+}
+
+/// Writes every host's files into `out/<host>/`, replacing what a previous render left
+/// there, and returns how many files each host has.
+pub fn write(out: &Path, hosts: &BTreeMap<String, HostFiles>) -> anyhow::Result<Vec<(String, usize)>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut counts = Vec::new();
+    for (name, files) in hosts {
+        let dir = out.join(name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+        }
+        for (path, file) in &files.files {
+            let target = dir.join(path);
+            std::fs::create_dir_all(target.parent().expect("a file has a parent"))?;
+            std::fs::write(&target, &file.contents).with_context(|| format!("writing {}", target.display()))?;
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(file.mode))?;
+        }
+        counts.push((name.clone(), files.files.len()));
+    }
+    Ok(counts)
+}

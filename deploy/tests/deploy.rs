@@ -1,0 +1,244 @@
+//! `isu-deploy render` and `apply` through the real binary: the contest inventory renders
+//! units that `systemd-analyze verify` accepts and secrets with mode 600; `apply` (through a
+//! local shell instead of ssh, into a scratch root, with a recording `systemctl`) installs
+//! everything once, changes nothing the second time, and restarts only what a change touches.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const DEPLOY: &str = env!("CARGO_BIN_EXE_isu-deploy");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+/// The contest inventory with its host paths moved into `dir`: binaries are stand-ins (verify
+/// wants them executable), no bundle.
+fn inventory(dir: &Path, fsync: &str) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for name in ["coordinator", "worker"] {
+        std::fs::write(bin.join(name), "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let contest = std::fs::read_to_string(repo().join("ops/deploy/contest.toml")).unwrap();
+    let (_, hosts) = contest.split_once("[[host]]").unwrap();
+    let text = format!(
+        "bin_dir = {bin:?}\nfsync = {fsync:?}\n[tls]\ncert = \"/etc/ssl/isu/cert.pem\"\nkey = \"/etc/ssl/isu/key.pem\"\n\n[[host]]{hosts}",
+        bin = bin.display().to_string()
+    );
+    let path = dir.join("inventory.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn run(args: &[&str], envs: &[(&str, &str)]) -> String {
+    let output = Command::new(DEPLOY)
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "isu-deploy {args:?} failed:\n{text}");
+    text
+}
+
+#[test]
+fn rendered_units_verify_and_secrets_are_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = inventory(dir.path(), "10ms");
+    let out = dir.path().join("out");
+    let said = run(
+        &["render", inventory.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &[],
+    );
+    assert!(said.contains("made a new cluster secret"), "{said}");
+    let secret = std::fs::read_to_string(dir.path().join("secret")).unwrap();
+    assert_eq!(secret.trim().len(), 64);
+    for (host, env, units) in [
+        (
+            "isucondition-1",
+            "coordinator.env",
+            vec![
+                "isu-coordinator.service",
+                "isu-nginx.service",
+                "isu-router.path",
+                "isu-router.service",
+            ],
+        ),
+        ("isucondition-2", "worker.env", vec!["isu-worker.service"]),
+        ("isucondition-3", "worker.env", vec!["isu-worker.service"]),
+    ] {
+        let env_path = out.join(host).join("etc/isucondition").join(env);
+        let mode = std::fs::metadata(&env_path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", env_path.display());
+        let env_text = std::fs::read_to_string(&env_path).unwrap();
+        assert!(
+            env_text.contains(&format!("ISU_CLUSTER_SECRET={}", secret.trim())),
+            "{env_text}"
+        );
+        // Internal listeners on internal addresses only.
+        assert!(env_text.contains("ISU_LISTEN=192.168.0.1"), "{env_text}");
+        let unit_dir = out.join(host).join("etc/systemd/system");
+        let paths: Vec<PathBuf> = units.iter().map(|unit| unit_dir.join(unit)).collect();
+        let verify = Command::new("systemd-analyze")
+            .arg("verify")
+            .args(&paths)
+            .output()
+            .expect("systemd-analyze (Debian package systemd) is needed by this test");
+        assert!(
+            verify.status.success() && verify.stderr.is_empty(),
+            "systemd-analyze verify {host}: {}",
+            String::from_utf8_lossy(&verify.stderr)
+        );
+    }
+    let worker = std::fs::read_to_string(out.join("isucondition-2/etc/systemd/system/isu-worker.service")).unwrap();
+    for line in [
+        "Restart=always",
+        "DynamicUser=yes",
+        "ProtectSystem=strict",
+        "StateDirectory=isucondition/worker-a",
+        "LoadCredential=tls-key:/etc/ssl/isu/key.pem",
+        "AmbientCapabilities=CAP_NET_BIND_SERVICE",
+    ] {
+        assert!(worker.lines().any(|l| l == line), "isu-worker.service lacks {line}");
+    }
+    let env = std::fs::read_to_string(out.join("isucondition-2/etc/isucondition/worker.env")).unwrap();
+    assert!(env.contains("ISU_DEVICE_LISTEN=0.0.0.0:443"), "{env}");
+    assert!(env.contains("ISU_COORDINATOR_URL=http://192.168.0.11:3000"), "{env}");
+    let nginx = std::fs::read_to_string(out.join("isucondition-1/etc/isucondition/nginx.conf")).unwrap();
+    assert!(
+        nginx.contains("listen 0.0.0.0:443 ssl http2"),
+        "public listener is TLS + HTTP/2"
+    );
+    assert!(nginx.contains("location ^~ /internal/ { return 404; }"));
+    assert!(nginx.contains("include /var/lib/isucondition/coordinator/placement.conf;"));
+    assert!(
+        nginx.contains("server 192.168.0.11:3000;"),
+        "the coordinator's upstream is its internal address"
+    );
+    assert!(
+        !nginx.contains("127.0.0."),
+        "nothing of the local cluster leaks into a host's file"
+    );
+}
+
+#[test]
+fn a_bad_inventory_is_refused_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = inventory(dir.path(), "sometimes");
+    let output = Command::new(DEPLOY)
+        .args(["render", inventory.to_str().unwrap(), "--out"])
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("fsync \"sometimes\""), "{said}");
+    assert!(!dir.path().join("out").exists(), "nothing rendered");
+}
+
+/// A `systemctl` that records its calls and keeps unit state in a file.
+fn fake_systemctl(dir: &Path) -> PathBuf {
+    let path = dir.join("systemctl");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nstate=\"$ISU_DEPLOY_ROOT/active\"\necho \"$*\" >>{log}\ncase \"$1\" in\n\
+             is-active) grep -qx \"$3\" \"$state\" 2>/dev/null ;;\n\
+             enable) [ \"$2\" = --now ] && echo \"$3\" >>\"$state\"; exit 0 ;;\n\
+             *) exit 0 ;;\nesac\n",
+            log = dir.join("calls").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn apply_installs_once_then_changes_nothing_then_only_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let systemctl = fake_systemctl(dir.path());
+    let out = dir.path().join("out");
+    let apply = |fsync: &str| {
+        let inventory = inventory(dir.path(), fsync);
+        let _ = std::fs::remove_file(dir.path().join("calls"));
+        let remote = format!(
+            "env ISU_DEPLOY_ROOT={}/{{host}} ISU_DEPLOY_SYSTEMCTL={} sh -c",
+            root.display(),
+            systemctl.display()
+        );
+        let said = run(
+            &[
+                "apply",
+                inventory.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "--remote",
+                &remote,
+            ],
+            &[],
+        );
+        let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap_or_default();
+        (said, calls)
+    };
+
+    let (said, calls) = apply("10ms");
+    assert!(
+        said.contains("isucondition-1: installed /etc/isucondition/coordinator.env"),
+        "{said}"
+    );
+    assert!(said.contains("isucondition-2: started isu-worker.service"), "{said}");
+    assert!(calls.contains("daemon-reload"), "{calls}");
+    assert!(calls.contains("enable --now isu-nginx.service"), "{calls}");
+    assert!(
+        !calls.contains("restart"),
+        "a first install starts, it does not restart: {calls}"
+    );
+    let root_of = |host: &str| root.join(format!("isucon@{host}.t.isucon.dev"));
+    let env = root_of("isucondition-2").join("etc/isucondition/worker.env");
+    assert_eq!(std::fs::metadata(&env).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(root_of("isucondition-1")
+        .join("etc/systemd/system/isu-router.path")
+        .is_file());
+    assert!(!root_of("isucondition-2")
+        .join("etc/systemd/system/isu-router.path")
+        .exists());
+
+    let (said, calls) = apply("10ms");
+    for host in ["isucondition-1", "isucondition-2", "isucondition-3"] {
+        assert!(said.contains(&format!("{host}: unchanged")), "{said}");
+    }
+    assert!(!said.contains("installed"), "{said}");
+    assert!(
+        calls.lines().all(|call| call.starts_with("is-active")),
+        "a second run only looks: {calls}"
+    );
+
+    let (said, calls) = apply("always");
+    assert!(
+        said.contains("isucondition-2: installed /etc/isucondition/worker.env"),
+        "{said}"
+    );
+    assert!(
+        said.contains("isucondition-1: restarted isu-coordinator.service"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("nginx.conf"),
+        "nginx's configuration did not change: {said}"
+    );
+    assert!(!calls.contains("daemon-reload"), "no unit file changed: {calls}");
+    assert!(
+        !calls.contains("reload isu-nginx") && !calls.contains("restart isu-nginx"),
+        "nginx is left alone: {calls}"
+    );
+    assert!(calls.contains("restart isu-worker.service"), "{calls}");
+}
