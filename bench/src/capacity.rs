@@ -247,7 +247,7 @@ pub(crate) async fn start_lean_jia(config: &JiaConfig) -> anyhow::Result<JiaHand
 
 /// `POST /initialize` with the simulator's URL; an error unless it succeeded.
 pub(crate) async fn initialize(base: &str, jia: &JiaHandle) -> anyhow::Result<()> {
-    let initialized = reqwest::Client::builder()
+    let initialized = crate::http::client_builder()
         .no_proxy()
         .build()?
         .post(format!("{base}/initialize"))
@@ -450,7 +450,7 @@ pub(crate) async fn register_step(
 }
 
 pub(crate) async fn sign_in(config: &CapacityConfig, base: &str, user: &str) -> anyhow::Result<User> {
-    let client = reqwest::Client::builder()
+    let client = crate::http::client_builder()
         .cookie_store(true)
         .no_proxy()
         .timeout(config.request_timeout)

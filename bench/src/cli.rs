@@ -22,6 +22,10 @@ pub struct Cli {
     /// the other cores to the service on a shared machine).
     #[arg(long, global = true, env = "BENCH_THREADS", default_value_t = 1)]
     pub threads: usize,
+    /// Also trust this CA certificate (PEM) for https targets and device URLs, e.g. a
+    /// private CA's (scripts/hosts makes one).
+    #[arg(long, global = true, env = "BENCH_CA_CERT", value_name = "PEM")]
+    pub ca_cert: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
     /// Without a subcommand: one bench run (initialize, compatibility check, load, score).

@@ -159,7 +159,7 @@ impl JiaSimulator {
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let stop = CancellationToken::new();
-        let mut client = reqwest::Client::builder()
+        let mut client = crate::http::client_builder()
             .timeout(config.timing.post_timeout)
             .user_agent(DEVICE_USER_AGENT)
             .no_proxy();

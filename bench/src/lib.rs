@@ -15,6 +15,7 @@ pub mod capacity;
 pub mod cli;
 pub mod clock;
 pub mod device;
+pub mod http;
 pub mod jia;
 pub mod jwt;
 pub mod lean;

@@ -8,6 +8,12 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(path) = &cli.ca_cert {
+        if let Err(error) = bench::http::trust_ca(path) {
+            eprintln!("bench: {error:#}");
+            return ExitCode::FAILURE;
+        }
+    }
     let threads = cli.threads;
     let runtime = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()

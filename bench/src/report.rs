@@ -144,6 +144,9 @@ pub struct Report {
     /// Per node, then `bench` itself.
     pub cpu: Vec<CpuUse>,
     pub device_posts: DevicePosts,
+    /// The devices' posts from the first activation to the end (compatibility check and
+    /// load): what the cluster acknowledged in all, to compare with what it stored.
+    pub device_posts_whole_run: DevicePosts,
     /// The CPUs the bench may run on (`Cpus_allowed_list`; pinned runs show one).
     pub bench_cpus: Option<String>,
     /// Flamegraphs and protobufs written.
@@ -216,6 +219,22 @@ impl Report {
             .iter()
             .map(|(kind, count)| (kind.name().to_owned(), json!(count)))
             .collect();
+        // Requests that failed (error or timeout), by the first hex digit of the ISU in
+        // their path ("none": no ISU in it): which cells' ISUs were hurt.
+        let failures_by_isu_digit: serde_json::Map<String, Value> = self
+            .stats
+            .failures_by_isu_digit
+            .iter()
+            .enumerate()
+            .map(|(slot, count)| {
+                let key = if slot < 16 {
+                    format!("{slot:x}")
+                } else {
+                    "none".to_owned()
+                };
+                (key, json!(count))
+            })
+            .collect();
         let cpu: serde_json::Map<String, Value> = self
             .cpu
             .iter()
@@ -239,6 +258,7 @@ impl Report {
             "load_seconds": self.load_time.as_secs_f64(),
             "requests": self.stats.requests,
             "errors_by_kind": errors_by_kind,
+            "failures_by_isu_digit": failures_by_isu_digit,
             "error_samples": self.stats.error_samples,
             "conditions_read": {
                 "info": self.stats.read[0],
@@ -252,6 +272,11 @@ impl Report {
             "latency_ms": self.stats.latencies,
             "cpu_seconds": cpu,
             "bench_cpus": self.bench_cpus,
+            "device_posts_whole_run": {
+                "accepted": self.device_posts_whole_run.accepted,
+                "stored_conditions": self.device_posts_whole_run.stored_conditions,
+                "failed": self.device_posts_whole_run.failed,
+            },
             "device_posts": {
                 "sent": self.device_posts.sent,
                 "accepted": self.device_posts.accepted,
@@ -468,6 +493,7 @@ mod tests {
                 })
                 .collect(),
             device_posts: posts,
+            device_posts_whole_run: posts,
             bench_cpus: Some("0".into()),
             profiles: Vec::new(),
             cells: Vec::new(),

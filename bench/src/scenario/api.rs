@@ -111,7 +111,7 @@ impl Agent {
         // service compresses what is worth it (the trend, static files).
         let mut headers = HeaderMap::new();
         headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
-        let client = reqwest::Client::builder()
+        let client = crate::http::client_builder()
             .cookie_store(true)
             .default_headers(headers)
             .timeout(timeout)
@@ -142,11 +142,24 @@ impl Agent {
 
     /// Sends, and accepts only the `expected` statuses. `label` names the call in error reports.
     pub async fn send(&self, label: &str, request: RequestBuilder, expected: &[u16]) -> Result<Reply, Failure> {
+        let built = request.try_clone().and_then(|copy| copy.build().ok());
+        let is_get = built.as_ref().is_some_and(|built| built.method() == Method::GET);
+        let result = self.send_checked(label, request, expected, is_get).await;
+        if result.is_err() {
+            let digit = built.as_ref().and_then(|built| isu_digit(built.url().path()));
+            self.stats.failure_for_isu_digit(digit);
+        }
+        result
+    }
+
+    async fn send_checked(
+        &self,
+        label: &str,
+        request: RequestBuilder,
+        expected: &[u16],
+        is_get: bool,
+    ) -> Result<Reply, Failure> {
         let started = std::time::Instant::now();
-        let is_get = request
-            .try_clone()
-            .and_then(|copy| copy.build().ok())
-            .is_some_and(|built| built.method() == Method::GET);
         let retry = if is_get { request.try_clone() } else { None };
         let mut response = request.send().await;
         // A GET on a kept-alive connection the server closed as the request left (nginx
@@ -281,6 +294,16 @@ impl Agent {
     }
 }
 
+/// The first hex digit of the ISU a public API path names (`/api/condition/<uuid>`,
+/// `/api/isu/<uuid>[/...]`).
+pub fn isu_digit(path: &str) -> Option<u8> {
+    let rest = path
+        .strip_prefix("/api/condition/")
+        .or_else(|| path.strip_prefix("/api/isu/"))?;
+    let first = *rest.as_bytes().first()?;
+    (first as char).to_digit(16).map(|digit| digit as u8)
+}
+
 /// The server closed (or reset) the connection before any answer: what a request meets on a
 /// kept-alive connection the server closed while it was on its way.
 pub fn closed_before_answer(error: &reqwest::Error) -> bool {
@@ -320,5 +343,21 @@ mod tests {
         assert_eq!(&gunzip(&gzipped).unwrap()[..], json);
         assert!(gunzip(&gzipped[..gzipped.len() / 2]).is_err());
         assert!(gunzip(b"not gzip").is_err());
+    }
+}
+
+#[cfg(test)]
+mod isu_digit_tests {
+    use super::isu_digit;
+
+    #[test]
+    fn the_isu_of_a_path_is_found_by_its_first_hex_digit() {
+        assert_eq!(isu_digit("/api/condition/3fa8-x"), Some(3));
+        assert_eq!(isu_digit("/api/isu/Bc12/graph"), Some(11));
+        assert_eq!(isu_digit("/api/isu/f0/icon"), Some(15));
+        assert_eq!(isu_digit("/api/isu"), None);
+        assert_eq!(isu_digit("/api/isu/"), None);
+        assert_eq!(isu_digit("/api/trend"), None);
+        assert_eq!(isu_digit("/api/condition/zz"), None);
     }
 }

@@ -319,6 +319,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     let posts_after = jia.device_posts();
     let profiles = profiles.await.unwrap_or_default();
     jia.shutdown().await;
+    let posts_whole_run = DevicePosts::between([0; 5], jia.device_posts());
 
     let snapshot = stats.snapshot();
     Ok(Report {
@@ -334,6 +335,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         sent_conditions: jia.sent_total(),
         cpu: CpuUse::between(&cpu_before, &cpu_after),
         device_posts: DevicePosts::between(posts_before, posts_after),
+        device_posts_whole_run: posts_whole_run,
         bench_cpus: crate::nodes::own_cpus_allowed(),
         profiles,
         cells: crate::report::CellFigures::between(&metrics_before, &metrics_after),
@@ -486,6 +488,7 @@ async fn failed_before_load(config: &ScenarioConfig, jia: &JiaHandle, stats: Arc
         sent_conditions: jia.sent_total(),
         cpu: Vec::new(),
         device_posts: DevicePosts::default(),
+        device_posts_whole_run: DevicePosts::between([0; 5], jia.device_posts()),
         bench_cpus: crate::nodes::own_cpus_allowed(),
         profiles: Vec::new(),
         cells: Vec::new(),

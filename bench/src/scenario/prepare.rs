@@ -529,7 +529,7 @@ impl Drop for UnregisteredDevice {
 }
 
 async fn post_while_unregistered(url: String, clock: VirtualClock, stop: CancellationToken, seed: u64) {
-    let Ok(client) = reqwest::Client::builder()
+    let Ok(client) = crate::http::client_builder()
         .timeout(Duration::from_millis(100))
         .no_proxy()
         .build()

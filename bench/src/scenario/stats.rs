@@ -216,6 +216,9 @@ pub struct Stats {
     critical: AtomicBool,
     error_samples: Mutex<Vec<String>>,
     latencies: Mutex<HashMap<String, Histogram<u64>>>,
+    /// Failed requests (errors and timeouts of the request itself) by the first hex digit of
+    /// the ISU in their path; the last slot is requests that name no ISU.
+    failures_by_isu_digit: [AtomicU64; 17],
 }
 
 impl Stats {
@@ -235,6 +238,13 @@ impl Stats {
 
     pub fn timeout(&self) {
         self.timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed request under the first hex digit of the ISU its path names (`None`:
+    /// it names none), so a run can tell which cells' ISUs saw failures.
+    pub fn failure_for_isu_digit(&self, digit: Option<u8>) {
+        let slot = digit.map_or(16, |digit| usize::from(digit.min(15)));
+        self.failures_by_isu_digit[slot].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn idle_close_retry(&self) {
@@ -323,6 +333,7 @@ impl Stats {
             critical: self.critical.load(Ordering::Relaxed),
             error_samples: self.error_samples.lock().expect("error samples poisoned").clone(),
             latencies,
+            failures_by_isu_digit: self.failures_by_isu_digit.each_ref().map(load),
         }
     }
 }
@@ -366,6 +377,8 @@ pub struct Snapshot {
     pub error_samples: Vec<String>,
     /// Endpoint label → latency percentiles.
     pub latencies: BTreeMap<String, Latency>,
+    /// See [`Stats::failure_for_isu_digit`].
+    pub failures_by_isu_digit: [u64; 17],
 }
 
 /// How the score came about.
