@@ -144,7 +144,7 @@ impl Pusher {
                     Ok(response) => format!("status {}", response.status()),
                     Err(error) => error.to_string(),
                 };
-                shard.requeue(changed.into_iter().map(|(entry, _)| entry));
+                shard.requeue(changed.into_iter().map(|(entry, _)| entry), oldest);
                 Pushed::Failed(reason)
             }
         }

@@ -521,14 +521,22 @@ impl Shard {
             .map(|entry| entry.value().clone())
             .collect();
         let count = published.len();
-        self.requeue(published);
+        for entry in published {
+            self.enqueue(&entry);
+        }
         count
     }
 
-    /// Puts ISUs back in the push queue (after a failed push).
-    pub fn requeue(&self, entries: impl IntoIterator<Item = Arc<IsuEntry>>) {
+    /// Puts ISUs back in the push queue after a failed push, keeping the time the oldest of
+    /// them was first queued: the push lag measured when a push finally succeeds (after a
+    /// partition, say) is the real one, not the time since the last failed attempt.
+    pub fn requeue(&self, entries: impl IntoIterator<Item = Arc<IsuEntry>>, queued_since: Option<Instant>) {
         for entry in entries {
             self.enqueue(&entry);
+        }
+        if let Some(since) = queued_since {
+            let mut queue = self.push_queue.lock();
+            queue.oldest = Some(queue.oldest.map_or(since, |oldest| oldest.min(since)));
         }
     }
 }
@@ -708,6 +716,30 @@ mod tests {
             .collect();
         assert_eq!(all, vec![300, 200, 100]);
         assert_eq!(isu.latest().unwrap().timestamp, 300);
+    }
+
+    #[test]
+    fn a_failed_push_keeps_the_time_its_isus_were_first_queued() {
+        let shard = Shard::new(1);
+        shard.provisional("p", "alice", "chair", 7).unwrap();
+        assert!(shard.publish("p", 7));
+        let batch = [NewCondition {
+            timestamp: 1,
+            flags: flags(false, INFO),
+            message: "",
+        }];
+        shard.post("p", &batch).unwrap();
+        let (changed, first) = shard.take_changed();
+        let first = first.expect("queued");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        shard.requeue(changed.into_iter().map(|(entry, _)| entry), Some(first));
+        let (changed, oldest) = shard.take_changed();
+        assert_eq!(changed.len(), 1);
+        assert_eq!(
+            oldest,
+            Some(first),
+            "the lag counts from the first queueing, not the retry"
+        );
     }
 
     #[test]
