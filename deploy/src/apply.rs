@@ -16,8 +16,8 @@ pub const APPLY_SCRIPT: &str = include_str!("apply.sh");
 
 /// The remote side: unpack stdin, install (as root, through `sudo -n` for another user), clean
 /// up; one argument, as `ssh` takes it.
-const REMOTE_COMMAND: &str = "set -e; stage=$(mktemp -d /tmp/isu-deploy.XXXXXX); \
-     trap 'rm -rf \"$stage\"' EXIT; tar -x -f - -C \"$stage\"; \
+const REMOTE_COMMAND: &str = "set -e; umask 077; stage=$(mktemp -d /tmp/isu-deploy.XXXXXX); \
+     trap 'rm -rf \"$stage\"' EXIT; trap 'exit 1' HUP INT TERM; tar -x -f - -C \"$stage\"; \
      if [ \"$(id -u)\" = 0 ]; then sh \"$stage/.isu-deploy/apply.sh\" \"$stage\"; \
      else sudo -n sh \"$stage/.isu-deploy/apply.sh\" \"$stage\"; fi";
 

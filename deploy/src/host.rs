@@ -366,9 +366,21 @@ impl Host {
             return self.systemctl(&words[1], &words[2]);
         }
         let (mut command, ignore_failure) = self.command(service, line, env)?;
-        let status = command
-            .status()
+        let mut child = command
+            .spawn()
             .with_context(|| format!("{}: running {line}", service.name))?;
+        // Waited for while watching the stop flag: a long ExecStartPre (nginx's waits up to
+        // 30 s for the map) must not outlive a SIGTERM.
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                terminate(&mut child);
+                bail!("{}: `{line}` stopped", service.name);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         if !status.success() && !ignore_failure {
             bail!("{}: `{line}` failed: {status}", service.name);
         }
@@ -406,16 +418,22 @@ impl Host {
             match self.start(&service) {
                 Ok(mut child) => {
                     *service.main_pid.lock() = Some(child.id());
-                    let status = self.wait(&service, &mut child);
+                    let ended = self.wait(&service, &mut child);
                     *service.main_pid.lock() = None;
                     if self.stop.load(Ordering::SeqCst) {
                         break;
                     }
-                    eprintln!("run-host: {name} exited ({status})");
+                    match ended {
+                        Ended::Exited(status) => eprintln!("run-host: {name} exited ({status})"),
+                        Ended::Restart => {
+                            eprintln!("run-host: {name} restarting");
+                            continue;
+                        }
+                    }
                 }
                 Err(error) => eprintln!("run-host: {name} failed to start: {error:#}"),
             }
-            if !service.restart_always && !service.restart_requested.swap(false, Ordering::SeqCst) {
+            if !service.restart_always {
                 break;
             }
             self.sleep(service.restart_delay);
@@ -432,14 +450,18 @@ impl Host {
         command.spawn().with_context(|| format!("spawning {line}"))
     }
 
-    fn wait(&self, service: &Service, child: &mut Child) -> String {
+    fn wait(&self, service: &Service, child: &mut Child) -> Ended {
         loop {
             if let Ok(Some(status)) = child.try_wait() {
-                return status.to_string();
+                return Ended::Exited(status.to_string());
             }
-            if self.stop.load(Ordering::SeqCst) || service.restart_requested.swap(false, Ordering::SeqCst) {
+            if self.stop.load(Ordering::SeqCst) {
                 terminate(child);
-                return "stopped".to_owned();
+                return Ended::Exited("stopped".to_owned());
+            }
+            if service.restart_requested.swap(false, Ordering::SeqCst) {
+                terminate(child);
+                return Ended::Restart;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -481,6 +503,13 @@ impl Host {
             }
         }
     }
+}
+
+/// How a service's main process ended.
+enum Ended {
+    Exited(String),
+    /// `systemctl restart`: started again at once, whatever `Restart=` says.
+    Restart,
 }
 
 fn terminate(child: &mut Child) {

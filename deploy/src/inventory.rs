@@ -47,6 +47,10 @@ pub struct Inventory {
     pub nginx_bin: PathBuf,
     /// Certificate and key on the hosts (one certificate covering every server name).
     pub tls: Option<Tls>,
+    /// Units `--apply` stops and disables on every host before starting the cluster's: what
+    /// else holds the ports (the distribution's `nginx.service`, the contest image's own app).
+    #[serde(default)]
+    pub replaces: Vec<String>,
     /// Files `--apply` copies to the hosts with the rendered configuration.
     #[serde(default)]
     pub bundle: Bundle,
@@ -211,6 +215,14 @@ impl Inventory {
                 (Role::Coordinator, None) => {}
             }
         }
+        for unit in &self.replaces {
+            let ok = unit.ends_with(".service")
+                && unit.len() > ".service".len()
+                && unit.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b));
+            if !ok || unit.starts_with("isu-") {
+                return invalid(format!("replaces: {unit:?} is not another service unit's name"));
+            }
+        }
         if !self.data_dir.starts_with("/var/lib/") || self.data_dir.components().count() < 4 {
             return invalid(format!(
                 "data_dir {} must be a directory under /var/lib (systemd's StateDirectory=)",
@@ -218,6 +230,7 @@ impl Inventory {
             ));
         }
         for (key, path) in [
+            ("data_dir", &self.data_dir),
             ("bin_dir", &self.bin_dir),
             ("web_dir", &self.web_dir),
             ("nginx_bin", &self.nginx_bin),

@@ -165,6 +165,8 @@ fn coordinator_host(inventory: &Inventory, host: &Host, context: &Context) -> an
             "{HEADER}
 [Unit]
 Description=ISUCONDITION coordinator (auth, registration, latest conditions, placement map)
+# Restart=always for good: never stop retrying after a burst of failed starts.
+StartLimitIntervalSec=0
 After=network-online.target
 Wants=network-online.target
 
@@ -201,6 +203,8 @@ WantedBy=multi-user.target
             "{HEADER}
 [Unit]
 Description=ISUCONDITION public site and router over the placement map (nginx)
+# Restart=always for good: never stop retrying after a burst of failed starts.
+StartLimitIntervalSec=0
 After=network-online.target isu-coordinator.service
 Wants=network-online.target isu-coordinator.service
 
@@ -252,17 +256,20 @@ WantedBy=multi-user.target
             "{HEADER}
 [Unit]
 Description=Reload nginx over the new placement map
+# Restart=always for good: never stop retrying after a burst of failed starts.
+StartLimitIntervalSec=0
 After=isu-nginx.service
 
 [Service]
 Type=oneshot
-ExecStart=/usr/bin/systemctl reload isu-nginx.service
+ExecStart=-/usr/bin/systemctl reload isu-nginx.service
 "
         ),
     );
     bundle(inventory, context, &mut files, "coordinator", true)?;
     plan(
         &mut files,
+        inventory,
         &["isu-coordinator.service", "isu-nginx.service", "isu-router.path"],
         &[
             ("etc/isucondition/coordinator.env", "restart isu-coordinator.service"),
@@ -321,6 +328,8 @@ fn worker_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow:
             "{HEADER}
 [Unit]
 Description=ISUCONDITION worker of cell {cell} (condition history, device posts)
+# Restart=always for good: never stop retrying after a burst of failed starts.
+StartLimitIntervalSec=0
 After=network-online.target
 Wants=network-online.target
 
@@ -343,6 +352,7 @@ WantedBy=multi-user.target
     bundle(inventory, context, &mut files, "worker", false)?;
     plan(
         &mut files,
+        inventory,
         &["isu-worker.service"],
         &[
             ("etc/isucondition/worker.env", "restart isu-worker.service"),
@@ -412,9 +422,19 @@ fn add_tree(root: &Path, dir: &Path, target: &Path, files: &mut HostFiles) -> an
     Ok(())
 }
 
-/// `.isu-deploy/units` (enabled and started) and `.isu-deploy/actions` (`PATH ACTION UNIT`
-/// per file whose change needs one) for the apply script.
-fn plan(files: &mut HostFiles, units: &[&str], actions: &[(&str, &str)]) {
+/// What the apply script needs besides the files: `.isu-deploy/modes` (each file's mode, as
+/// rendered: an extraction under another user's umask cannot change it), `units` (enabled
+/// and started), `actions` (`PATH ACTION UNIT` per file whose change needs one) and
+/// `replaces` (units to stop and disable first).
+fn plan(files: &mut HostFiles, inventory: &Inventory, units: &[&str], actions: &[(&str, &str)]) {
+    let replaces = inventory.replaces.iter().map(|unit| format!("{unit}\n")).collect();
+    files.text(".isu-deploy/replaces", 0o644, replaces);
+    let modes = files
+        .files
+        .iter()
+        .map(|(path, file)| format!("{} {:o}\n", path.display(), file.mode))
+        .collect();
+    files.text(".isu-deploy/modes", 0o644, modes);
     let units = units.iter().map(|unit| format!("{unit}\n")).collect();
     files.text(".isu-deploy/units", 0o644, units);
     let actions = actions
@@ -485,7 +505,8 @@ fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow
 /// Writes every host's files into `out/<host>/`, replacing what a previous render left
 /// there, and returns how many files each host has.
 pub fn write(out: &Path, hosts: &BTreeMap<String, HostFiles>) -> anyhow::Result<Vec<(String, usize)>> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut counts = Vec::new();
     for (name, files) in hosts {
         let dir = out.join(name);
@@ -495,7 +516,16 @@ pub fn write(out: &Path, hosts: &BTreeMap<String, HostFiles>) -> anyhow::Result<
         for (path, file) in &files.files {
             let target = dir.join(path);
             std::fs::create_dir_all(target.parent().expect("a file has a parent"))?;
-            std::fs::write(&target, &file.contents).with_context(|| format!("writing {}", target.display()))?;
+            // Created with its mode: an environment file is never readable by others, even briefly.
+            let mut handle = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(file.mode)
+                .open(&target)
+                .with_context(|| format!("creating {}", target.display()))?;
+            handle
+                .write_all(&file.contents)
+                .with_context(|| format!("writing {}", target.display()))?;
             std::fs::set_permissions(&target, std::fs::Permissions::from_mode(file.mode))?;
         }
         counts.push((name.clone(), files.files.len()));

@@ -143,14 +143,23 @@ fn a_bad_inventory_is_refused_with_its_reason() {
     assert!(!dir.path().join("out").exists(), "nothing rendered");
 }
 
+/// `uid:gid` of `path`: the owner the apply script is told to give what it installs.
+fn owner_of(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let metadata = std::fs::metadata(path).unwrap();
+    format!("{}:{}", metadata.uid(), metadata.gid())
+}
+
 /// A `systemctl` that records its calls and keeps unit state in a file.
 fn fake_systemctl(dir: &Path) -> PathBuf {
     let path = dir.join("systemctl");
     std::fs::write(
         &path,
         format!(
-            "#!/bin/sh\nstate=\"$ISU_DEPLOY_ROOT/active\"\necho \"$*\" >>{log}\ncase \"$1\" in\n\
+            "#!/bin/sh\nmkdir -p \"$ISU_DEPLOY_ROOT\"\nstate=\"$ISU_DEPLOY_ROOT/active\"\necho \"$*\" >>{log}\ncase \"$1\" in\n\
              is-active) grep -qx \"$3\" \"$state\" 2>/dev/null ;;\n\
+             is-enabled) ! grep -qx \"$3\" \"$ISU_DEPLOY_ROOT/disabled\" 2>/dev/null ;;\n\
+             disable) echo \"$3\" >>\"$ISU_DEPLOY_ROOT/disabled\" ;;\n\
              enable) [ \"$2\" = --now ] && echo \"$3\" >>\"$state\"; exit 0 ;;\n\
              *) exit 0 ;;\nesac\n",
             log = dir.join("calls").display()
@@ -167,13 +176,17 @@ fn apply_installs_once_then_changes_nothing_then_only_what_changed() {
     let root = dir.path().join("root");
     let systemctl = fake_systemctl(dir.path());
     let out = dir.path().join("out");
+    let owner = owner_of(dir.path());
     let apply = |fsync: &str| {
         let inventory = inventory(dir.path(), fsync);
+        let text = std::fs::read_to_string(&inventory).unwrap();
+        std::fs::write(&inventory, format!("replaces = [\"nginx.service\"]\n{text}")).unwrap();
         let _ = std::fs::remove_file(dir.path().join("calls"));
         let remote = format!(
-            "env ISU_DEPLOY_ROOT={}/{{host}} ISU_DEPLOY_SYSTEMCTL={} sh -c",
+            "env ISU_DEPLOY_ROOT={}/{{host}} ISU_DEPLOY_SYSTEMCTL={} ISU_DEPLOY_OWNER={} sh -c",
             root.display(),
-            systemctl.display()
+            systemctl.display(),
+            owner
         );
         let said = run(
             &[
@@ -202,6 +215,10 @@ fn apply_installs_once_then_changes_nothing_then_only_what_changed() {
         !calls.contains("restart"),
         "a first install starts, it does not restart: {calls}"
     );
+    assert!(
+        said.contains("isucondition-1: stopped and disabled nginx.service"),
+        "{said}"
+    );
     let root_of = |host: &str| root.join(format!("isucon@{host}.t.isucon.dev"));
     let env = root_of("isucondition-2").join("etc/isucondition/worker.env");
     assert_eq!(std::fs::metadata(&env).unwrap().permissions().mode() & 0o777, 0o600);
@@ -216,9 +233,9 @@ fn apply_installs_once_then_changes_nothing_then_only_what_changed() {
     for host in ["isucondition-1", "isucondition-2", "isucondition-3"] {
         assert!(said.contains(&format!("{host}: unchanged")), "{said}");
     }
-    assert!(!said.contains("installed"), "{said}");
+    assert!(!said.contains("installed") && !said.contains("disabled"), "{said}");
     assert!(
-        calls.lines().all(|call| call.starts_with("is-active")),
+        calls.lines().all(|call| call.starts_with("is-")),
         "a second run only looks: {calls}"
     );
 
@@ -241,4 +258,64 @@ fn apply_installs_once_then_changes_nothing_then_only_what_changed() {
         "nginx is left alone: {calls}"
     );
     assert!(calls.contains("restart isu-worker.service"), "{calls}");
+}
+
+#[test]
+fn an_apply_cut_short_is_finished_by_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let out = dir.path().join("out");
+    let owner = owner_of(dir.path());
+    let good = fake_systemctl(dir.path());
+    // A systemctl whose restarts fail: the run stops after installing.
+    let failing = dir.path().join("failing-systemctl");
+    std::fs::write(
+        &failing,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = restart ] && exit 1\nexec {} \"$@\"\n",
+            good.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let apply = |fsync: &str, systemctl: &Path| {
+        let inventory = inventory(dir.path(), fsync);
+        let _ = std::fs::remove_file(dir.path().join("calls"));
+        let remote = format!(
+            "env ISU_DEPLOY_ROOT={}/{{host}} ISU_DEPLOY_SYSTEMCTL={} ISU_DEPLOY_OWNER={owner} sh -c",
+            root.display(),
+            systemctl.display()
+        );
+        let output = Command::new(DEPLOY)
+            .args([
+                "apply",
+                inventory.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "--remote",
+                &remote,
+            ])
+            .args(["--hosts", "isucondition-2"])
+            .output()
+            .unwrap();
+        let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap_or_default();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            calls,
+        )
+    };
+    assert!(apply("10ms", &good).0);
+    let (ok, said, _) = apply("always", &failing);
+    assert!(!ok, "the failed restart fails the apply: {said}");
+    assert!(said.contains("installed /etc/isucondition/worker.env"), "{said}");
+    let (ok, said, calls) = apply("always", &good);
+    assert!(ok, "{said}");
+    assert!(!said.contains("installed"), "the files were already there: {said}");
+    assert!(
+        said.contains("restarted isu-worker.service") && calls.contains("restart isu-worker.service"),
+        "the restart the first run owed is done: {said}"
+    );
+    let (_, said, _) = apply("always", &good);
+    assert!(said.contains("isucondition-2: unchanged"), "{said}");
 }

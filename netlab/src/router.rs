@@ -268,7 +268,14 @@ impl Router {
                 self.not_ipv4.fetch_add(1, Relaxed);
                 continue;
             };
-            let Some(&out) = self.by_addr.get(&dst_addr) else {
+            // Each subnet is its own network: a packet only reaches ports on the network it
+            // came in from, whatever routes a host adds (a host without an internal address
+            // cannot reach the internal network through its public one).
+            let Some(&out) = self
+                .by_addr
+                .get(&dst_addr)
+                .filter(|&&out| same_network(&self.ports[index], &self.ports[out]))
+            else {
                 self.unknown_dst.fetch_add(1, Relaxed);
                 continue;
             };
@@ -303,6 +310,12 @@ impl Router {
 }
 
 /// The destination of an IPv4 packet, or `None` for anything else.
+/// Whether two ports are on the same network (same prefix, same masked address).
+fn same_network(a: &PortSpec, b: &PortSpec) -> bool {
+    let mask = |prefix: u8| u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+    a.prefix == b.prefix && u32::from(a.addr) & mask(a.prefix) == u32::from(b.addr) & mask(b.prefix)
+}
+
 fn ipv4_destination(packet: &[u8]) -> Option<Ipv4Addr> {
     if packet.len() < 20 || packet[0] >> 4 != 4 {
         return None;
@@ -444,6 +457,15 @@ mod tests {
         let row: Vec<&str> = t[1].split_whitespace().collect();
         assert_eq!(row, ["a", "b", "3", "300", "0", "0", "0"]);
         assert_eq!(t[3], "unknown-destination 0");
+    }
+
+    #[test]
+    fn a_packet_stays_on_the_network_it_came_from() {
+        let public = port("a:ns:pub0:10.77.0.1/24");
+        let internal = port("a:ns:int0:10.78.0.1/24");
+        assert!(same_network(&public, &port("b:ns2:pub0:10.77.0.100/24")));
+        assert!(!same_network(&public, &internal));
+        assert!(!same_network(&public, &port("b:ns2:pub0:10.77.0.2/16")));
     }
 
     #[test]
