@@ -26,8 +26,6 @@ const REMOTE_COMMAND: &str = "set -e; umask 077; stage=$(mktemp -d /tmp/isu-depl
 /// argument.
 pub fn apply_host(out: &Path, host: &str, destination: &str, remote: &[String]) -> anyhow::Result<()> {
     let dir = out.join(host);
-    std::fs::write(dir.join(".isu-deploy/apply.sh"), APPLY_SCRIPT)?;
-    std::fs::write(dir.join(".isu-deploy/host"), format!("{host}\n"))?;
     let tar = Command::new("tar")
         .arg("-C")
         .arg(&dir)

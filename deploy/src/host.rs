@@ -341,8 +341,7 @@ impl Host {
         Ok(env)
     }
 
-    fn command(&self, service: &Service, line: &str, env: &HashMap<String, String>) -> anyhow::Result<(Command, bool)> {
-        let (words, ignore_failure) = command_words(line, env)?;
+    fn command(&self, service: &Service, words: &[String], env: &HashMap<String, String>) -> anyhow::Result<Command> {
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -355,36 +354,28 @@ impl Host {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        Ok((command, ignore_failure))
+        Ok(command)
     }
 
     /// Runs a short command to its end (ExecStartPre, ExecReload, oneshot ExecStart); a
-    /// `systemctl reload|restart UNIT` is done here.
+    /// `systemctl reload|restart UNIT` is done here. A SIGTERM stops it (nginx's
+    /// ExecStartPre waits up to 30 s for the map).
     fn run_to_end(&self, service: &Service, line: &str, env: &HashMap<String, String>) -> anyhow::Result<()> {
-        let (words, _) = command_words(line, env)?;
+        let (words, ignore_failure) = command_words(line, env)?;
         if words[0].rsplit('/').next() == Some("systemctl") && words.len() == 3 {
             return self.systemctl(&words[1], &words[2]);
         }
-        let (mut command, ignore_failure) = self.command(service, line, env)?;
-        let mut child = command
+        let mut child = self
+            .command(service, &words, env)?
             .spawn()
             .with_context(|| format!("{}: running {line}", service.name))?;
-        // Waited for while watching the stop flag: a long ExecStartPre (nginx's waits up to
-        // 30 s for the map) must not outlive a SIGTERM.
-        let status = loop {
-            if let Some(status) = child.try_wait()? {
-                break status;
+        match self.wait(&mut child, None) {
+            Ended::Exited(status) if !status.success() && !ignore_failure => {
+                bail!("{}: `{line}` failed: {status}", service.name)
             }
-            if self.stop.load(Ordering::SeqCst) {
-                terminate(&mut child);
-                bail!("{}: `{line}` stopped", service.name);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        if !status.success() && !ignore_failure {
-            bail!("{}: `{line}` failed: {status}", service.name);
+            Ended::Exited(_) => Ok(()),
+            Ended::Stopped | Ended::Restart => bail!("{}: `{line}` stopped", service.name),
         }
-        Ok(())
     }
 
     fn systemctl(&self, verb: &str, unit: &str) -> anyhow::Result<()> {
@@ -418,12 +409,10 @@ impl Host {
             match self.start(&service) {
                 Ok(mut child) => {
                     *service.main_pid.lock() = Some(child.id());
-                    let ended = self.wait(&service, &mut child);
+                    let ended = self.wait(&mut child, Some(&service.restart_requested));
                     *service.main_pid.lock() = None;
-                    if self.stop.load(Ordering::SeqCst) {
-                        break;
-                    }
                     match ended {
+                        Ended::Stopped => break,
                         Ended::Exited(status) => eprintln!("run-host: {name} exited ({status})"),
                         Ended::Restart => {
                             eprintln!("run-host: {name} restarting");
@@ -446,24 +435,27 @@ impl Host {
             self.run_to_end(service, line, &env)?;
         }
         let line = service.unit.get("Service", "ExecStart").context("no ExecStart=")?;
-        let (mut command, _) = self.command(service, line, &env)?;
-        command.spawn().with_context(|| format!("spawning {line}"))
+        let (words, _) = command_words(line, &env)?;
+        self.command(service, &words, &env)?
+            .spawn()
+            .with_context(|| format!("spawning {line}"))
     }
 
-    fn wait(&self, service: &Service, child: &mut Child) -> Ended {
+    /// Waits for `child` to end; terminates it on SIGTERM, or when `restart` is raised.
+    fn wait(&self, child: &mut Child, restart: Option<&AtomicBool>) -> Ended {
         loop {
             if let Ok(Some(status)) = child.try_wait() {
-                return Ended::Exited(status.to_string());
+                return Ended::Exited(status);
             }
             if self.stop.load(Ordering::SeqCst) {
                 terminate(child);
-                return Ended::Exited("stopped".to_owned());
+                return Ended::Stopped;
             }
-            if service.restart_requested.swap(false, Ordering::SeqCst) {
+            if restart.is_some_and(|restart| restart.swap(false, Ordering::SeqCst)) {
                 terminate(child);
                 return Ended::Restart;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -505,9 +497,11 @@ impl Host {
     }
 }
 
-/// How a service's main process ended.
+/// How a process ended.
 enum Ended {
-    Exited(String),
+    Exited(std::process::ExitStatus),
+    /// SIGTERM: run-host is stopping.
+    Stopped,
     /// `systemctl restart`: started again at once, whatever `Restart=` says.
     Restart,
 }

@@ -82,6 +82,51 @@ UMask=0027
 LimitNOFILE=65536
 ";
 
+/// What differs between the two nodes' units.
+struct NodeUnit<'a> {
+    description: &'a str,
+    environment_file: &'a str,
+    exec_start: String,
+    state: String,
+    /// `LoadCredential=` lines, or nothing.
+    credentials: String,
+    /// `CapabilityBoundingSet=` (and `AmbientCapabilities=`) lines.
+    capabilities: &'a str,
+}
+
+/// A node's unit: restarted for ever, its durable log in its state directory, sandboxed.
+fn node_unit(unit: NodeUnit) -> String {
+    let NodeUnit {
+        description,
+        environment_file,
+        exec_start,
+        state,
+        credentials,
+        capabilities,
+    } = unit;
+    format!(
+        "{HEADER}
+[Unit]
+Description={description}
+# Restart=always for good: never stop retrying after a burst of failed starts.
+StartLimitIntervalSec=0
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+Type=simple
+EnvironmentFile={environment_file}
+ExecStart={exec_start}
+Restart=always
+RestartSec=1
+StateDirectory={state}
+{credentials}{NODE_HARDENING}{capabilities}
+[Install]
+WantedBy=multi-user.target
+"
+    )
+}
+
 /// Renders every host.
 pub fn render(inventory: &Inventory, context: &Context) -> anyhow::Result<BTreeMap<String, HostFiles>> {
     let mut hosts = BTreeMap::new();
@@ -161,30 +206,17 @@ fn coordinator_host(inventory: &Inventory, host: &Host, context: &Context) -> an
     files.text(
         "etc/systemd/system/isu-coordinator.service",
         0o644,
-        format!(
-            "{HEADER}
-[Unit]
-Description=ISUCONDITION coordinator (auth, registration, latest conditions, placement map)
-# Restart=always for good: never stop retrying after a burst of failed starts.
-StartLimitIntervalSec=0
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-Type=simple
-EnvironmentFile=/etc/isucondition/coordinator.env
-ExecStart={bin}/coordinator --data-dir ${{STATE_DIRECTORY}}
-Restart=always
-RestartSec=1
-StateDirectory={state}
-{NODE_HARDENING}CapabilityBoundingSet=
-
-[Install]
-WantedBy=multi-user.target
-",
-            bin = inventory.bin_dir.display(),
-            state = state_directory(inventory, "coordinator"),
-        ),
+        node_unit(NodeUnit {
+            description: "ISUCONDITION coordinator (auth, registration, latest conditions, placement map)",
+            environment_file: "/etc/isucondition/coordinator.env",
+            exec_start: format!(
+                "{}/coordinator --data-dir ${{STATE_DIRECTORY}}",
+                inventory.bin_dir.display()
+            ),
+            state: state_directory(inventory, "coordinator"),
+            credentials: String::new(),
+            capabilities: "CapabilityBoundingSet=\n",
+        }),
     );
 
     let nginx_conf = render_nginx(inventory, host, context)?;
@@ -270,6 +302,7 @@ ExecStart=-/usr/bin/systemctl reload isu-nginx.service
     plan(
         &mut files,
         inventory,
+        host,
         &["isu-coordinator.service", "isu-nginx.service", "isu-router.path"],
         &[
             ("etc/isucondition/coordinator.env", "restart isu-coordinator.service"),
@@ -324,35 +357,26 @@ fn worker_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow:
     files.text(
         "etc/systemd/system/isu-worker.service",
         0o644,
-        format!(
-            "{HEADER}
-[Unit]
-Description=ISUCONDITION worker of cell {cell} (condition history, device posts)
-# Restart=always for good: never stop retrying after a burst of failed starts.
-StartLimitIntervalSec=0
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-Type=simple
-EnvironmentFile=/etc/isucondition/worker.env
-ExecStart={bin}/worker --data-dir ${{STATE_DIRECTORY}}{tls_args}
-Restart=always
-RestartSec=1
-StateDirectory={state}
-{credentials}{NODE_HARDENING}{capabilities}
-[Install]
-WantedBy=multi-user.target
-",
-            cell = host.cell.as_deref().expect("checked"),
-            bin = inventory.bin_dir.display(),
-            state = state_directory(inventory, &host.node_name()),
-        ),
+        node_unit(NodeUnit {
+            description: &format!(
+                "ISUCONDITION worker of cell {} (condition history, device posts)",
+                host.cell.as_deref().expect("checked")
+            ),
+            environment_file: "/etc/isucondition/worker.env",
+            exec_start: format!(
+                "{}/worker --data-dir ${{STATE_DIRECTORY}}{tls_args}",
+                inventory.bin_dir.display()
+            ),
+            state: state_directory(inventory, &host.node_name()),
+            credentials,
+            capabilities,
+        }),
     );
     bundle(inventory, context, &mut files, "worker", false)?;
     plan(
         &mut files,
         inventory,
+        host,
         &["isu-worker.service"],
         &[
             ("etc/isucondition/worker.env", "restart isu-worker.service"),
@@ -422,26 +446,30 @@ fn add_tree(root: &Path, dir: &Path, target: &Path, files: &mut HostFiles) -> an
     Ok(())
 }
 
-/// What the apply script needs besides the files: `.isu-deploy/modes` (each file's mode, as
-/// rendered: an extraction under another user's umask cannot change it), `units` (enabled
-/// and started), `actions` (`PATH ACTION UNIT` per file whose change needs one) and
-/// `replaces` (units to stop and disable first).
-fn plan(files: &mut HostFiles, inventory: &Inventory, units: &[&str], actions: &[(&str, &str)]) {
-    let replaces = inventory.replaces.iter().map(|unit| format!("{unit}\n")).collect();
-    files.text(".isu-deploy/replaces", 0o644, replaces);
-    let modes = files
-        .files
-        .iter()
-        .map(|(path, file)| format!("{} {:o}\n", path.display(), file.mode))
-        .collect();
+/// What the apply script needs besides the files, in `.isu-deploy/`: `modes` (each file's
+/// mode, as rendered: an extraction under another user's umask cannot change it; written
+/// first, so it lists the host's files only), `units` (enabled and started), `actions`
+/// (`PATH ACTION UNIT` per file whose change needs one), `replaces` (units to stop and
+/// disable first), `host` (its name in messages) and the script itself.
+fn plan(files: &mut HostFiles, inventory: &Inventory, host: &Host, units: &[&str], actions: &[(&str, &str)]) {
+    let modes = lines(
+        files
+            .files
+            .iter()
+            .map(|(path, file)| format!("{} {:o}", path.display(), file.mode)),
+    );
     files.text(".isu-deploy/modes", 0o644, modes);
-    let units = units.iter().map(|unit| format!("{unit}\n")).collect();
-    files.text(".isu-deploy/units", 0o644, units);
-    let actions = actions
-        .iter()
-        .map(|(path, action)| format!("{path} {action}\n"))
-        .collect();
+    files.text(".isu-deploy/units", 0o644, lines(units));
+    let actions = lines(actions.iter().map(|(path, action)| format!("{path} {action}")));
     files.text(".isu-deploy/actions", 0o644, actions);
+    files.text(".isu-deploy/replaces", 0o644, lines(&inventory.replaces));
+    files.text(".isu-deploy/host", 0o644, format!("{}\n", host.name));
+    files.text(".isu-deploy/apply.sh", 0o644, crate::apply::APPLY_SCRIPT.to_owned());
+}
+
+/// One item per line.
+fn lines(items: impl IntoIterator<Item = impl std::fmt::Display>) -> String {
+    items.into_iter().map(|item| format!("{item}\n")).collect()
 }
 
 fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<String> {

@@ -33,12 +33,8 @@ fn inventory(dir: &Path, fsync: &str) -> PathBuf {
     path
 }
 
-fn run(args: &[&str], envs: &[(&str, &str)]) -> String {
-    let output = Command::new(DEPLOY)
-        .args(args)
-        .envs(envs.iter().copied())
-        .output()
-        .unwrap();
+fn run(args: &[&str]) -> String {
+    let output = Command::new(DEPLOY).args(args).output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
@@ -53,10 +49,7 @@ fn rendered_units_verify_and_secrets_are_private() {
     let dir = tempfile::tempdir().unwrap();
     let inventory = inventory(dir.path(), "10ms");
     let out = dir.path().join("out");
-    let said = run(
-        &["render", inventory.to_str().unwrap(), "--out", out.to_str().unwrap()],
-        &[],
-    );
+    let said = run(&["render", inventory.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     assert!(said.contains("made a new cluster secret"), "{said}");
     let secret = std::fs::read_to_string(dir.path().join("secret")).unwrap();
     assert_eq!(secret.trim().len(), 64);
@@ -150,6 +143,35 @@ fn owner_of(path: &Path) -> String {
     format!("{}:{}", metadata.uid(), metadata.gid())
 }
 
+/// `isu-deploy apply INVENTORY` into `dir/root/<destination>/` through a local shell with
+/// `systemctl` as the systemctl, `extra` appended; whether it succeeded, what it said
+/// (stdout + stderr) and the systemctl calls it made.
+fn apply_locally(dir: &Path, inventory: &Path, systemctl: &Path, extra: &[&str]) -> (bool, String, String) {
+    let _ = std::fs::remove_file(dir.join("calls"));
+    let remote = format!(
+        "env ISU_DEPLOY_ROOT={}/{{host}} ISU_DEPLOY_SYSTEMCTL={} ISU_DEPLOY_OWNER={} sh -c",
+        dir.join("root").display(),
+        systemctl.display(),
+        owner_of(dir)
+    );
+    let output = Command::new(DEPLOY)
+        .arg("apply")
+        .arg(inventory)
+        .arg("--out")
+        .arg(dir.join("out"))
+        .args(["--remote", &remote])
+        .args(extra)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let calls = std::fs::read_to_string(dir.join("calls")).unwrap_or_default();
+    (output.status.success(), said, calls)
+}
+
 /// A `systemctl` that records its calls and keeps unit state in a file.
 fn fake_systemctl(dir: &Path) -> PathBuf {
     let path = dir.join("systemctl");
@@ -175,31 +197,12 @@ fn apply_installs_once_then_changes_nothing_then_only_what_changed() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let systemctl = fake_systemctl(dir.path());
-    let out = dir.path().join("out");
-    let owner = owner_of(dir.path());
     let apply = |fsync: &str| {
         let inventory = inventory(dir.path(), fsync);
         let text = std::fs::read_to_string(&inventory).unwrap();
         std::fs::write(&inventory, format!("replaces = [\"nginx.service\"]\n{text}")).unwrap();
-        let _ = std::fs::remove_file(dir.path().join("calls"));
-        let remote = format!(
-            "env ISU_DEPLOY_ROOT={}/{{host}} ISU_DEPLOY_SYSTEMCTL={} ISU_DEPLOY_OWNER={} sh -c",
-            root.display(),
-            systemctl.display(),
-            owner
-        );
-        let said = run(
-            &[
-                "apply",
-                inventory.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-                "--remote",
-                &remote,
-            ],
-            &[],
-        );
-        let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap_or_default();
+        let (ok, said, calls) = apply_locally(dir.path(), &inventory, &systemctl, &[]);
+        assert!(ok, "isu-deploy apply failed:\n{said}");
         (said, calls)
     };
 
@@ -228,6 +231,10 @@ fn apply_installs_once_then_changes_nothing_then_only_what_changed() {
     assert!(!root_of("isucondition-2")
         .join("etc/systemd/system/isu-router.path")
         .exists());
+    assert!(
+        !root_of("isucondition-1").join(".isu-deploy").exists(),
+        "the apply plan is not installed on the host"
+    );
 
     let (said, calls) = apply("10ms");
     for host in ["isucondition-1", "isucondition-2", "isucondition-3"] {
@@ -263,9 +270,6 @@ fn apply_installs_once_then_changes_nothing_then_only_what_changed() {
 #[test]
 fn an_apply_cut_short_is_finished_by_the_next_one() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
-    let out = dir.path().join("out");
-    let owner = owner_of(dir.path());
     let good = fake_systemctl(dir.path());
     // A systemctl whose restarts fail: the run stops after installing.
     let failing = dir.path().join("failing-systemctl");
@@ -279,30 +283,11 @@ fn an_apply_cut_short_is_finished_by_the_next_one() {
     .unwrap();
     std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
     let apply = |fsync: &str, systemctl: &Path| {
-        let inventory = inventory(dir.path(), fsync);
-        let _ = std::fs::remove_file(dir.path().join("calls"));
-        let remote = format!(
-            "env ISU_DEPLOY_ROOT={}/{{host}} ISU_DEPLOY_SYSTEMCTL={} ISU_DEPLOY_OWNER={owner} sh -c",
-            root.display(),
-            systemctl.display()
-        );
-        let output = Command::new(DEPLOY)
-            .args([
-                "apply",
-                inventory.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-                "--remote",
-                &remote,
-            ])
-            .args(["--hosts", "isucondition-2"])
-            .output()
-            .unwrap();
-        let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap_or_default();
-        (
-            output.status.success(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            calls,
+        apply_locally(
+            dir.path(),
+            &inventory(dir.path(), fsync),
+            systemctl,
+            &["--hosts", "isucondition-2"],
         )
     };
     assert!(apply("10ms", &good).0);

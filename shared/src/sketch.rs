@@ -124,7 +124,7 @@ impl CountMinSketch {
 /// over the current and the previous window, so memory stays fixed and a key that was over
 /// its quota a moment ago is still seen as such just after a boundary.
 pub struct WindowedSketch {
-    /// Built alike (same seed and size), so a key is hashed once for both.
+    /// Twins (same seed and size), so a key is hashed once for both.
     sketches: [CountMinSketch; 2],
     current: AtomicUsize,
     window: Duration,
@@ -132,10 +132,11 @@ pub struct WindowedSketch {
 }
 
 impl WindowedSketch {
-    /// Two sketches from `make`, which must build them alike (same seed and size).
-    pub fn new(window: Duration, make: impl Fn() -> CountMinSketch) -> WindowedSketch {
+    /// `sketch` and an empty twin of it (same seed and size) alternating every `window`.
+    pub fn new(window: Duration, sketch: CountMinSketch) -> WindowedSketch {
+        let twin = CountMinSketch::new(sketch.rows, sketch.width(), sketch.seed);
         WindowedSketch {
-            sketches: [make(), make()],
+            sketches: [sketch, twin],
             current: AtomicUsize::new(0),
             window,
             started: Mutex::new(Instant::now()),
@@ -203,7 +204,7 @@ mod tests {
 
     #[test]
     fn windows_keep_the_previous_count_for_one_window_then_drop_it() {
-        let windows = WindowedSketch::new(Duration::from_secs(10), || CountMinSketch::new(4, 1024, 5));
+        let windows = WindowedSketch::new(Duration::from_secs(10), CountMinSketch::new(4, 1024, 5));
         let start = Instant::now();
         assert_eq!(windows.add(b"isu", 100), 100);
         assert!(!windows.rotate_if_due(start));

@@ -157,11 +157,8 @@ impl Drop for LanePass<'_> {
 impl Ingest {
     /// The ingest state and the receiving end of the shaping lane (for [`run_shaping_lane`]).
     pub fn new(config: IngestConfig) -> (Arc<Ingest>, mpsc::UnboundedReceiver<ShapedBatch>) {
-        let sketch = (config.quota > 0).then(|| {
-            WindowedSketch::new(QUOTA_WINDOW, || {
-                CountMinSketch::for_error(0.00005, 0.00001, config.seed)
-            })
-        });
+        let sketch = (config.quota > 0)
+            .then(|| WindowedSketch::new(QUOTA_WINDOW, CountMinSketch::for_error(0.00005, 0.00001, config.seed)));
         let lanes = (0..config.lanes.clamp(1, shared::shuffle::MAX_LANES))
             .map(|_| Lane {
                 permits: Arc::new(Semaphore::new(config.permits.max(1))),
