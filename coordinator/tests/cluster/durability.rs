@@ -338,10 +338,8 @@ async fn a_sigkilled_coordinator_restores_users_and_isus_and_receives_the_latest
         shared::dataset::DEFAULT_ICON,
         "the default icon is kept"
     );
-    assert!(
-        cluster.node_log(2).contains("worker kept its data"),
-        "the workers were not reset"
-    );
+    // The workers were not reset.
+    cluster.wait_for_log(2, "worker kept its data").await;
     // Conditions the workers took while the coordinator was down are still there.
     assert!(own_timestamps(&alice, &on_a).await.len() >= 50);
     // Registration goes on with the next id.

@@ -53,15 +53,6 @@ async fn assert_exactly_acknowledged(agent: &Agent, uuid: &str, acknowledged: &B
     assert!(extra.is_empty(), "{uuid}: stored but never acknowledged: {extra:?}");
 }
 
-async fn wait_for_log(cluster: &Cluster, node: usize, line: &str) {
-    wait_until(
-        &format!("node {node} logs {line:?}"),
-        Duration::from_secs(15),
-        || async { cluster.node_log(node).contains(line).then_some(()) },
-    )
-    .await;
-}
-
 /// Moves the slot of an ISU of cell a to cell b while devices post; holds the migration at
 /// `fail_point` (once `reached` says the published phase shows it is there), kills `victim`
 /// with SIGKILL, starts it again, and checks that the migration ended with `flipped` (true:
@@ -126,7 +117,7 @@ async fn interrupt_a_migration(fail_point: &str, reached: fn(&Value) -> bool, vi
     cluster.fail_points = None;
     if victim != Victim::Coordinator {
         // The export fails with its node gone; the coordinator rolls back while it is down.
-        wait_for_log(&cluster, coordinator, "rolling back a migration").await;
+        cluster.wait_for_log(coordinator, "rolling back a migration").await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     cluster.start_node(node);
@@ -158,10 +149,7 @@ async fn interrupt_a_migration(fail_point: &str, reached: fn(&Value) -> bool, vi
             true => "resuming an interrupted migration after its flip",
             false => "rolling back an interrupted migration",
         };
-        assert!(
-            cluster.node_log(coordinator).contains(expected),
-            "the coordinator logs {expected:?}"
-        );
+        cluster.wait_for_log(coordinator, expected).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (acknowledged, refused, closed) = devices.stop().await;

@@ -726,6 +726,18 @@ impl Cluster {
         std::fs::read_to_string(&self.processes[index].log).unwrap_or_default()
     }
 
+    /// Waits (15 s at most) until node `index` has logged `line`: a log line is written
+    /// when the node gets there, which on a loaded machine may be after the answer a test
+    /// saw, so a test never reads a log only once.
+    pub async fn wait_for_log(&self, index: usize, line: &str) {
+        wait_until(
+            &format!("node {index} logs {line:?}"),
+            Duration::from_secs(15),
+            || async { self.node_log(index).contains(line).then_some(()) },
+        )
+        .await;
+    }
+
     /// The durable data directory of node `index` (see [`ClusterOptions::durable`]).
     pub fn data_dir(&self, index: usize) -> PathBuf {
         self.scratch.path.join("data").join(self.names[index])
