@@ -65,6 +65,9 @@ impl DevicePosts {
 pub struct CellFigures {
     pub cell: String,
     pub node: String,
+    /// The node restarted during the load (its process start time changed; a rollout
+    /// replaces workers): the figures count only from its last start.
+    pub restarted: bool,
     pub requests: u64,
     pub errors: u64,
     pub p50_ms: Option<f64>,
@@ -76,12 +79,18 @@ impl CellFigures {
     /// One per node that answered both scrapes.
     pub fn between(before: &[(String, Option<String>)], after: &[(String, Option<String>)]) -> Vec<CellFigures> {
         use shared::prom_text::{buckets, label, parse, quantile_between, sum};
+        use shared::telemetry::PROCESS_START_SECONDS;
         let public = |labels: &str| label(labels, "route").is_some_and(|route| route.starts_with("/api/"));
         after
             .iter()
             .filter_map(|(node, text)| {
                 let earlier = before.iter().find(|(name, _)| name == node)?.1.as_deref()?;
-                let (earlier, later) = (parse(earlier), parse(text.as_deref()?));
+                let (mut earlier, later) = (parse(earlier), parse(text.as_deref()?));
+                let started = |samples: &[shared::prom_text::Sample]| sum(samples, PROCESS_START_SECONDS, |_| true);
+                let restarted = started(&earlier) != started(&later);
+                if restarted {
+                    earlier.clear();
+                }
                 let cell = later
                     .iter()
                     .find_map(|sample| label(&sample.labels, "cell").map(str::to_owned))
@@ -100,6 +109,7 @@ impl CellFigures {
                 Some(CellFigures {
                     cell,
                     node: node.clone(),
+                    restarted,
                     requests: count(&public),
                     errors,
                     p50_ms: ms(0.5),
@@ -116,6 +126,7 @@ impl CellFigures {
         json!({
             "cell": self.cell,
             "node": self.node,
+            "restarted": self.restarted,
             "requests": self.requests,
             "errors": self.errors,
             "p50_ms": finite(self.p50_ms),
@@ -375,17 +386,24 @@ impl fmt::Display for Report {
                 None => "-".to_owned(),
             };
             for cell in &self.cells {
+                let node = match cell.restarted {
+                    true => format!("{}*", cell.node),
+                    false => cell.node.clone(),
+                };
                 writeln!(
                     out,
                     "  {:<12} {:<12} {:>9} {:>7} {:>9} {:>9} {:>9}",
                     cell.cell,
-                    cell.node,
+                    node,
                     cell.requests,
                     cell.errors,
                     ms(cell.p50_ms),
                     ms(cell.p90_ms),
                     ms(cell.p99_ms)
                 )?;
+            }
+            if self.cells.iter().any(|cell| cell.restarted) {
+                writeln!(out, "  * restarted during the load: counted from its last start only")?;
             }
         }
         if !self.cpu.is_empty() {
@@ -575,5 +593,21 @@ mod tests {
         assert_eq!(a.p50_ms, Some(1.0));
         assert_eq!(a.p99_ms, Some(100.0));
         assert_eq!(a.to_json()["p99_ms"], json!(100.0));
+        assert!(!a.restarted);
+
+        // Replaced during the load (a rollout): the new process counts from zero, so the
+        // figures are its own since its start, and say so.
+        let started =
+            |seconds: u64, text: String| format!("process_start_time_seconds{{node=\"worker-a\"}} {seconds}\n{text}");
+        let before = vec![("worker-a".to_owned(), Some(started(1000, scrape(500, 9, 500, 500))))];
+        let after = vec![("worker-a".to_owned(), Some(started(1030, scrape(40, 2, 30, 40))))];
+        let a = &CellFigures::between(&before, &after)[0];
+        assert!(a.restarted);
+        assert_eq!((a.requests, a.errors), (42, 2), "the restarted node's own counts");
+        assert_eq!(a.to_json()["restarted"], json!(true));
+        let same = vec![("worker-a".to_owned(), Some(started(1000, scrape(600, 9, 600, 600))))];
+        let a = &CellFigures::between(&before, &same)[0];
+        assert!(!a.restarted);
+        assert_eq!(a.requests, 100);
     }
 }

@@ -23,6 +23,10 @@ pub const OUTGOING_CALL_SECONDS: &str = "outgoing_call_duration_seconds";
 pub const REGISTRATION_OWN_SECONDS: &str = "isu_registration_own_duration_seconds";
 /// Counter of conditions stored by a worker.
 pub const CONDITIONS_STORED: &str = "conditions_stored_total";
+/// Gauge: when this process started (Unix seconds), as Prometheus' client libraries name it.
+/// A reader of two scrapes knows by it whether the node restarted in between (its counters
+/// then count from that start).
+pub const PROCESS_START_SECONDS: &str = "process_start_time_seconds";
 /// Counter of per-ISU requests a worker forwarded to the cell that owns the ISU.
 pub const REQUESTS_FORWARDED: &str = "requests_forwarded_total";
 
@@ -56,6 +60,10 @@ pub fn init_metrics(node: &str, cell: &str) -> anyhow::Result<PrometheusHandle> 
         .set_buckets_for_metric(Matcher::Full(REGISTRATION_OWN_SECONDS.into()), &latency_buckets)?
         .set_buckets_for_metric(Matcher::Full(BATCH_ITEMS.into()), &size_buckets)?
         .install_recorder()?;
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    metrics::gauge!(PROCESS_START_SECONDS).set(started.as_secs_f64());
     Ok(handle)
 }
 

@@ -35,6 +35,12 @@ pub struct Config {
     #[arg(long, env = "ISU_DEVICE_TLS_KEY", requires = "device_tls_cert")]
     pub device_tls_key: Option<PathBuf>,
 
+    /// Take over from a running worker of this cell on the same addresses and data directory
+    /// (a replacement in place): bind beside it, wait for it to finish, replay its log, serve.
+    /// Without it an address in use is refused. Needs `--data-dir`.
+    #[arg(long, env = "ISU_REPLACE", requires = "data_dir")]
+    pub replace: bool,
+
     /// Base URL of the coordinator's internal routes.
     #[arg(long, env = "ISU_COORDINATOR_URL", default_value = "http://127.0.0.1:3000")]
     pub coordinator_url: String,
@@ -47,6 +53,14 @@ pub struct Config {
         hide_env_values = true
     )]
     pub cluster_secret: String,
+
+    /// At a stop, how long the worker goes on serving (and accepting) with `Connection: close`
+    /// on every HTTP/1 answer before it stops taking requests, in milliseconds: clients that
+    /// post often (devices every 40 ms, nginx's kept-alive upstream connections) learn the
+    /// connection's end from an answer instead of finding it closed under a request; their
+    /// next connection reaches the replacement (`--replace`).
+    #[arg(long, env = "ISU_SHUTDOWN_LINGER_MS", default_value_t = 200)]
+    pub shutdown_linger_ms: u64,
 
     /// How often the latest condition of each changed ISU is pushed to the coordinator, in milliseconds.
     #[arg(long, env = "ISU_PUSH_INTERVAL_MS", default_value_t = 10)]

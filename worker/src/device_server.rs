@@ -26,7 +26,12 @@ pub struct DeviceServer {
 impl DeviceServer {
     /// Binds `address` (port 0 allowed) and, with a certificate and key, loads them now, so a
     /// bad path or PEM stops the worker at start with a clear message.
-    pub async fn bind(address: SocketAddr, tls: Option<(&Path, &Path)>) -> anyhow::Result<DeviceServer> {
+    /// `sharing`: see [`crate::Application::build`] (a replacement binds beside this one).
+    pub(crate) async fn bind(
+        address: SocketAddr,
+        tls: Option<(&Path, &Path)>,
+        sharing: crate::handover::Sharing,
+    ) -> anyhow::Result<DeviceServer> {
         let tls = match tls {
             Some((cert, key)) => Some(RustlsConfig::from_pem_file(cert, key).await.with_context(|| {
                 format!(
@@ -37,13 +42,19 @@ impl DeviceServer {
             })?),
             None => None,
         };
-        let listener =
-            std::net::TcpListener::bind(address).with_context(|| format!("binding the device server to {address}"))?;
+        let listener = crate::handover::bind(address, sharing)
+            .and_then(|listener| listener.into_std())
+            .with_context(|| format!("binding the device server to {address}"))?;
         Ok(DeviceServer { listener, tls })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// Lets `listening` stop this server's socket at a stop (see [`crate::handover`]).
+    pub(crate) fn add_to(&self, listening: &mut crate::handover::ListeningSockets) -> std::io::Result<()> {
+        listening.add(&self.listener)
     }
 
     pub fn is_tls(&self) -> bool {

@@ -6,6 +6,7 @@
 //! - [`store`]: the in-memory shard (ISUs, conditions, message interning);
 //! - [`journal`]: the durable log of the shard (`--data-dir`), replayed on start;
 //! - [`device_server`]: device posts on their own address, optionally over TLS;
+//! - [`handover`]: a replacement in place taking over the listeners and the data directory;
 //! - [`migration`]: this worker's part in live migrations (export, import, activate, forget);
 //! - [`pusher`]: the 10 ms actor pushing latest conditions to the coordinator;
 //! - [`routes`]: public reads, device posts, internal and debug routes;
@@ -15,6 +16,7 @@ pub mod cells;
 pub mod config;
 pub mod device_server;
 pub mod error;
+pub mod handover;
 pub mod ingest;
 pub mod journal;
 pub mod migration;
@@ -26,6 +28,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use metrics_exporter_prometheus::PrometheusHandle;
 use shared::session::SessionKey;
 use tokio::net::TcpListener;
@@ -63,6 +66,9 @@ impl node_http::NodeState for AppState {
 
 /// A bound, not yet running worker.
 pub struct Application {
+    /// With `--data-dir`: this worker's hold on it, released when the process ends (after its
+    /// last flush), so a replacement started beside it replays a complete log.
+    data_lock: Option<nix::fcntl::Flock<std::fs::File>>,
     listener: TcpListener,
     device_server: Option<DeviceServer>,
     state: AppState,
@@ -70,9 +76,30 @@ pub struct Application {
 }
 
 impl Application {
-    /// Replays the log (with `--data-dir`), binds the listener (port 0 allowed) and builds the state.
+    /// Binds the listeners (port 0 allowed), replays the log (with `--data-dir`) and builds
+    /// the state.
+    ///
+    /// With `--data-dir` the listeners are bound with `SO_REUSEPORT` *before* the data
+    /// directory is locked and replayed: a worker started with `--replace` beside a running
+    /// one of the same cell (a replacement in place, `scripts/cluster replace`) binds the same
+    /// addresses, waits for the old one to finish and exit, replays its complete log and
+    /// serves; connections that reach it meanwhile wait in its accept queue instead of being
+    /// refused. Without `--replace` an address in use is refused as before.
     pub async fn build(config: Config, metrics: PrometheusHandle) -> anyhow::Result<Application> {
         let store = Store::new(Shard::new(0));
+        let sharing = handover::Sharing::of(&config);
+        let listener = handover::bind(config.listen, sharing).with_context(|| format!("binding {}", config.listen))?;
+        let device_server = match config.device_listen {
+            Some(address) => {
+                let tls = config.device_tls_cert.as_deref().zip(config.device_tls_key.as_deref());
+                Some(DeviceServer::bind(address, tls, sharing).await?)
+            }
+            None => None,
+        };
+        let data_lock = match &config.data_dir {
+            Some(data_dir) => Some(handover::lock_data_dir(data_dir, &config.cell).await?),
+            None => None,
+        };
         let journal = match &config.data_dir {
             Some(data_dir) => {
                 let (journal, replayed) = Journal::open(
@@ -99,14 +126,6 @@ impl Application {
             None => Journal::disabled(),
         };
         let cells = Arc::new(cells::Cells::new(&config.cell, config.data_dir.as_deref())?);
-        let listener = TcpListener::bind(config.listen).await?;
-        let device_server = match config.device_listen {
-            Some(address) => {
-                let tls = config.device_tls_cert.as_deref().zip(config.device_tls_key.as_deref());
-                Some(DeviceServer::bind(address, tls).await?)
-            }
-            None => None,
-        };
         let (ingest, shaped_batches) = ingest::Ingest::new(config.ingest());
         let state = AppState {
             store,
@@ -119,6 +138,7 @@ impl Application {
             metrics,
         };
         Ok(Application {
+            data_lock,
             listener,
             device_server,
             state,
@@ -145,6 +165,7 @@ impl Application {
         // Two stops: the servers stop taking requests first (and drain); the pusher stops
         // last, so the latest conditions of posts taken while draining still reach the
         // coordinator in its final flush.
+        let data_lock = self.data_lock;
         let stop_servers = CancellationToken::new();
         let stop_pusher = CancellationToken::new();
         let pusher = pusher::Pusher::new(
@@ -162,15 +183,33 @@ impl Application {
             self.shaped_batches,
             move |batch| store_shaped(store.clone(), batch),
         ));
+        // A stop takes the sockets out of listening first (a replacement bound beside this
+        // worker gets every new connection from then on), then lingers with answers saying
+        // `Connection: close`, then the servers stop (see `handover`).
+        let mut listening = handover::ListeningSockets::new();
+        listening.add(&self.listener)?;
+        if let Some(server) = &self.device_server {
+            server.add_to(&mut listening)?;
+        }
+        let lingering = CancellationToken::new();
+        let linger = Duration::from_millis(self.state.config.shutdown_linger_ms);
+        let close_connections = axum::middleware::from_fn_with_state(lingering.clone(), handover::close_when_lingering);
         let device_task = self.device_server.map(|server| {
-            let router = routes::device_router(self.state.clone());
+            let router = routes::device_router(self.state.clone()).layer(close_connections.clone());
             tokio::spawn(server.run(router, stop_servers.clone()))
         });
-        let router = routes::router(self.state);
+        let router = routes::router(self.state).layer(close_connections);
         let stop = stop_servers.clone();
-        let served = axum::serve(self.listener, router)
+        let listener = handover::StoppableListener {
+            inner: self.listener,
+            stopped: lingering.clone(),
+        };
+        let served = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
+                listening.stop();
+                lingering.cancel();
+                tokio::time::sleep(linger).await;
                 stop.cancel();
             })
             .await;
@@ -188,6 +227,8 @@ impl Application {
         shaping.abort();
         stop_pusher.cancel();
         let _ = pusher_task.await;
+        // Only now may a replacement replay the log.
+        drop(data_lock);
         served?;
         device_served?;
         Ok(())
