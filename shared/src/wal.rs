@@ -23,7 +23,7 @@
 //! after it in the new file (a change may be in both: replay must be idempotent).
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
@@ -101,13 +101,36 @@ pub struct ReadReport {
 
 /// Calls `apply` with each valid record's payload in order, stops at the first
 /// torn or corrupt one and truncates the file there. A missing file is an empty log.
-pub fn read_log(path: &Path, mut apply: impl FnMut(&[u8])) -> io::Result<ReadReport> {
+pub fn read_log(path: &Path, apply: impl FnMut(&[u8])) -> io::Result<ReadReport> {
+    read_log_from(path, 0, Tail::Truncate, apply)
+}
+
+/// What [`read_log_from`] does with a torn or corrupt tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// Cut it off (the log's writer is gone: the tail can never be completed).
+    Truncate,
+    /// Leave it: another process may be writing it (a read ahead of a hand-over).
+    Keep,
+}
+
+/// [`read_log`] from byte `from` (the end of a valid record, or 0): `valid_bytes` in the
+/// report is then the offset where the valid records end, counted from the file's start.
+/// A file shorter than `from` is an error (it is not the log that was read up to there).
+pub fn read_log_from(path: &Path, from: u64, tail: Tail, mut apply: impl FnMut(&[u8])) -> io::Result<ReadReport> {
     let mut bytes = Vec::new();
     match File::open(path) {
         Ok(mut file) => {
+            if file.metadata()?.len() < from {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{} is shorter than the {from} bytes already read", path.display()),
+                ));
+            }
+            file.seek(io::SeekFrom::Start(from))?;
             file.read_to_end(&mut bytes)?;
         }
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(ReadReport::default()),
+        Err(error) if error.kind() == io::ErrorKind::NotFound && from == 0 => return Ok(ReadReport::default()),
         Err(error) => return Err(error),
     }
     let mut report = ReadReport::default();
@@ -135,20 +158,23 @@ pub fn read_log(path: &Path, mut apply: impl FnMut(&[u8])) -> io::Result<ReadRep
         report.records += 1;
         offset += HEADER_BYTES + length;
     };
-    report.valid_bytes = offset as u64;
+    report.valid_bytes = from + offset as u64;
     report.truncated_bytes = (bytes.len() - offset) as u64;
-    if let Some(problem) = problem {
+    if let (Some(problem), Tail::Truncate) = (problem, tail) {
         tracing::warn!(
             path = %path.display(),
             problem,
-            offset,
+            offset = report.valid_bytes,
             truncated_bytes = report.truncated_bytes,
             records_kept = report.records,
             "log tail torn or corrupt; truncating it"
         );
         let file = OpenOptions::new().write(true).open(path)?;
-        file.set_len(offset as u64)?;
+        file.set_len(report.valid_bytes)?;
         file.sync_all()?;
+    }
+    if tail == Tail::Keep {
+        report.truncated_bytes = 0;
     }
     Ok(report)
 }
@@ -555,6 +581,43 @@ mod tests {
             (1, 64),
             "a zero-filled tail is not a record"
         );
+    }
+
+    #[test]
+    fn a_read_ahead_keeps_a_tail_being_written_and_a_later_read_continues_from_its_end() {
+        let path = scratch("ahead");
+        let mut file = File::create(&path).unwrap();
+        file.write_all(&frame(b"one")).unwrap();
+        file.write_all(&frame(b"two")).unwrap();
+        // A record half written by a writer that is still running.
+        let three = frame(b"three");
+        file.write_all(&three[..5]).unwrap();
+        let mut seen = Vec::new();
+        let ahead = read_log_from(&path, 0, Tail::Keep, |payload| seen.push(payload.to_vec())).unwrap();
+        assert_eq!(seen, vec![b"one".to_vec(), b"two".to_vec()]);
+        assert_eq!(ahead.valid_bytes, 2 * (HEADER_BYTES as u64 + 3));
+        let length = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(length, ahead.valid_bytes + 5, "the tail being written is left alone");
+
+        // The writer finishes its record and stops; the rest is read from where the read
+        // ahead ended, and a torn tail now is cut off.
+        file.write_all(&three[5..]).unwrap();
+        file.write_all(&frame(b"four")[..3]).unwrap();
+        let mut rest = Vec::new();
+        let tail = read_log_from(&path, ahead.valid_bytes, Tail::Truncate, |payload| {
+            rest.push(payload.to_vec())
+        })
+        .unwrap();
+        assert_eq!(rest, vec![b"three".to_vec()]);
+        assert_eq!(tail.records, 1);
+        assert_eq!(tail.truncated_bytes, 3);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), tail.valid_bytes);
+        let (all, _) = records(&path);
+        assert_eq!(all.len(), 3);
+
+        // A file shorter than what was read is another log: an error, not a silent skip.
+        std::fs::write(&path, frame(b"new")).unwrap();
+        assert!(read_log_from(&path, tail.valid_bytes, Tail::Truncate, |_| {}).is_err());
     }
 
     #[tokio::test]

@@ -31,7 +31,7 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_file(directory.join("worker-a.wal"));
 
     let store = Store::new(Shard::new(0));
-    let (journal, _) = Journal::open(&directory, "a", FsyncPolicy::Never, u64::MAX, &store).await?;
+    let (journal, _) = Journal::open(&directory, "a", FsyncPolicy::Never, u64::MAX, &store, None).await?;
     let generation = 0x5eed;
     let uuids: Vec<String> = (0..isus)
         .map(|isu| format!("0{isu:07x}-0000-4000-8000-000000000000"))

@@ -54,12 +54,14 @@ pub struct Config {
     )]
     pub cluster_secret: String,
 
-    /// At a stop, how long the worker goes on serving (and accepting) with `Connection: close`
-    /// on every HTTP/1 answer before it stops taking requests, in milliseconds: clients that
-    /// post often (devices every 40 ms, nginx's kept-alive upstream connections) learn the
-    /// connection's end from an answer instead of finding it closed under a request; their
-    /// next connection reaches the replacement (`--replace`).
-    #[arg(long, env = "ISU_SHUTDOWN_LINGER_MS", default_value_t = 200)]
+    /// At a stop, how long the worker goes on serving its open connections with
+    /// `Connection: close` on every HTTP/1 answer before it stops, in milliseconds (it takes
+    /// no new connection meanwhile: they queue at a replacement, `--replace`). Longer than a
+    /// device's 40 ms interval, so a device posting on a kept-alive connection learns the
+    /// connection's end from an answer instead of finding it closed under a post; short,
+    /// because connections queued at the replacement wait this long, and a device gives up
+    /// after 100 ms.
+    #[arg(long, env = "ISU_SHUTDOWN_LINGER_MS", default_value_t = 50)]
     pub shutdown_linger_ms: u64,
 
     /// How often the latest condition of each changed ISU is pushed to the coordinator, in milliseconds.

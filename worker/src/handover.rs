@@ -3,16 +3,17 @@
 //!
 //! The sequence (`scripts/cluster replace`):
 //! 1. the replacement binds the same addresses beside the running worker (`SO_REUSEPORT`,
-//!    which every durable worker sets) and then waits for the data directory's lock;
+//!    which every durable worker sets), reads the log as far as it is written
+//!    ([`crate::journal::Journal::read_ahead`]) and then waits for the data directory's lock;
 //! 2. the running worker gets SIGTERM and at once takes its sockets out of the kernel's
 //!    listening tables ([`ListeningSockets::stop`]): from then on every new connection
 //!    reaches the replacement's accept queue, where it waits;
-//! 3. the running worker lingers (`--shutdown-linger-ms`), answering with
+//! 3. the running worker lingers (`--shutdown-linger-ms`, 50), answering with
 //!    `Connection: close` so kept-alive clients end their connections after an answer
-//!    instead of finding them closed under a request; then it drains, flushes its log and
-//!    the latest conditions, and exits, which releases the lock;
-//! 4. the replacement locks the directory, replays the complete log and serves the
-//!    connections that queued meanwhile.
+//!    instead of finding them closed under a request; then it finishes the open requests
+//!    and releases the lock (its pusher's last flush comes after);
+//! 4. the replacement locks the directory, reads the rest of the log and serves the
+//!    connections that queued meanwhile: they waited the linger, the drain and that read.
 //!
 //! Only the connections that completed their handshake on the old socket in the instant
 //! of step 2 and were not yet accepted are reset (Linux resets an accept queue when its

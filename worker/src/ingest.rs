@@ -403,7 +403,8 @@ where
 
 /// Poison pills for the blast-radius tests (fail points, off in any deployment):
 /// `ingest-stall=return(UUID)` makes storing a batch of that ISU hang for
-/// [`POISON_STALL`], `ingest-panic=return(UUID)` makes it panic.
+/// [`POISON_STALL`] (inside its lane); `ingest-panic=return(UUID)` makes the store panic
+/// on it ([`poison_panic`], wherever the batch is stored: lane, shaping lane, replay).
 pub async fn poison(uuid: &str) {
     if !node_http::fail_points_on() {
         return;
@@ -411,7 +412,11 @@ pub async fn poison(uuid: &str) {
     if fail::eval("ingest-stall", |target| target).flatten().as_deref() == Some(uuid) {
         tokio::time::sleep(POISON_STALL).await;
     }
-    if fail::eval("ingest-panic", |target| target).flatten().as_deref() == Some(uuid) {
+}
+
+/// The store's own poison pill (see [`poison`]), checked by [`crate::store::Shard::post`].
+pub fn poison_panic(uuid: &str) {
+    if node_http::fail_points_on() && fail::eval("ingest-panic", |target| target).flatten().as_deref() == Some(uuid) {
         panic!("poison pill for {uuid}");
     }
 }

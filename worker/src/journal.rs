@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use shared::protocol::{ProvisionalIsu, PublishIsu, RollbackIsu};
-use shared::wal::{read_log, Decoder, Encoder, FsyncPolicy, Wal, WalError, WalOptions};
+use shared::wal::{read_log_from, Decoder, Encoder, FsyncPolicy, Tail, Wal, WalError, WalOptions};
 
 use crate::store::{NewCondition, Shard, Store, SNAPSHOT_TAG};
 
@@ -42,9 +42,14 @@ pub struct Journal {
 pub struct Replayed {
     pub path: PathBuf,
     pub records: u64,
+    /// Of `records`, those read ahead, while the previous process still wrote the log.
+    pub records_ahead: u64,
     pub skipped: u64,
+    /// Of `skipped`, the records that panicked the store and were skipped.
+    pub poisoned: u64,
     pub truncated_bytes: u64,
     pub conditions: usize,
+    /// How long the last read took (after a read ahead: only the rest's).
     pub millis: u128,
 }
 
@@ -54,17 +59,21 @@ impl Journal {
     }
 
     /// Replays the log of cell `cell` in `data_dir` into `store`, then opens it for appending.
+    /// `ahead`: what [`Journal::read_ahead`] read of it while its previous writer still ran
+    /// (a replacement in place); only what was appended since is read now.
     pub async fn open(
         data_dir: &Path,
         cell: &str,
         policy: FsyncPolicy,
         compact_after_bytes: u64,
         store: &Store,
+        ahead: Option<Replay>,
     ) -> anyhow::Result<(Journal, Replayed)> {
         std::fs::create_dir_all(data_dir)?;
-        let path = data_dir.join(format!("worker-{cell}.wal"));
-        let replay_path = path.clone();
-        let (replayed, state) = tokio::task::spawn_blocking(move || replay(&replay_path)).await??;
+        let path = log_path(data_dir, cell);
+        let mut replay = ahead.unwrap_or_else(|| Replay::new(&path));
+        let replay = tokio::task::spawn_blocking(move || replay.read(Tail::Truncate).map(|()| replay)).await??;
+        let (replayed, state) = replay.finish();
         store.replace(state);
         let snapshot_store = store.clone();
         let wal = Wal::open(
@@ -76,6 +85,31 @@ impl Journal {
             },
         )?;
         Ok((Journal { wal: Some(wal) }, replayed))
+    }
+
+    /// Reads the log of cell `cell` as far as it is written while another process of the
+    /// cell still appends to it (before the data directory's lock is ours), so that
+    /// [`Journal::open`] afterwards reads only the rest: the hand-over's gap does not grow
+    /// with the log. A read that fails here is not fatal: `open` then reads everything.
+    pub async fn read_ahead(data_dir: &Path, cell: &str) -> Replay {
+        let path = log_path(data_dir, cell);
+        let mut replay = Replay::new(&path);
+        let read = tokio::task::spawn_blocking(move || {
+            let read = replay.read(Tail::Keep);
+            (replay, read)
+        })
+        .await;
+        match read {
+            Ok((replay, Ok(()))) => replay,
+            Ok((_, Err(error))) => {
+                tracing::warn!(%error, path = %path.display(), "reading the log ahead failed: it is read whole once it is handed over");
+                Replay::new(&path)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading the log ahead failed: it is read whole once it is handed over");
+                Replay::new(&path)
+            }
+        }
     }
 
     async fn append(&self, record: impl FnOnce() -> Encoder) -> Result<(), WalError> {
@@ -153,37 +187,120 @@ impl Journal {
     }
 }
 
+fn log_path(data_dir: &Path, cell: &str) -> PathBuf {
+    data_dir.join(format!("worker-{cell}.wal"))
+}
+
 /// Rebuilds the shard from the log at `path` (an empty shard of generation 0 if there is none).
 pub fn replay(path: &Path) -> std::io::Result<(Replayed, Shard)> {
-    let started = Instant::now();
-    let mut shard = Shard::new(0);
-    let mut skipped = 0u64;
-    let report = read_log(path, |payload| {
-        let mut decoder = Decoder::new(payload);
-        let applied = match decoder.u8() {
-            Some(SNAPSHOT_TAG) => Shard::from_snapshot(&mut decoder).map(|snapshot| shard = snapshot),
-            Some(tag) => apply(&shard, tag, &mut decoder),
-            None => None,
-        };
-        if applied.is_none() {
-            skipped += 1;
-        }
-    })?;
-    if skipped > 0 {
-        tracing::warn!(skipped, path = %path.display(), "log records not applied (another generation, unknown ISU or unreadable)");
-    }
-    let conditions = shard.condition_count();
-    Ok((
-        Replayed {
+    let mut replay = Replay::new(path);
+    replay.read(Tail::Truncate)?;
+    Ok(replay.finish())
+}
+
+/// A replay in progress: the shard rebuilt from the log up to `offset`.
+pub struct Replay {
+    path: PathBuf,
+    shard: Shard,
+    /// The file read so far, as (device, inode): a snapshot (reset or compaction) replaces
+    /// the file by renaming a new one over it, and a replaced file is read from its start.
+    file: Option<(u64, u64)>,
+    offset: u64,
+    records: u64,
+    /// Records read by the reads before the last one (a read ahead).
+    records_ahead: u64,
+    skipped: u64,
+    /// Of `skipped`, the records whose applying panicked.
+    poisoned: u64,
+    truncated_bytes: u64,
+    started: Instant,
+}
+
+impl Replay {
+    fn new(path: &Path) -> Replay {
+        Replay {
             path: path.to_owned(),
-            records: report.records,
-            skipped,
-            truncated_bytes: report.truncated_bytes,
-            conditions,
-            millis: started.elapsed().as_millis(),
-        },
-        shard,
-    ))
+            shard: Shard::new(0),
+            file: None,
+            offset: 0,
+            records: 0,
+            records_ahead: 0,
+            skipped: 0,
+            poisoned: 0,
+            truncated_bytes: 0,
+            started: Instant::now(),
+        }
+    }
+
+    /// Applies the records appended since the last read; `tail` as [`read_log_from`] takes it.
+    fn read(&mut self, tail: Tail) -> std::io::Result<()> {
+        use std::os::unix::fs::MetadataExt as _;
+        let file = match std::fs::metadata(&self.path) {
+            Ok(metadata) => Some((metadata.dev(), metadata.ino())),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+            Err(error) => return Err(error),
+        };
+        if file != self.file || file.is_none() {
+            if self.offset > 0 {
+                tracing::info!(path = %self.path.display(), "the log was replaced since it was read ahead: reading it from its start");
+            }
+            self.shard = Shard::new(0);
+            self.offset = 0;
+            self.records = 0;
+            self.skipped = 0;
+            self.poisoned = 0;
+            self.file = file;
+        }
+        self.records_ahead = self.records;
+        self.started = Instant::now();
+        let (shard, skipped, poisoned) = (&mut self.shard, &mut self.skipped, &mut self.poisoned);
+        let report = read_log_from(&self.path, self.offset, tail, |payload| {
+            let mut decoder = Decoder::new(payload);
+            let applied = match decoder.u8() {
+                Some(SNAPSHOT_TAG) => Shard::from_snapshot(&mut decoder).map(|snapshot| *shard = snapshot),
+                // A record that panics the store (a poison pill: a shaped batch is logged
+                // before the shaping lane stores it, and its panic there is caught) must not
+                // stop the replay: the worker would never start again.
+                Some(tag) => {
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(shard, tag, &mut decoder))) {
+                        Ok(applied) => applied,
+                        Err(_) => {
+                            *poisoned += 1;
+                            None
+                        }
+                    }
+                }
+                None => None,
+            };
+            if applied.is_none() {
+                *skipped += 1;
+            }
+        })?;
+        self.offset = report.valid_bytes;
+        self.records += report.records;
+        self.truncated_bytes += report.truncated_bytes;
+        Ok(())
+    }
+
+    fn finish(self) -> (Replayed, Shard) {
+        if self.poisoned > 0 {
+            tracing::error!(poisoned = self.poisoned, path = %self.path.display(), "log records that panicked the store were skipped (kept in the file until its next compaction)");
+        }
+        if self.skipped > 0 {
+            tracing::warn!(skipped = self.skipped, path = %self.path.display(), "log records not applied (another generation, unknown ISU or unreadable)");
+        }
+        let replayed = Replayed {
+            path: self.path,
+            records: self.records,
+            records_ahead: self.records_ahead,
+            skipped: self.skipped,
+            poisoned: self.poisoned,
+            truncated_bytes: self.truncated_bytes,
+            conditions: self.shard.condition_count(),
+            millis: self.started.elapsed().as_millis(),
+        };
+        (replayed, self.shard)
+    }
 }
 
 /// Applies one non-snapshot record; `None` when it is of another generation or malformed.

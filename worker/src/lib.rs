@@ -96,6 +96,12 @@ impl Application {
             }
             None => None,
         };
+        // A replacement reads the log as far as it is written before it waits for the lock,
+        // so only what the old process appends meanwhile is read in the gap.
+        let ahead = match (&config.data_dir, config.replace) {
+            (Some(data_dir), true) => Some(Journal::read_ahead(data_dir, &config.cell).await),
+            _ => None,
+        };
         let data_lock = match &config.data_dir {
             Some(data_dir) => Some(handover::lock_data_dir(data_dir, &config.cell).await?),
             None => None,
@@ -108,12 +114,15 @@ impl Application {
                     config.fsync,
                     config.compact_after_mb.saturating_mul(1 << 20),
                     &store,
+                    ahead,
                 )
                 .await?;
                 tracing::info!(
                     path = %replayed.path.display(),
                     records = replayed.records,
+                    records_read_ahead = replayed.records_ahead,
                     skipped = replayed.skipped,
+                    poisoned = replayed.poisoned,
                     truncated_bytes = replayed.truncated_bytes,
                     conditions = replayed.conditions,
                     generation = store.shard().generation,
@@ -218,6 +227,10 @@ impl Application {
             Some(device_task) => device_task.await.map_err(anyhow::Error::from).and_then(|served| served),
             None => Ok(()),
         };
+        // Every request is answered, so every change is in the log: a replacement may read
+        // the rest of it now (what follows writes nothing to it: shaped batches are logged
+        // already, the pusher talks only to the coordinator).
+        drop(data_lock);
         // Shaped batches are acknowledged (and logged): stored before the process ends.
         let draining = Instant::now();
         while self_ingest.shaping_depth() > 0 && draining.elapsed() < Duration::from_secs(5) {
@@ -227,8 +240,6 @@ impl Application {
         shaping.abort();
         stop_pusher.cancel();
         let _ = pusher_task.await;
-        // Only now may a replacement replay the log.
-        drop(data_lock);
         served?;
         device_served?;
         Ok(())

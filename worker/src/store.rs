@@ -469,6 +469,7 @@ impl Shard {
 
     /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were new.
     pub fn post(&self, uuid: &str, batch: &[NewCondition<'_>]) -> Result<usize, PostError> {
+        crate::ingest::poison_panic(uuid);
         let entry = self.isu(uuid).ok_or(PostError::UnknownIsu)?;
         let compacted: Vec<Condition> = batch.iter().map(|condition| self.compact(*condition)).collect();
         let inserted = {

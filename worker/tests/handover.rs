@@ -213,6 +213,20 @@ async fn a_replacement_beside_the_running_worker_takes_over_with_no_request_lost
         read(&second_log).contains("data directory handed over")
     })
     .await;
+    // The replacement read the log ahead while the first still wrote it, and then the rest.
+    wait_for("the replacement's replay", Duration::from_secs(10), || {
+        read(&second_log).contains("log replayed")
+    })
+    .await;
+    let replayed = read(&second_log);
+    let field = |name: &str| -> u64 {
+        let line = replayed.lines().find(|line| line.contains("log replayed")).unwrap();
+        let value = line.split(&format!(" {name}=")).nth(1).unwrap();
+        value.split(' ').next().unwrap().parse().unwrap()
+    };
+    let (records, ahead) = (field("records"), field("records_read_ahead"));
+    assert!(ahead > 0, "nothing was read ahead: {replayed}");
+    assert!(records >= ahead, "{records} records replayed, {ahead} of them ahead");
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::SeqCst);
     for client in load {

@@ -310,3 +310,83 @@ async fn with_one_shared_queue_a_poison_pill_hurts_every_isu() {
     assert_eq!(expected.len(), isus);
     assert_eq!(hurt, expected);
 }
+
+/// A poison pill that panics the store itself (`ingest-panic`): in its lane the panic is
+/// caught (500) and the ISU quarantined; its next batch is shaped (logged, 202) and panics
+/// the shaping lane, caught too, so it stays in the log only. A restart must not replay
+/// that record into a crash: it is skipped and reported, and the worker serves every other
+/// ISU's acknowledged conditions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_panics_the_store_is_quarantined_and_skipped_at_replay_instead_of_crashing_the_worker() {
+    let poison = test_uuid('0', 0xbad);
+    let fail_points = format!("ingest-panic=return({poison})");
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        durable: true,
+        fail_points: Some(fail_points.clone()),
+        device_run_for: Duration::ZERO,
+        ..ClusterOptions::default()
+    })
+    .await;
+    let alice = cluster.sign_in("alice").await;
+    cluster.jia.add_isu(&poison, cluster.character_of(&poison));
+    let normal = test_uuid('2', 0x900d);
+    cluster.jia.add_isu(&normal, cluster.character_of(&normal));
+    for uuid in [&poison, &normal] {
+        alice.register(uuid, "poison", None).await.json(201);
+    }
+    let device = cluster.device_servers[0].clone();
+    let patient = client(Duration::from_secs(10));
+
+    let (status, _, _) = post(&patient, &device, &poison, &batch(BASE, 1)).await;
+    assert_eq!(
+        status,
+        Some(StatusCode::INTERNAL_SERVER_ERROR),
+        "the lane's panic is caught"
+    );
+    let (status, _, _) = post(&patient, &device, &poison, &batch(BASE + 1, 1)).await;
+    assert_eq!(
+        status,
+        Some(StatusCode::ACCEPTED),
+        "quarantined: shaped, logged, acknowledged"
+    );
+    let mut acknowledged = BTreeSet::new();
+    for round in 0..5 {
+        let conditions = batch(BASE + 100 + round * 10, 10);
+        let (status, _, _) = post(&patient, &device, &normal, &conditions).await;
+        assert_eq!(status, Some(StatusCode::ACCEPTED), "normal batch {round}");
+        acknowledged.extend(conditions.iter().map(|condition| condition.timestamp));
+    }
+    wait_until("the shaping lane met the pill", Duration::from_secs(10), || async {
+        let metrics = worker_metrics(&cluster, 0).await;
+        (metric_sum(&metrics, "ingest_lane_panics_total{", &[]) >= 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(own_timestamps(&alice, &normal).await, acknowledged);
+
+    // Started again with the store still poisonous: the shaped batch's record panics the
+    // replay's store too, and is skipped.
+    cluster.kill_node(0);
+    cluster.fail_points = Some(fail_points);
+    cluster.start_node(0);
+    let alice_ref = &alice;
+    let normal_ref = normal.as_str();
+    let expected = &acknowledged;
+    wait_until("the worker serves again", Duration::from_secs(20), || async move {
+        let query = format!("end_time=1&condition_level={ALL_LEVELS}");
+        (alice_ref.conditions(normal_ref, &query).await.status.as_u16() == 200).then_some(())
+    })
+    .await;
+    assert_eq!(own_timestamps(alice_ref, normal_ref).await, *expected);
+    let log = cluster.node_log(0);
+    let replayed = log
+        .lines()
+        .rfind(|line| line.contains("log replayed"))
+        .expect("the restart replayed its log");
+    assert!(replayed.contains(" poisoned=1 "), "{replayed}");
+    assert!(
+        log.contains("log records that panicked the store were skipped"),
+        "{log}"
+    );
+    // The poisonous ISU itself is still served (what it stored before the pill: nothing).
+    assert!(own_timestamps(&alice, &poison).await.is_empty());
+}
