@@ -39,11 +39,23 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// Installs the global Prometheus recorder and returns the handle that renders it.
-/// Installs the Prometheus recorder. Every metric carries `node` (`coordinator`,
-/// `worker-a`, ...) and `cell` (the worker's cell; `coordinator` for the control plane), so
-/// per-cell rules need no relabelling (`ops/prometheus/`).
+/// How often the recorder folds its histograms' raw samples into their buckets, whether or
+/// not anything scrapes `/metrics`.
+pub const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Installs the global Prometheus recorder and returns the handle that renders it. Every
+/// metric carries `node` (`coordinator`, `worker-a`, ...) and `cell` (the worker's cell;
+/// `coordinator` for the control plane), so per-cell rules need no relabelling
+/// (`ops/prometheus/`). Upkeep runs every [`METRICS_UPKEEP_INTERVAL`].
 pub fn init_metrics(node: &str, cell: &str) -> anyhow::Result<PrometheusHandle> {
+    init_metrics_with_upkeep(node, cell, METRICS_UPKEEP_INTERVAL)
+}
+
+/// [`init_metrics`] with upkeep every `upkeep`. The exporter keeps every histogram sample
+/// (8 bytes each: a device post records several) until a scrape or an upkeep folds them into
+/// the buckets, and `install_recorder` leaves upkeep to its caller: without this thread a
+/// node that nothing scrapes would grow by every sample it ever recorded.
+pub fn init_metrics_with_upkeep(node: &str, cell: &str, upkeep: Duration) -> anyhow::Result<PrometheusHandle> {
     let latency_buckets = [
         0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
         1.0, 2.5,
@@ -64,6 +76,13 @@ pub fn init_metrics(node: &str, cell: &str) -> anyhow::Result<PrometheusHandle> 
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     metrics::gauge!(PROCESS_START_SECONDS).set(started.as_secs_f64());
+    let upkept = handle.clone();
+    std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || loop {
+            std::thread::sleep(upkeep);
+            upkept.run_upkeep();
+        })?;
     Ok(handle)
 }
 
