@@ -1,6 +1,8 @@
 //! Telemetry common to every node: tracing setup, the Prometheus recorder and
 //! pprof CPU profiles.
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -267,11 +269,39 @@ pub async fn profile_from_query(query: Option<&str>) -> ProfileReply {
     }
 }
 
+/// The request metrics' handles by route and then status. Looking a labelled metric up in
+/// the recorder builds its key of owned labels, hashes it and searches a locked map (and the
+/// two macros did it twice, with a copy of each label each): once per route and status here,
+/// not once per request. Routes are the routers' templates (bounded), so is the map. Valid
+/// for the recorder installed when a pair is first seen: the nodes install theirs before
+/// they serve.
+type RequestHandles = HashMap<String, HashMap<u16, (metrics::Counter, metrics::Histogram)>>;
+static REQUEST_HANDLES: LazyLock<RwLock<RequestHandles>> = LazyLock::new(RwLock::default);
+
 /// Counts one served request and records its latency, labelled by matched route and status.
-pub fn record_request(route: String, status: u16, elapsed: std::time::Duration) {
-    let labels = [("route", route), ("status", status.to_string())];
-    metrics::counter!(REQUESTS_TOTAL, &labels).increment(1);
-    metrics::histogram!(REQUEST_SECONDS, &labels).record(elapsed.as_secs_f64());
+pub fn record_request(route: &str, status: u16, elapsed: std::time::Duration) {
+    let seconds = elapsed.as_secs_f64();
+    {
+        let handles = REQUEST_HANDLES.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some((counter, histogram)) = handles.get(route).and_then(|by_status| by_status.get(&status)) {
+            counter.increment(1);
+            histogram.record(seconds);
+            return;
+        }
+    }
+    let labels = [("route", route.to_owned()), ("status", status.to_string())];
+    let (counter, histogram) = (
+        metrics::counter!(REQUESTS_TOTAL, &labels),
+        metrics::histogram!(REQUEST_SECONDS, &labels),
+    );
+    counter.increment(1);
+    histogram.record(seconds);
+    REQUEST_HANDLES
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(route.to_owned())
+        .or_default()
+        .insert(status, (counter, histogram));
 }
 
 /// Records one outgoing call (see [`OUTGOING_CALL_SECONDS`]).

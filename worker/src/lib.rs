@@ -39,9 +39,21 @@ use crate::device_server::DeviceServer;
 use crate::journal::Journal;
 use crate::store::{Shard, Store};
 
-/// Shared state of the handlers (cheap to clone).
+/// Shared state of the handlers: one `Arc`, so the clones axum makes for every request (its
+/// `State` extractor and each middleware's) cost one reference count, not one per field.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] holds.
+pub struct Shared {
     pub store: Store,
     pub journal: Journal,
     pub cells: Arc<cells::Cells>,
@@ -136,7 +148,7 @@ impl Application {
         };
         let cells = Arc::new(cells::Cells::new(&config.cell, config.data_dir.as_deref())?);
         let (ingest, shaped_batches) = ingest::Ingest::new(config.ingest());
-        let state = AppState {
+        let state = AppState(Arc::new(Shared {
             store,
             journal,
             cells,
@@ -145,7 +157,7 @@ impl Application {
             session_key: SessionKey::from_secret(&config.cluster_secret),
             config: Arc::new(config),
             metrics,
-        };
+        }));
         Ok(Application {
             data_lock,
             listener,

@@ -17,6 +17,11 @@ use crate::ingest::{Route, ShapedBatch};
 use crate::store::{NewCondition, PostError, Shard};
 use crate::AppState;
 
+/// The stored-conditions counter, looked up once (after the recorder is installed: the
+/// first device post comes after the node's start), not at every batch.
+static CONDITIONS_STORED: std::sync::LazyLock<metrics::Counter> =
+    std::sync::LazyLock::new(|| metrics::counter!(shared::telemetry::CONDITIONS_STORED));
+
 /// The limit of one condition page.
 const PAGE_SIZE: usize = 20;
 
@@ -112,7 +117,7 @@ async fn store_batch(
     crate::ingest::poison(uuid).await;
     match shard.post(uuid, batch) {
         Ok(inserted) => {
-            metrics::counter!(shared::telemetry::CONDITIONS_STORED).increment(inserted as u64);
+            CONDITIONS_STORED.increment(inserted as u64);
             if inserted > 0 {
                 // Acknowledged only once logged (a repeat is already in the log).
                 state.journal.post(shard.generation, uuid, batch).await?;
