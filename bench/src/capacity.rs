@@ -422,17 +422,35 @@ pub(crate) async fn register_step(
             let form = reqwest::multipart::Form::new()
                 .text("jia_isu_uuid", uuid.clone())
                 .text("isu_name", "capacity");
-            let created =
-                matches!(client.post(url).multipart(form).send().await, Ok(response) if response.status() == 201);
-            (user_index, uuid, created)
+            let failure = match client.post(url).multipart(form).send().await {
+                Ok(response) if response.status() == 201 => None,
+                Ok(response) => {
+                    let status = response.status();
+                    let body = response.text().await.unwrap_or_default();
+                    Some(format!(
+                        "status {status}, body {:?}",
+                        body.chars().take(120).collect::<String>()
+                    ))
+                }
+                Err(error) if error.is_timeout() => Some("timed out".to_owned()),
+                Err(error) => Some(format!("{error}")),
+            };
+            (user_index, uuid, failure)
         });
     }
     let mut failures = 0;
     let mut new_isus: Vec<(usize, String)> = Vec::new();
     while let Some(joined) = registrations.join_next().await {
         match joined {
-            Ok((user_index, uuid, true)) => new_isus.push((user_index, uuid)),
-            _ => failures += 1,
+            Ok((user_index, uuid, None)) => new_isus.push((user_index, uuid)),
+            Ok((_, uuid, Some(why))) => {
+                failures += 1;
+                tracing::warn!(uuid, why, "capacity: a registration failed");
+            }
+            Err(error) => {
+                failures += 1;
+                tracing::warn!(%error, "capacity: a registration task failed");
+            }
         }
     }
     let created = new_isus.len();
