@@ -210,6 +210,10 @@ enum Command {
     Snapshot {
         done: oneshot::Sender<Result<(), String>>,
     },
+    /// Ends the writer once everything queued before it is written (see [`Wal::close`]).
+    Close {
+        done: oneshot::Sender<()>,
+    },
 }
 
 /// Cheap-clone handle to the log writer.
@@ -252,6 +256,20 @@ impl Wal {
         acknowledged.await.map_err(|_| WalError::Stopped)?.map_err(WalError::Io)
     }
 
+    /// Ends the writer: every record queued before this call is written, a compaction it
+    /// started is finished (its rename done) and the file synced; later appends get
+    /// [`WalError::Stopped`]. A process handing its log over to another (a replacement in
+    /// place) calls it before it lets the other read and append: a compaction renaming a
+    /// snapshot over the log afterwards would orphan the other's appends.
+    pub async fn close(&self) -> Result<(), WalError> {
+        let (done, closed) = oneshot::channel();
+        self.sender
+            .send(Command::Close { done })
+            .await
+            .map_err(|_| WalError::Stopped)?;
+        closed.await.map_err(|_| WalError::Stopped)
+    }
+
     /// Replaces the log with a snapshot of the state as it is once every record
     /// queued before this call is written (used after a reset: a fresh log).
     pub async fn snapshot(&self) -> Result<(), WalError> {
@@ -287,7 +305,13 @@ impl Writer {
             tokio::select! {
                 command = receiver.recv() => {
                     let Some(command) = command else { break };
-                    self.handle(command, &mut receiver).await;
+                    if let Some(done) = self.handle(command, &mut receiver).await {
+                        if self.dirty {
+                            self.sync().await;
+                        }
+                        let _ = done.send(());
+                        return;
+                    }
                 }
                 _ = ticker.tick(), if self.dirty => {
                     self.sync().await;
@@ -299,11 +323,13 @@ impl Writer {
         }
     }
 
-    /// Writes `first` and whatever else is queued as one group; a snapshot request ends the group.
-    async fn handle(&mut self, first: Command, receiver: &mut mpsc::Receiver<Command>) {
+    /// Writes `first` and whatever else is queued as one group; a snapshot or close request
+    /// ends the group. Returns a close request's answer, to send once the writer is done.
+    async fn handle(&mut self, first: Command, receiver: &mut mpsc::Receiver<Command>) -> Option<oneshot::Sender<()>> {
         let mut buffer = Vec::new();
         let mut waiting = Vec::new();
         let mut snapshot = None;
+        let mut close = None;
         let mut next = Some(first);
         while let Some(command) = next.take() {
             match command {
@@ -313,6 +339,10 @@ impl Writer {
                 }
                 Command::Snapshot { done } => {
                     snapshot = Some(done);
+                    break;
+                }
+                Command::Close { done } => {
+                    close = Some(done);
                     break;
                 }
             }
@@ -354,6 +384,7 @@ impl Writer {
                 tracing::error!(%error, "log compaction failed");
             }
         }
+        close
     }
 
     async fn sync(&mut self) {
@@ -643,6 +674,28 @@ mod tests {
         let (seen, _) = records(&path);
         assert_eq!(seen[0], b"compacted".to_vec());
         assert!(std::fs::metadata(&path).unwrap().len() < 1200);
+    }
+
+    #[tokio::test]
+    async fn close_returns_once_a_compaction_it_follows_has_renamed_its_snapshot_and_stops_the_writer() {
+        let path = scratch("close");
+        let mut options = options(FsyncPolicy::Interval(Duration::from_millis(50)), b"compacted");
+        options.compact_after_bytes = 1000;
+        let wal = Wal::open(&path, options).unwrap();
+        // The tenth record (108 bytes each, framed) passes the threshold: its group is
+        // acknowledged, then the writer compacts. Close right after must wait for that.
+        for _ in 0..10 {
+            wal.append(&[7u8; 100]).await.unwrap();
+        }
+        wal.close().await.unwrap();
+        let (seen, _) = records(&path);
+        assert_eq!(
+            seen,
+            vec![b"compacted".to_vec()],
+            "the snapshot is in place when close returns"
+        );
+        assert!(matches!(wal.append(&[1]).await, Err(WalError::Stopped)));
+        assert!(matches!(wal.close().await, Err(WalError::Stopped)));
     }
 
     #[test]

@@ -112,6 +112,15 @@ impl Journal {
         }
     }
 
+    /// Ends the log writer once everything queued is written, and a compaction it started is
+    /// finished (see [`Wal::close`]): before a replacement may read and append to the log.
+    pub async fn close(&self) -> Result<(), WalError> {
+        match &self.wal {
+            Some(wal) => wal.close().await,
+            None => Ok(()),
+        }
+    }
+
     async fn append(&self, record: impl FnOnce() -> Encoder) -> Result<(), WalError> {
         match &self.wal {
             Some(wal) => wal.append(&record().bytes).await,

@@ -197,6 +197,7 @@ impl Application {
         )?;
         let pusher_task = tokio::spawn(pusher.run(stop_pusher.clone()));
         let self_ingest = self.state.ingest.clone();
+        let journal = self.state.journal.clone();
         let watchdog = tokio::spawn(ingest::run_watchdog(self.state.ingest.clone()));
         let store = self.state.store.clone();
         let shaping = tokio::spawn(ingest::run_shaping_lane(
@@ -239,9 +240,14 @@ impl Application {
             Some(device_task) => device_task.await.map_err(anyhow::Error::from).and_then(|served| served),
             None => Ok(()),
         };
-        // Every request is answered, so every change is in the log: a replacement may read
-        // the rest of it now (what follows writes nothing to it: shaped batches are logged
-        // already, the pusher talks only to the coordinator).
+        // Every request is answered, so every change is in the log; once its writer has
+        // finished (a compaction it started renames a snapshot over the file: after the
+        // replacement opened it, that would orphan the replacement's appends), a replacement
+        // may read the rest of it. What follows writes nothing to it: shaped batches are
+        // logged already, the pusher talks only to the coordinator.
+        if let Err(error) = journal.close().await {
+            tracing::error!(%error, "closing the log failed");
+        }
         drop(data_lock);
         // Shaped batches are acknowledged (and logged): stored before the process ends.
         let draining = Instant::now();
