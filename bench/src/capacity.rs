@@ -433,7 +433,7 @@ pub(crate) async fn register_step(
                     ))
                 }
                 Err(error) if error.is_timeout() => Some("timed out".to_owned()),
-                Err(error) => Some(format!("{error}")),
+                Err(error) => Some(shared::error_chain(&error)),
             };
             (user_index, uuid, failure)
         });

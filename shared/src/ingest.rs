@@ -63,9 +63,19 @@ pub enum BatchError {
     MessageTooLong,
 }
 
+thread_local! {
+    /// simd-json's working buffers, kept per thread: a fresh set is four allocations (and a
+    /// reallocation of the structural indexes) on every device post. They grow to the
+    /// largest body a thread decoded, at most the body limit.
+    static DECODE_BUFFERS: std::cell::RefCell<simd_json::Buffers> =
+        std::cell::RefCell::new(simd_json::Buffers::new(4096));
+}
+
 /// Decodes a batch in place (simd-json rewrites the buffer; strings borrow from it).
 pub fn decode_batch(body: &mut [u8]) -> Result<Vec<PostedCondition<'_>>, BatchError> {
-    let posted: Vec<PostedCondition<'_>> = simd_json::serde::from_slice(body).map_err(|_| BatchError::Undecodable)?;
+    let posted: Vec<PostedCondition<'_>> = DECODE_BUFFERS
+        .with_borrow_mut(|buffers| simd_json::serde::from_slice_with_buffers(body, buffers))
+        .map_err(|_| BatchError::Undecodable)?;
     if posted.is_empty() {
         return Err(BatchError::Empty);
     }
