@@ -54,7 +54,7 @@ pub fn init_metrics(node: &str, cell: &str) -> anyhow::Result<PrometheusHandle> 
 }
 
 /// [`init_metrics`] with upkeep every `upkeep`. The exporter keeps every histogram sample
-/// (8 bytes each: a device post records several) until a scrape or an upkeep folds them into
+/// (about 16 bytes each, measured; a device post records several) until a scrape or an upkeep folds them into
 /// the buckets, and `install_recorder` leaves upkeep to its caller: without this thread a
 /// node that nothing scrapes would grow by every sample it ever recorded.
 pub fn init_metrics_with_upkeep(node: &str, cell: &str, upkeep: Duration) -> anyhow::Result<PrometheusHandle> {
@@ -280,28 +280,28 @@ static REQUEST_HANDLES: LazyLock<RwLock<RequestHandles>> = LazyLock::new(RwLock:
 
 /// Counts one served request and records its latency, labelled by matched route and status.
 pub fn record_request(route: &str, status: u16, elapsed: std::time::Duration) {
-    let seconds = elapsed.as_secs_f64();
+    let record = |(counter, histogram): &(metrics::Counter, metrics::Histogram)| {
+        counter.increment(1);
+        histogram.record(elapsed.as_secs_f64());
+    };
     {
         let handles = REQUEST_HANDLES.read().unwrap_or_else(PoisonError::into_inner);
-        if let Some((counter, histogram)) = handles.get(route).and_then(|by_status| by_status.get(&status)) {
-            counter.increment(1);
-            histogram.record(seconds);
-            return;
+        if let Some(known) = handles.get(route).and_then(|by_status| by_status.get(&status)) {
+            return record(known);
         }
     }
     let labels = [("route", route.to_owned()), ("status", status.to_string())];
-    let (counter, histogram) = (
+    let new = (
         metrics::counter!(REQUESTS_TOTAL, &labels),
         metrics::histogram!(REQUEST_SECONDS, &labels),
     );
-    counter.increment(1);
-    histogram.record(seconds);
+    record(&new);
     REQUEST_HANDLES
         .write()
         .unwrap_or_else(PoisonError::into_inner)
         .entry(route.to_owned())
         .or_default()
-        .insert(status, (counter, histogram));
+        .insert(status, new);
 }
 
 /// Records one outgoing call (see [`OUTGOING_CALL_SECONDS`]).

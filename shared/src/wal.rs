@@ -159,8 +159,8 @@ pub fn read_log_from(path: &Path, from: u64, tail: Tail, mut apply: impl FnMut(&
         offset += HEADER_BYTES + length;
     };
     report.valid_bytes = from + offset as u64;
-    report.truncated_bytes = (bytes.len() - offset) as u64;
     if let (Some(problem), Tail::Truncate) = (problem, tail) {
+        report.truncated_bytes = (bytes.len() - offset) as u64;
         tracing::warn!(
             path = %path.display(),
             problem,
@@ -172,9 +172,6 @@ pub fn read_log_from(path: &Path, from: u64, tail: Tail, mut apply: impl FnMut(&
         let file = OpenOptions::new().write(true).open(path)?;
         file.set_len(report.valid_bytes)?;
         file.sync_all()?;
-    }
-    if tail == Tail::Keep {
-        report.truncated_bytes = 0;
     }
     Ok(report)
 }
@@ -247,13 +244,10 @@ impl Wal {
         if payload.is_empty() || payload.len() > MAX_RECORD_BYTES {
             return Err(WalError::TooLarge(payload.len()));
         }
-        let (done, acknowledged) = oneshot::channel();
         let record = frame(payload);
-        self.sender
-            .send(Command::Append { record, done })
-            .await
-            .map_err(|_| WalError::Stopped)?;
-        acknowledged.await.map_err(|_| WalError::Stopped)?.map_err(WalError::Io)
+        self.call(|done| Command::Append { record, done })
+            .await?
+            .map_err(WalError::Io)
     }
 
     /// Ends the writer: every record queued before this call is written, a compaction it
@@ -262,23 +256,23 @@ impl Wal {
     /// place) calls it before it lets the other read and append: a compaction renaming a
     /// snapshot over the log afterwards would orphan the other's appends.
     pub async fn close(&self) -> Result<(), WalError> {
-        let (done, closed) = oneshot::channel();
-        self.sender
-            .send(Command::Close { done })
-            .await
-            .map_err(|_| WalError::Stopped)?;
-        closed.await.map_err(|_| WalError::Stopped)
+        self.call(|done| Command::Close { done }).await
     }
 
     /// Replaces the log with a snapshot of the state as it is once every record
     /// queued before this call is written (used after a reset: a fresh log).
     pub async fn snapshot(&self) -> Result<(), WalError> {
-        let (done, acknowledged) = oneshot::channel();
-        self.sender
-            .send(Command::Snapshot { done })
-            .await
-            .map_err(|_| WalError::Stopped)?;
-        acknowledged.await.map_err(|_| WalError::Stopped)?.map_err(WalError::Io)
+        self.call(|done| Command::Snapshot { done })
+            .await?
+            .map_err(WalError::Io)
+    }
+
+    /// Sends the writer the command `command` builds around its answer's sender, and waits
+    /// for the answer; a writer gone is [`WalError::Stopped`].
+    async fn call<T>(&self, command: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, WalError> {
+        let (done, answer) = oneshot::channel();
+        self.sender.send(command(done)).await.map_err(|_| WalError::Stopped)?;
+        answer.await.map_err(|_| WalError::Stopped)
     }
 }
 
@@ -301,25 +295,24 @@ impl Writer {
         };
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        let closed = loop {
             tokio::select! {
                 command = receiver.recv() => {
-                    let Some(command) = command else { break };
+                    let Some(command) = command else { break None };
                     if let Some(done) = self.handle(command, &mut receiver).await {
-                        if self.dirty {
-                            self.sync().await;
-                        }
-                        let _ = done.send(());
-                        return;
+                        break Some(done);
                     }
                 }
                 _ = ticker.tick(), if self.dirty => {
                     self.sync().await;
                 }
             }
-        }
+        };
         if self.dirty {
             self.sync().await;
+        }
+        if let Some(done) = closed {
+            let _ = done.send(());
         }
     }
 

@@ -5,13 +5,14 @@
 //! 1. the replacement binds the same addresses beside the running worker (`SO_REUSEPORT`,
 //!    which every durable worker sets), reads the log as far as it is written
 //!    ([`crate::journal::Journal::read_ahead`]) and then waits for the data directory's lock;
-//! 2. the running worker gets SIGTERM and at once takes its sockets out of the kernel's
-//!    listening tables ([`ListeningSockets::stop`]): from then on every new connection
-//!    reaches the replacement's accept queue, where it waits;
+//! 2. the running worker gets SIGTERM, stops accepting and at once takes its sockets out
+//!    of the kernel's listening tables ([`ListeningSockets::stop`]): from then on every new
+//!    connection reaches the replacement's accept queue, where it waits;
 //! 3. the running worker lingers (`--shutdown-linger-ms`, 50), answering with
 //!    `Connection: close` so kept-alive clients end their connections after an answer
-//!    instead of finding them closed under a request; then it finishes the open requests
-//!    and releases the lock (its pusher's last flush comes after);
+//!    instead of finding them closed under a request; then it finishes the open requests,
+//!    closes its log writer (a compaction it started is done) and releases the lock (its
+//!    pusher's last flush comes after);
 //! 4. the replacement locks the directory, reads the rest of the log and serves the
 //!    connections that queued meanwhile: they waited the linger, the drain and that read.
 //!
@@ -101,13 +102,10 @@ pub(crate) async fn lock_data_dir(data_dir: &Path, cell: &str) -> anyhow::Result
 
 /// Second handles on the worker's listening sockets (the servers own the first), to stop
 /// listening at a stop while the servers go on answering their open connections.
+#[derive(Default)]
 pub(crate) struct ListeningSockets(Vec<std::net::TcpListener>);
 
 impl ListeningSockets {
-    pub(crate) fn new() -> ListeningSockets {
-        ListeningSockets(Vec::new())
-    }
-
     /// Keeps a duplicate of `listener`'s socket.
     pub(crate) fn add(&mut self, listener: &impl std::os::fd::AsFd) -> std::io::Result<()> {
         let socket = listener.as_fd().try_clone_to_owned()?;
@@ -147,6 +145,7 @@ impl axum::serve::Listener for StoppableListener {
                 _ = self.stopped.cancelled() => std::future::pending::<()>().await,
                 accepted = self.inner.accept() => match accepted {
                     Ok(accepted) => return accepted,
+                    // Stopped meanwhile: the socket no longer listens.
                     Err(error) if self.stopped.is_cancelled() => drop(error),
                     Err(error) => {
                         use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};

@@ -94,22 +94,14 @@ impl Journal {
     pub async fn read_ahead(data_dir: &Path, cell: &str) -> Replay {
         let path = log_path(data_dir, cell);
         let mut replay = Replay::new(&path);
-        let read = tokio::task::spawn_blocking(move || {
-            let read = replay.read(Tail::Keep);
-            (replay, read)
+        let read = tokio::task::spawn_blocking(move || replay.read(Tail::Keep).map(|()| replay))
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|read| read);
+        read.unwrap_or_else(|error| {
+            tracing::warn!(%error, path = %path.display(), "reading the log ahead failed: it is read whole once it is handed over");
+            Replay::new(&path)
         })
-        .await;
-        match read {
-            Ok((replay, Ok(()))) => replay,
-            Ok((_, Err(error))) => {
-                tracing::warn!(%error, path = %path.display(), "reading the log ahead failed: it is read whole once it is handed over");
-                Replay::new(&path)
-            }
-            Err(error) => {
-                tracing::warn!(%error, "reading the log ahead failed: it is read whole once it is handed over");
-                Replay::new(&path)
-            }
-        }
     }
 
     /// Ends the log writer once everything queued is written, and a compaction it started is
@@ -200,14 +192,8 @@ fn log_path(data_dir: &Path, cell: &str) -> PathBuf {
     data_dir.join(format!("worker-{cell}.wal"))
 }
 
-/// Rebuilds the shard from the log at `path` (an empty shard of generation 0 if there is none).
-pub fn replay(path: &Path) -> std::io::Result<(Replayed, Shard)> {
-    let mut replay = Replay::new(path);
-    replay.read(Tail::Truncate)?;
-    Ok(replay.finish())
-}
-
-/// A replay in progress: the shard rebuilt from the log up to `offset`.
+/// A replay in progress: the shard rebuilt from the log up to `offset` (an empty shard of
+/// generation 0 while there is no log).
 pub struct Replay {
     path: PathBuf,
     shard: Shard,
@@ -253,12 +239,10 @@ impl Replay {
             if self.offset > 0 {
                 tracing::info!(path = %self.path.display(), "the log was replaced since it was read ahead: reading it from its start");
             }
-            self.shard = Shard::new(0);
-            self.offset = 0;
-            self.records = 0;
-            self.skipped = 0;
-            self.poisoned = 0;
-            self.file = file;
+            *self = Replay {
+                file,
+                ..Replay::new(&self.path)
+            };
         }
         self.records_ahead = self.records;
         self.started = Instant::now();

@@ -208,7 +208,7 @@ impl Application {
         // A stop takes the sockets out of listening first (a replacement bound beside this
         // worker gets every new connection from then on), then lingers with answers saying
         // `Connection: close`, then the servers stop (see `handover`).
-        let mut listening = handover::ListeningSockets::new();
+        let mut listening = handover::ListeningSockets::default();
         listening.add(&self.listener)?;
         if let Some(server) = &self.device_server {
             server.add_to(&mut listening)?;
@@ -229,8 +229,11 @@ impl Application {
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(async move {
                 shutdown.await;
-                listening.stop();
+                // The main listener stops accepting before its socket stops listening: this
+                // runs on a task of its own (axum spawns it), and an accept in between would
+                // meet the stopped socket's error.
                 lingering.cancel();
+                listening.stop();
                 tokio::time::sleep(linger).await;
                 stop.cancel();
             })
