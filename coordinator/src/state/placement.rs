@@ -87,9 +87,23 @@ impl Placement {
         }
         let text = shared::router::nginx_include(&map);
         let path = router.path.clone();
-        let result = tokio::task::spawn_blocking(move || shared::write_atomically(&path, text.as_bytes())).await;
+        // A file that already holds this map (a coordinator restarted with an unchanged map)
+        // is left as it is and nginx is not reloaded: a reload closes every idle kept-alive
+        // client connection, and a request sent on one at that instant fails.
+        let result = tokio::task::spawn_blocking(move || {
+            if std::fs::read(&path).is_ok_and(|current| current == text.as_bytes()) {
+                return Ok(false);
+            }
+            shared::write_atomically(&path, text.as_bytes()).map(|()| true)
+        })
+        .await;
         match result {
-            Ok(Ok(())) => {
+            Ok(Ok(false)) => {
+                *written = map.version();
+                tracing::info!(version = map.version(), "router map unchanged: not reloaded");
+                return;
+            }
+            Ok(Ok(true)) => {
                 *written = map.version();
                 *last_reload = Some(std::time::Instant::now());
             }
