@@ -1306,9 +1306,17 @@ async fn metrics_count_requests_by_route_and_status_and_measure_batches_and_push
         "is_dirty=false,is_overweight=false,is_broken=false",
         "",
     );
-    cluster.post_conditions(&uuid, &[condition]).await.assert_empty(202);
-    cluster.agent().trend().await.json(200);
+    // As the device posts: to its worker's device server (the request metrics count it there too).
     let client = cluster.raw_client();
+    let posted = client
+        .post(format!("{}/api/condition/{uuid}", cluster.device_servers[0]))
+        .header("content-type", "application/json")
+        .body(serde_json::to_string(&[condition]).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status().as_u16(), 202);
+    cluster.agent().trend().await.json(200);
     let metrics = |base: String| {
         let (client, secret) = (client.clone(), cluster.secret.clone());
         async move {

@@ -175,22 +175,34 @@ fn uuid_of(path: &str) -> Option<&str> {
 
 /// Middleware of the per-ISU routes: requests for another cell's ISU go to that cell.
 pub async fn forward_foreign(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let uuid = uuid_of(request.uri().path()).map(str::to_owned);
+    match forward_if_foreign(&state, uuid.as_deref(), request).await {
+        Ok(forwarded) => forwarded,
+        Err(request) => next.run(request).await,
+    }
+}
+
+/// The owner's answer when another cell owns `uuid` (and the request was not forwarded here
+/// already); otherwise the request back, to be served here.
+pub(crate) async fn forward_if_foreign(
+    state: &AppState,
+    uuid: Option<&str>,
+    request: Request,
+) -> Result<Response, Request> {
     let forwarded = request.headers().contains_key(FORWARDED_HEADER);
-    let owner = match uuid_of(request.uri().path()) {
+    let owner = match uuid {
         Some(uuid) if !forwarded => state.cells.owner_url(uuid),
         _ => None,
     };
-    match owner {
-        Some(base) => {
-            metrics::counter!(shared::telemetry::REQUESTS_FORWARDED).increment(1);
-            let mut response = state.cells.forward(&base, request).await;
-            response
-                .headers_mut()
-                .insert("x-isu-served-by", HeaderValue::from_static("owner-cell"));
-            response
-        }
-        None => next.run(request).await,
-    }
+    let Some(base) = owner else {
+        return Err(request);
+    };
+    metrics::counter!(shared::telemetry::REQUESTS_FORWARDED).increment(1);
+    let mut response = state.cells.forward(&base, request).await;
+    response
+        .headers_mut()
+        .insert("x-isu-served-by", HeaderValue::from_static("owner-cell"));
+    Ok(response)
 }
 
 #[cfg(test)]

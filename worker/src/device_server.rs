@@ -10,7 +10,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::Router;
 use axum_server::tls_rustls::RustlsConfig;
 use tokio_util::sync::CancellationToken;
 
@@ -61,15 +60,15 @@ impl DeviceServer {
         self.tls.is_some()
     }
 
-    /// Serves `router` until `stop` fires, then lets open requests finish (bounded).
-    pub async fn run(self, router: Router, stop: CancellationToken) -> anyhow::Result<()> {
+    /// Serves `service` until `stop` fires, then lets open requests finish (bounded).
+    pub async fn run(self, service: crate::routes::DeviceService, stop: CancellationToken) -> anyhow::Result<()> {
         let handle = axum_server::Handle::new();
         let shutdown = handle.clone();
         tokio::spawn(async move {
             stop.cancelled().await;
             shutdown.graceful_shutdown(Some(SHUTDOWN_GRACE));
         });
-        let service = router.into_make_service();
+        let service = tower::make::Shared::new(service);
         match self.tls {
             Some(config) => {
                 axum_server::from_tcp_rustls(self.listener, config)?

@@ -217,8 +217,8 @@ impl Application {
         let linger = Duration::from_millis(self.state.config.shutdown_linger_ms);
         let close_connections = axum::middleware::from_fn_with_state(lingering.clone(), handover::close_when_lingering);
         let device_task = self.device_server.map(|server| {
-            let router = routes::device_router(self.state.clone()).layer(close_connections.clone());
-            tokio::spawn(server.run(router, stop_servers.clone()))
+            let service = routes::DeviceService::new(self.state.clone(), lingering.clone());
+            tokio::spawn(server.run(service, stop_servers.clone()))
         });
         let router = routes::router(self.state).layer(close_connections);
         let stop = stop_servers.clone();

@@ -679,6 +679,22 @@ async fn assert_device_server_serves_posts_only(worker: &TestWorker, client: &re
     )
     .await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    let too_large = device_post(
+        client,
+        device,
+        ISU,
+        " ".repeat(shared::ingest::CONDITION_BODY_LIMIT + 1),
+    )
+    .await;
+    assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // The path's UUID percent-decoded, as the main listener's route takes it.
+    let encoded = ISU.replacen('-', "%2D", 1);
+    let decoded = device_post(client, device, &encoded, batch(&[(5002, INFO)])).await;
+    assert_eq!(decoded.status(), StatusCode::ACCEPTED);
+    assert_eq!(
+        worker.timestamps("end_time=9999&condition_level=info,critical").await[0],
+        5002
+    );
 
     let read = client
         .get(format!(

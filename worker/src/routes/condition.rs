@@ -5,7 +5,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Path, RawQuery, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 use shared::domain::{ConditionView, LevelSet};
 use shared::error as messages;
@@ -25,8 +25,9 @@ static CONDITIONS_STORED: std::sync::LazyLock<metrics::Counter> =
 /// The limit of one condition page.
 const PAGE_SIZE: usize = 20;
 
-/// The route of both: reads (behind the public router) and device posts.
-const CONDITION_ROUTE: &str = "/api/condition/{uuid}";
+/// The route of both: reads (behind the public router) and device posts (also the device
+/// server's label in the request metrics).
+pub(crate) const CONDITION_ROUTE: &str = "/api/condition/{uuid}";
 
 pub fn router() -> Router<AppState> {
     Router::new().route(
@@ -34,14 +35,6 @@ pub fn router() -> Router<AppState> {
         get(list_conditions)
             .post(post_conditions)
             .layer(DefaultBodyLimit::max(CONDITION_BODY_LIMIT)),
-    )
-}
-
-/// Device posts only: what the device server serves.
-pub fn device_router() -> Router<AppState> {
-    Router::new().route(
-        CONDITION_ROUTE,
-        post(post_conditions).layer(DefaultBodyLimit::max(CONDITION_BODY_LIMIT)),
     )
 }
 
@@ -53,16 +46,27 @@ async fn post_conditions(
     Path(uuid): Path<String>,
     request: Request,
 ) -> Result<StatusCode, WorkerError> {
-    // A shaped ISU meeting a full shaping lane is refused before its body is read.
-    // (The lane is nearly always empty: one atomic load, the sketch only when it is full.)
-    if state.ingest.shaping_full() && state.ingest.is_shaped(&uuid) {
-        return Err(state.ingest.refuse_shaped());
-    }
+    refuse_shaped_early(&state, &uuid)?;
     let body = Bytes::from_request(request, &state).await;
     let body = body.map_err(|rejection: BytesRejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => WorkerError::PayloadTooLarge(messages::PAYLOAD_TOO_LARGE),
         _ => WorkerError::BadRequest(messages::BAD_REQUEST_BODY),
     })?;
+    store_posted(&state, uuid, &body).await
+}
+
+/// A shaped ISU meeting a full shaping lane is refused before its body is read.
+/// (The lane is nearly always empty: one atomic load, the sketch only when it is full.)
+pub(crate) fn refuse_shaped_early(state: &AppState, uuid: &str) -> Result<(), WorkerError> {
+    if state.ingest.shaping_full() && state.ingest.is_shaped(uuid) {
+        return Err(state.ingest.refuse_shaped());
+    }
+    Ok(())
+}
+
+/// A posted batch's body (read within [`CONDITION_BODY_LIMIT`]) decoded, checked and stored
+/// through the ISU's lane, or shaped: the device's answer, on either server.
+pub(crate) async fn store_posted(state: &AppState, uuid: String, body: &[u8]) -> Result<StatusCode, WorkerError> {
     let mut buffer = body.to_vec();
     let posted = decode_batch(&mut buffer).map_err(batch_error)?;
     let shard = state.store.shard();
@@ -83,7 +87,7 @@ async fn post_conditions(
             let _inside = state.ingest.enter(lane, &uuid).await?;
             state
                 .ingest
-                .guarded(&uuid, store_batch(&state, &shard, &uuid, &batch))
+                .guarded(&uuid, store_batch(state, &shard, &uuid, &batch))
                 .await?;
         }
         Route::Shaped => {
@@ -91,7 +95,7 @@ async fn post_conditions(
             // the lanes have room; 429 when the shaping lane is full.
             let place = state.ingest.reserve_shaping(batch.len())?;
             state.journal.post(shard.generation, &uuid, &batch).await?;
-            crate::migration::forward_to_export(&state, &uuid, &batch).await?;
+            crate::migration::forward_to_export(state, &uuid, &batch).await?;
             let conditions = batch.iter().map(NewCondition::to_wire).collect();
             state.ingest.shape(
                 place,

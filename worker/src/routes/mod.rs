@@ -2,14 +2,16 @@
 //! request metrics middleware and the session extractor.
 
 mod condition;
+mod device;
 mod graph;
 mod internal;
 
+pub use device::DeviceService;
 pub(crate) use internal::current_shard;
 
 use axum::extract::FromRequestParts;
+use axum::http::header;
 use axum::http::request::Parts;
-use axum::http::{header, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -27,16 +29,6 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::migration::router())
         .merge(node_http::debug_router())
         .route_layer(middleware::from_fn(node_http::track_request))
-        .with_state(state)
-}
-
-/// The device server's router: `POST /api/condition/:uuid` and nothing else (no read,
-/// internal, metrics or profiling route; any other path is 404, another method 405).
-pub fn device_router(state: AppState) -> Router {
-    Router::new()
-        .merge(per_isu(state.clone(), condition::device_router()))
-        .route_layer(middleware::from_fn(node_http::track_request))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "not found") })
         .with_state(state)
 }
 

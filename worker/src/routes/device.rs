@@ -1,0 +1,115 @@
+//! The device server's service: `POST /api/condition/:uuid` and nothing else (any other
+//! path 404, another method 405 with `Allow: POST`), straight on hyper's request rather than
+//! through axum's router and middleware stack.
+//!
+//! A device post is the cluster's hot path (every ISU posts every 40 ms). Through a router
+//! with three `from_fn` layers each request cloned a boxed service and boxed a future per
+//! layer, and copied the handler's state machine into a box: about a tenth of a worker's CPU
+//! under device load (perf at 700 ISUs). Here one future is boxed per request and the
+//! layers' work is done inline, in the same order: the request metrics, the forward to the
+//! owning cell (a device keeps the URL JIA was given when its ISU moves), `Connection: close`
+//! while the worker hands over. The post itself is the same code as the main listener's
+//! route ([`super::condition::store_posted`]).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Method, Request, StatusCode, Version};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use shared::error as messages;
+use shared::ingest::CONDITION_BODY_LIMIT;
+use tokio_util::sync::CancellationToken;
+
+use super::condition::{refuse_shaped_early, store_posted, CONDITION_ROUTE};
+use crate::error::WorkerError;
+use crate::AppState;
+
+/// What the device server serves (cloned per connection; cheap: two reference counts).
+#[derive(Clone)]
+pub struct DeviceService {
+    state: AppState,
+    /// Cancelled while the worker hands over: answers then say `Connection: close`.
+    lingering: CancellationToken,
+}
+
+impl DeviceService {
+    pub fn new(state: AppState, lingering: CancellationToken) -> DeviceService {
+        DeviceService { state, lingering }
+    }
+}
+
+impl<B> tower::Service<Request<B>> for DeviceService
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let (state, lingering) = (self.state.clone(), self.lingering.clone());
+        Box::pin(async move { Ok(serve(state, lingering, request.map(Body::new)).await) })
+    }
+}
+
+async fn serve(state: AppState, lingering: CancellationToken, request: Request<Body>) -> Response {
+    let http1 = request.version() <= Version::HTTP_11;
+    let mut response = match request.uri().path().strip_prefix("/api/condition/") {
+        Some(uuid) if !uuid.is_empty() && !uuid.contains('/') => {
+            if request.method() == Method::POST {
+                let started = Instant::now();
+                let uuid = uuid.to_owned();
+                let response = post(&state, uuid, request).await;
+                shared::telemetry::record_request(CONDITION_ROUTE, response.status().as_u16(), started.elapsed());
+                response
+            } else {
+                let mut response = StatusCode::METHOD_NOT_ALLOWED.into_response();
+                response
+                    .headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("POST"));
+                response
+            }
+        }
+        _ => (StatusCode::NOT_FOUND, "not found").into_response(),
+    };
+    if http1 && lingering.is_cancelled() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// One device post for `raw_uuid` (the path's segment, as sent).
+async fn post(state: &AppState, raw_uuid: String, request: Request<Body>) -> Response {
+    let request = match crate::cells::forward_if_foreign(state, Some(&raw_uuid), request).await {
+        Ok(forwarded) => return forwarded,
+        Err(request) => request,
+    };
+    // As axum's path extractor gives it: percent-decoded.
+    let uuid = match percent_encoding::percent_decode_str(&raw_uuid).decode_utf8() {
+        Ok(uuid) => uuid.into_owned(),
+        Err(_) => return WorkerError::BadRequest(messages::BAD_REQUEST_BODY).into_response(),
+    };
+    if let Err(refused) = refuse_shaped_early(state, &uuid) {
+        return refused.into_response();
+    }
+    let body = match Limited::new(request.into_body(), CONDITION_BODY_LIMIT).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) if error.is::<LengthLimitError>() => {
+            return WorkerError::PayloadTooLarge(messages::PAYLOAD_TOO_LARGE).into_response();
+        }
+        Err(_) => return WorkerError::BadRequest(messages::BAD_REQUEST_BODY).into_response(),
+    };
+    store_posted(state, uuid, &body).await.into_response()
+}
