@@ -10,6 +10,7 @@ use coordinator::{config::Config, Application};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    shared::disable_transparent_huge_pages();
     let config = Config::parse();
     shared::protocol::check_cluster_secret(config.listen, &config.cluster_secret).map_err(anyhow::Error::msg)?;
     shared::telemetry::init_tracing();

@@ -1294,6 +1294,22 @@ async fn a_restarted_worker_is_reset_with_its_shard_and_serves_reads_again() {
     cluster.assert_processes_alive();
 }
 
+/// Every node turns transparent huge pages off for itself at start (see
+/// `shared::disable_transparent_huge_pages`): the kernel reports it per process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_run_without_transparent_huge_pages() {
+    let mut cluster = spawn_cluster().await;
+    for (name, pid) in cluster.node_pids() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let Some(line) = status.lines().find(|line| line.starts_with("THP_enabled:")) else {
+            eprintln!("skipped: this kernel does not report THP_enabled");
+            return;
+        };
+        assert_eq!(line.split_whitespace().nth(1), Some("0"), "{name}: {line}");
+    }
+    cluster.assert_processes_alive();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_by_route_and_status_and_measure_batches_and_push_lag() {
     let cluster = spawn_cluster().await;

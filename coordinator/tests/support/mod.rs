@@ -745,6 +745,14 @@ impl Cluster {
 
     /// Panics if a node process has exited.
     #[track_caller]
+    /// Name and PID of every node process (workers, then the coordinator).
+    pub fn node_pids(&self) -> Vec<(&'static str, u32)> {
+        self.processes
+            .iter()
+            .map(|process| (process.name, process.child.id()))
+            .collect()
+    }
+
     pub fn assert_processes_alive(&mut self) {
         for process in &mut self.processes {
             if let Some(status) = process.child.try_wait().expect("polling a child") {
