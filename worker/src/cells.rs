@@ -175,34 +175,38 @@ fn uuid_of(path: &str) -> Option<&str> {
 
 /// Middleware of the per-ISU routes: requests for another cell's ISU go to that cell.
 pub async fn forward_foreign(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let uuid = uuid_of(request.uri().path()).map(str::to_owned);
-    match forward_if_foreign(&state, uuid.as_deref(), request).await {
-        Ok(forwarded) => forwarded,
-        Err(request) => next.run(request).await,
+    match foreign_owner(&state, uuid_of(request.uri().path()), &request) {
+        Some(base) => forward_to_owner(&state, &base, request).await,
+        None => next.run(request).await,
     }
 }
 
-/// The owner's answer when another cell owns `uuid` (and the request was not forwarded here
-/// already); otherwise the request back, to be served here.
-pub(crate) async fn forward_if_foreign(
+/// The internal URL of the cell to send a request for `uuid` to: another cell owns it and
+/// the request was not forwarded here already.
+pub(crate) fn foreign_owner<B>(
     state: &AppState,
     uuid: Option<&str>,
-    request: Request,
-) -> Result<Response, Request> {
-    let forwarded = request.headers().contains_key(FORWARDED_HEADER);
-    let owner = match uuid {
-        Some(uuid) if !forwarded => state.cells.owner_url(uuid),
-        _ => None,
-    };
-    let Some(base) = owner else {
-        return Err(request);
-    };
+    request: &axum::http::Request<B>,
+) -> Option<String> {
+    if request.headers().contains_key(FORWARDED_HEADER) {
+        return None;
+    }
+    state.cells.owner_url(uuid?)
+}
+
+/// Sends `request` to the owning cell at `base` and relays its answer (counted, and marked
+/// as served by the owner).
+pub(crate) async fn forward_to_owner<B>(state: &AppState, base: &str, request: axum::http::Request<B>) -> Response
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
     metrics::counter!(shared::telemetry::REQUESTS_FORWARDED).increment(1);
-    let mut response = state.cells.forward(&base, request).await;
+    let mut response = state.cells.forward(base, request.map(Body::new)).await;
     response
         .headers_mut()
         .insert("x-isu-served-by", HeaderValue::from_static("owner-cell"));
-    Ok(response)
+    response
 }
 
 #[cfg(test)]

@@ -173,13 +173,23 @@ pub(crate) async fn close_when_lingering(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let http1 = request.version() <= axum::http::Version::HTTP_11;
+    let version = request.version();
     let mut response = next.run(request).await;
-    if http1 && lingering.is_cancelled() {
+    close_if_lingering(&lingering, version, &mut response);
+    response
+}
+
+/// What [`close_when_lingering`] does to an answer to a request of `version` (also the
+/// device server's, which has no middleware).
+pub(crate) fn close_if_lingering(
+    lingering: &CancellationToken,
+    version: axum::http::Version,
+    response: &mut axum::response::Response,
+) {
+    if version <= axum::http::Version::HTTP_11 && lingering.is_cancelled() {
         response.headers_mut().insert(
             axum::http::header::CONNECTION,
             axum::http::HeaderValue::from_static("close"),
         );
     }
-    response
 }

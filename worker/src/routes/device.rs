@@ -1,6 +1,7 @@
 //! The device server's service: `POST /api/condition/:uuid` and nothing else (any other
 //! path 404, another method 405 with `Allow: POST`), straight on hyper's request rather than
-//! through axum's router and middleware stack.
+//! through axum's router and middleware stack (and its body is not boxed unless the post is
+//! forwarded).
 //!
 //! A device post is the cluster's hot path (every ISU posts every 40 ms). Through a router
 //! with three `from_fn` layers each request cloned a boxed service and boxed a future per
@@ -17,8 +18,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use axum::body::Body;
-use axum::http::{header, HeaderValue, Method, Request, StatusCode, Version};
+use axum::http::{header, HeaderValue, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use shared::error as messages;
@@ -58,53 +58,61 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let (state, lingering) = (self.state.clone(), self.lingering.clone());
-        Box::pin(async move { Ok(serve(state, lingering, request.map(Body::new)).await) })
+        Box::pin(async move { Ok(serve(state, lingering, request).await) })
     }
 }
 
-async fn serve(state: AppState, lingering: CancellationToken, request: Request<Body>) -> Response {
-    let http1 = request.version() <= Version::HTTP_11;
-    let mut response = match request.uri().path().strip_prefix("/api/condition/") {
-        Some(uuid) if !uuid.is_empty() && !uuid.contains('/') => {
-            if request.method() == Method::POST {
-                let started = Instant::now();
-                let uuid = uuid.to_owned();
-                let response = post(&state, uuid, request).await;
-                shared::telemetry::record_request(CONDITION_ROUTE, response.status().as_u16(), started.elapsed());
-                response
-            } else {
-                let mut response = StatusCode::METHOD_NOT_ALLOWED.into_response();
-                response
-                    .headers_mut()
-                    .insert(header::ALLOW, HeaderValue::from_static("POST"));
-                response
-            }
+async fn serve<B>(state: AppState, lingering: CancellationToken, request: Request<B>) -> Response
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    let version = request.version();
+    let path = request.uri().path();
+    let raw = path
+        .strip_prefix("/api/condition/")
+        .filter(|raw| !raw.is_empty() && !raw.contains('/'));
+    let mut response = match raw {
+        None => (StatusCode::NOT_FOUND, "not found").into_response(),
+        Some(_) if request.method() != Method::POST => {
+            let mut response = StatusCode::METHOD_NOT_ALLOWED.into_response();
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("POST"));
+            response
         }
-        _ => (StatusCode::NOT_FOUND, "not found").into_response(),
+        Some(raw) => {
+            let started = Instant::now();
+            // Both from the path as sent, before the request moves: the owner by the raw
+            // segment (as the main listener's forwarding middleware finds it), the ISU as
+            // axum's path extractor gives it (percent-decoded).
+            let owner = crate::cells::foreign_owner(&state, Some(raw), &request);
+            let uuid = percent_encoding::percent_decode_str(raw)
+                .decode_utf8()
+                .map(|uuid| uuid.into_owned());
+            let response = match (owner, uuid) {
+                (Some(base), _) => crate::cells::forward_to_owner(&state, &base, request).await,
+                (None, Ok(uuid)) => post(&state, uuid, request.into_body()).await,
+                (None, Err(_)) => WorkerError::BadRequest(messages::BAD_REQUEST_BODY).into_response(),
+            };
+            shared::telemetry::record_request(CONDITION_ROUTE, response.status().as_u16(), started.elapsed());
+            response
+        }
     };
-    if http1 && lingering.is_cancelled() {
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
+    crate::handover::close_if_lingering(&lingering, version, &mut response);
     response
 }
 
-/// One device post for `raw_uuid` (the path's segment, as sent).
-async fn post(state: &AppState, raw_uuid: String, request: Request<Body>) -> Response {
-    let request = match crate::cells::forward_if_foreign(state, Some(&raw_uuid), request).await {
-        Ok(forwarded) => return forwarded,
-        Err(request) => request,
-    };
-    // As axum's path extractor gives it: percent-decoded.
-    let uuid = match percent_encoding::percent_decode_str(&raw_uuid).decode_utf8() {
-        Ok(uuid) => uuid.into_owned(),
-        Err(_) => return WorkerError::BadRequest(messages::BAD_REQUEST_BODY).into_response(),
-    };
+/// One device post for `uuid` (owned here): its body read within the limit, then stored.
+async fn post<B>(state: &AppState, uuid: String, body: B) -> Response
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: Into<axum::BoxError>,
+{
     if let Err(refused) = refuse_shaped_early(state, &uuid) {
         return refused.into_response();
     }
-    let body = match Limited::new(request.into_body(), CONDITION_BODY_LIMIT).collect().await {
+    let body = match Limited::new(body, CONDITION_BODY_LIMIT).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) if error.is::<LengthLimitError>() => {
             return WorkerError::PayloadTooLarge(messages::PAYLOAD_TOO_LARGE).into_response();
