@@ -985,6 +985,94 @@ async fn internal_routes_need_the_cluster_secret() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latest_batches_are_taken_in_binary_and_json_and_bad_ones_change_nothing() {
+    use shared::domain::Flags;
+    use shared::protocol::{LatestEncoder, LatestItem, LATEST_BINARY};
+    let cluster = spawn_cluster().await;
+    let client = cluster.raw_client();
+    let isu1 = &dataset().isus[0];
+    let latest_url = format!("{}/internal/latest", cluster.coordinator);
+    let health: Value = client
+        .get(format!("{}/healthz", cluster.coordinator))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let generation = health["generation"].as_u64().unwrap();
+    let binary = |generation: u64, timestamp: i64, message: &str| {
+        let mut encoder = LatestEncoder::new(generation, 1);
+        encoder.push(LatestItem {
+            uuid: &isu1.uuid,
+            timestamp,
+            flags: Flags(Flags::SITTING | Flags::BROKEN),
+            message,
+        });
+        encoder.finish()
+    };
+    let post = |content_type: &'static str, body: Vec<u8>| {
+        let request = client
+            .post(&latest_url)
+            .header("x-cluster-secret", &cluster.secret)
+            .header("content-type", content_type)
+            .body(body);
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    let isucon1 = cluster.sign_in("isucon1").await;
+    let latest_of_isu1 = || async {
+        let list = isucon1.isu_list().await.json(200);
+        let item = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|item| item["jia_isu_uuid"] == isu1.uuid.as_str())
+            .cloned()
+            .unwrap();
+        item["latest_isu_condition"].clone()
+    };
+
+    let far = VIRTUAL_START + 99_999;
+    assert_eq!(post(LATEST_BINARY, binary(generation, far, "binary")).await, 200);
+    let latest = latest_of_isu1().await;
+    assert_eq!(latest["message"], "binary");
+    assert_eq!(latest["timestamp"], far);
+    assert_eq!(latest["condition"], "is_dirty=false,is_overweight=false,is_broken=true");
+    assert_eq!(latest["condition_level"], "warning");
+    assert_eq!(latest["is_sitting"], true);
+
+    // Refused, each changing nothing: another generation (412), a version this build does not
+    // know (415, so the worker sends JSON), a cut or padded body (400), an unknown binary type.
+    assert_eq!(post(LATEST_BINARY, binary(generation ^ 1, far + 1, "stale")).await, 412);
+    let mut unknown_version = binary(generation, far + 2, "v2");
+    unknown_version[0] = 2;
+    assert_eq!(post(LATEST_BINARY, unknown_version).await, 415);
+    let whole = binary(generation, far + 3, "cut");
+    assert_eq!(post(LATEST_BINARY, whole[..whole.len() - 1].to_vec()).await, 400);
+    let mut padded = binary(generation, far + 4, "padded");
+    padded.push(0);
+    assert_eq!(post(LATEST_BINARY, padded).await, 400);
+    assert_eq!(
+        post("application/octet-stream", binary(generation, far + 5, "octets")).await,
+        415
+    );
+    assert_eq!(latest_of_isu1().await["message"], "binary");
+
+    // JSON, as an older worker sends it.
+    let json_batch = json!({"generation": generation, "items": [{"uuid": isu1.uuid, "condition": {
+        "timestamp": far + 10, "flags": 0, "message": "json"}}]});
+    assert_eq!(
+        post("application/json", serde_json::to_vec(&json_batch).unwrap()).await,
+        200
+    );
+    let latest = latest_of_isu1().await;
+    assert_eq!(
+        (latest["message"].clone(), latest["condition_level"].clone()),
+        (json!("json"), json!("info"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn public_nginx_routes_by_parity_and_hides_internal_routes() {
     let Some(nginx) = nginx_or_skip() else {
         return;

@@ -1,7 +1,8 @@
 //! The inter-node protocol: every internal path, header and message body.
 //!
 //! Internal routes live under `/internal/`, require the cluster secret and are
-//! never routed by the public nginx server. Bodies are JSON.
+//! never routed by the public nginx server. Bodies are JSON, except a latest batch's
+//! binary form ([`LATEST_BINARY`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -142,10 +143,138 @@ pub struct LatestCondition {
 
 /// Body of [`COORDINATOR_LATEST`]: the latest condition of each ISU that changed
 /// since the previous batch. Refused with 412 when `generation` is not current.
+/// Workers send it in the binary form ([`LATEST_BINARY`], [`encode_latest`]); JSON is still
+/// taken, and sent to a coordinator that refuses the binary form (an older build).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LatestBatch {
     pub generation: u64,
     pub items: Vec<LatestCondition>,
+}
+
+/// `Content-Type` of a latest batch in its binary form. Layout, little-endian: the version
+/// byte [`LATEST_BINARY_VERSION`], the generation (u64), the item count (u32), then per item
+/// the UUID, the timestamp (i64), the flags (u8) and the message; strings are a u32 byte
+/// length and UTF-8. Under device load the coordinator decoded a JSON item per device post
+/// (three strings allocated for it), and the worker encoded one: the binary form is read in
+/// place.
+pub const LATEST_BINARY: &str = "application/x-isu-latest";
+pub const LATEST_BINARY_VERSION: u8 = 1;
+
+/// One item of a latest batch, borrowed from the batch's body (or from a [`LatestBatch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatestItem<'a> {
+    pub uuid: &'a str,
+    pub timestamp: i64,
+    pub flags: Flags,
+    pub message: &'a str,
+}
+
+impl LatestItem<'_> {
+    /// The item as the JSON form carries it.
+    pub fn to_condition(&self) -> LatestCondition {
+        LatestCondition {
+            uuid: self.uuid.to_owned(),
+            condition: WireCondition {
+                timestamp: self.timestamp,
+                flags: self.flags,
+                message: self.message.to_owned(),
+            },
+        }
+    }
+}
+
+impl LatestBatch {
+    /// Its items, borrowed.
+    pub fn borrowed(&self) -> Vec<LatestItem<'_>> {
+        self.items
+            .iter()
+            .map(|item| LatestItem {
+                uuid: &item.uuid,
+                timestamp: item.condition.timestamp,
+                flags: item.condition.flags,
+                message: &item.condition.message,
+            })
+            .collect()
+    }
+}
+
+/// A binary latest batch being written: [`LatestEncoder::push`] each item, then
+/// [`LatestEncoder::finish`].
+pub struct LatestEncoder {
+    encoder: crate::wal::Encoder,
+    count: u32,
+}
+
+/// Where the item count sits: after the version byte and the generation.
+const LATEST_COUNT_AT: usize = 1 + 8;
+
+impl LatestEncoder {
+    pub fn new(generation: u64, capacity: usize) -> LatestEncoder {
+        let mut encoder = crate::wal::Encoder {
+            bytes: Vec::with_capacity(LATEST_COUNT_AT + 4 + capacity * 96),
+        };
+        encoder.u8(LATEST_BINARY_VERSION).u64(generation).u32(0);
+        LatestEncoder { encoder, count: 0 }
+    }
+
+    pub fn push(&mut self, item: LatestItem<'_>) {
+        self.encoder
+            .str(item.uuid)
+            .i64(item.timestamp)
+            .u8(item.flags.0)
+            .str(item.message);
+        self.count += 1;
+    }
+
+    pub fn finish(mut self) -> Vec<u8> {
+        self.encoder.bytes[LATEST_COUNT_AT..LATEST_COUNT_AT + 4].copy_from_slice(&self.count.to_le_bytes());
+        self.encoder.bytes
+    }
+}
+
+/// Why a binary latest batch was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LatestDecodeError {
+    #[error("unknown latest batch version {0}")]
+    Version(u8),
+    #[error("the latest batch is cut short or malformed")]
+    Malformed,
+    #[error("condition flags {0} have bits above {all}", all = Flags::ALL)]
+    Flags(u8),
+}
+
+/// Reads a binary latest batch: its generation and items, borrowed from `bytes`. Anything
+/// but exactly what [`LatestEncoder`] writes is refused.
+pub fn decode_latest(bytes: &[u8]) -> Result<(u64, Vec<LatestItem<'_>>), LatestDecodeError> {
+    use LatestDecodeError::Malformed;
+    let mut decoder = crate::wal::Decoder::new(bytes);
+    let version = decoder.u8().ok_or(Malformed)?;
+    if version != LATEST_BINARY_VERSION {
+        return Err(LatestDecodeError::Version(version));
+    }
+    let generation = decoder.u64().ok_or(Malformed)?;
+    let count = decoder.u32().ok_or(Malformed)? as usize;
+    // An item takes at least 4 + 8 + 1 + 4 bytes: a count beyond that is not believed.
+    let mut items = Vec::with_capacity(count.min(bytes.len() / 17));
+    for _ in 0..count {
+        let uuid = decoder.str().ok_or(Malformed)?;
+        let timestamp = decoder.i64().ok_or(Malformed)?;
+        let flags = decoder.u8().ok_or(Malformed)?;
+        if flags & !Flags::ALL != 0 {
+            return Err(LatestDecodeError::Flags(flags));
+        }
+        let message = decoder.str().ok_or(Malformed)?;
+        items.push(LatestItem {
+            uuid,
+            timestamp,
+            flags: Flags(flags),
+            message,
+        });
+    }
+    if !decoder.is_empty() {
+        return Err(Malformed);
+    }
+    Ok((generation, items))
 }
 
 /// Answer of [`HEALTH`].

@@ -465,6 +465,7 @@ fn decode_every_message(bytes: &[u8]) {
     let _ = serde_json::from_slice::<RollbackIsu>(bytes);
     let _ = serde_json::from_slice::<LatestBatch>(bytes);
     let _ = serde_json::from_slice::<Health>(bytes);
+    let _ = shared::protocol::decode_latest(bytes);
 }
 
 proptest! {
@@ -493,7 +494,19 @@ proptest! {
                 .collect(),
         };
         let decoded: LatestBatch = serde_json::from_slice(&serde_json::to_vec(&batch).unwrap()).unwrap();
-        prop_assert_eq!(decoded.items, batch.items);
+        prop_assert_eq!(&decoded.items, &batch.items);
+        // The binary form: the same items back, and any cut of it refused.
+        let mut encoder = shared::protocol::LatestEncoder::new(generation, batch.items.len());
+        for item in batch.borrowed() {
+            encoder.push(item);
+        }
+        let binary = encoder.finish();
+        let (decoded_generation, items) = shared::protocol::decode_latest(&binary).unwrap();
+        prop_assert_eq!(decoded_generation, generation);
+        prop_assert_eq!(items, batch.borrowed());
+        for cut in 0..binary.len() {
+            prop_assert!(shared::protocol::decode_latest(&binary[..cut]).is_err());
+        }
     }
 
     #[test]

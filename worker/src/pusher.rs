@@ -7,14 +7,17 @@
 //! built, so while the coordinator is down memory stays bounded by the number
 //! of ISUs however many conditions arrive. Failed pushes back off
 //! exponentially (20 ms doubling, capped at [`MAX_BACKOFF`]) and are logged
-//! once when they start, every tenth time, and once when pushes recover.
+//! once when they start, every tenth time, and once when pushes recover. Batches go in the
+//! binary form ([`LATEST_BINARY`]); a coordinator that refuses it (an older build, during a
+//! rollout) gets JSON from then on.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use shared::backoff::Backoff;
-use shared::protocol::{LatestBatch, LatestCondition, WireCondition, COORDINATOR_LATEST, SECRET_HEADER};
+use shared::protocol::{LatestBatch, LatestEncoder, LatestItem, COORDINATOR_LATEST, LATEST_BINARY, SECRET_HEADER};
 use shared::telemetry::{BATCH_ITEMS, PUSH_LAG_SECONDS};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -39,6 +42,8 @@ pub struct Pusher {
     url: String,
     secret: String,
     interval: Duration,
+    /// Batches go in the binary form ([`LATEST_BINARY`]) until the coordinator refuses one.
+    binary: AtomicBool,
 }
 
 impl Pusher {
@@ -54,6 +59,7 @@ impl Pusher {
             url: format!("{}{COORDINATOR_LATEST}", coordinator_url.trim_end_matches('/')),
             secret: secret.to_owned(),
             interval,
+            binary: AtomicBool::new(true),
         })
     }
 
@@ -100,30 +106,35 @@ impl Pusher {
         if changed.is_empty() {
             return Pushed::Nothing;
         }
-        let items: Vec<LatestCondition> = {
+        let count = changed.len();
+        let binary = self.binary.load(Ordering::Relaxed);
+        let body = {
             let messages = shard.messages.view();
-            changed
-                .iter()
-                .map(|(entry, latest)| LatestCondition {
-                    uuid: entry.uuid.to_string(),
-                    condition: WireCondition {
-                        timestamp: latest.timestamp,
-                        flags: latest.flags,
-                        message: messages.text(latest.message).to_owned(),
-                    },
-                })
-                .collect()
+            let items = changed.iter().map(|(entry, latest)| LatestItem {
+                uuid: &entry.uuid,
+                timestamp: latest.timestamp,
+                flags: latest.flags,
+                message: messages.text(latest.message),
+            });
+            if binary {
+                let mut encoder = LatestEncoder::new(shard.generation, count);
+                items.for_each(|item| encoder.push(item));
+                encoder.finish()
+            } else {
+                let batch = LatestBatch {
+                    generation: shard.generation,
+                    items: items.map(|item| item.to_condition()).collect(),
+                };
+                serde_json::to_vec(&batch).expect("a latest batch encodes")
+            }
         };
-        let count = items.len();
-        let batch = LatestBatch {
-            generation: shard.generation,
-            items,
-        };
+        let content_type = if binary { LATEST_BINARY } else { "application/json" };
         let result = self
             .client
             .post(&self.url)
             .header(SECRET_HEADER, &self.secret)
-            .json(&batch)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body)
             .send()
             .await;
         match result {
@@ -137,6 +148,20 @@ impl Pusher {
             Ok(response) if response.status() == reqwest::StatusCode::PRECONDITION_FAILED => {
                 // The coordinator moved to another generation: this shard is stale, drop the batch.
                 tracing::debug!("latest batch refused as stale");
+                Pushed::Sent
+            }
+            Ok(response)
+                if binary
+                    && matches!(
+                        response.status(),
+                        reqwest::StatusCode::BAD_REQUEST | reqwest::StatusCode::UNSUPPORTED_MEDIA_TYPE
+                    ) =>
+            {
+                // A coordinator of an older build (400) or one that knows another version
+                // (415): JSON from now on, and this batch again at the next tick.
+                tracing::warn!(status = %response.status(), "the coordinator refused a binary latest batch: sending JSON from now on");
+                self.binary.store(false, Ordering::Relaxed);
+                shard.requeue(changed.into_iter().map(|(entry, _)| entry), oldest);
                 Pushed::Sent
             }
             failed => {

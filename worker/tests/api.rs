@@ -2,15 +2,20 @@
 //! with a stand-in coordinator that records the latest-condition pushes.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::body::Bytes;
+use axum::http::HeaderMap;
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use parking_lot::Mutex;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use shared::protocol::{LatestBatch, ResetShard, ShardIsu, WireCondition, SECRET_HEADER};
+use shared::protocol::{
+    decode_latest, LatestBatch, LatestItem, ResetShard, ShardIsu, WireCondition, LATEST_BINARY, SECRET_HEADER,
+};
 use shared::session::{SessionKey, COOKIE_NAME};
 use worker::config::Config;
 use worker::Application;
@@ -55,6 +60,9 @@ struct TestWorker {
     device_base: Option<String>,
     client: reqwest::Client,
     pushes: Arc<Mutex<Vec<LatestBatch>>>,
+    /// Of the pushes, those that came in the binary form; and those refused.
+    binary_pushes: Arc<AtomicUsize>,
+    refused_pushes: Arc<AtomicUsize>,
     key: SessionKey,
 }
 
@@ -66,13 +74,40 @@ impl TestWorker {
     /// With `Some(tls)`, also a device server on its own port (`Some(None)`: plain HTTP;
     /// `Some(Some((cert, key)))`: TLS with that certificate).
     async fn spawn_with_device(device: Option<Option<(std::path::PathBuf, std::path::PathBuf)>>) -> TestWorker {
+        TestWorker::spawn_with(device, false).await
+    }
+
+    /// `json_only`: the stand-in coordinator takes latest batches in JSON only, as a build
+    /// older than the binary form did (anything else is 400).
+    async fn spawn_with(
+        device: Option<Option<(std::path::PathBuf, std::path::PathBuf)>>,
+        json_only: bool,
+    ) -> TestWorker {
         let pushes: Arc<Mutex<Vec<LatestBatch>>> = Arc::default();
-        let recorded = pushes.clone();
+        let binary_pushes: Arc<AtomicUsize> = Arc::default();
+        let refused_pushes: Arc<AtomicUsize> = Arc::default();
+        let (recorded, binary, refused) = (pushes.clone(), binary_pushes.clone(), refused_pushes.clone());
         let coordinator = Router::new().route(
             shared::protocol::COORDINATOR_LATEST,
-            post(move |Json(batch): Json<LatestBatch>| {
-                let recorded = recorded.clone();
+            post(move |headers: HeaderMap, body: Bytes| {
+                let (recorded, binary, refused) = (recorded.clone(), binary.clone(), refused.clone());
                 async move {
+                    let is_binary = headers.get("content-type").is_some_and(|value| value == LATEST_BINARY);
+                    let batch = if is_binary && !json_only {
+                        decode_latest(&body).ok().map(|(generation, items)| LatestBatch {
+                            generation,
+                            items: items.iter().map(LatestItem::to_condition).collect(),
+                        })
+                    } else {
+                        serde_json::from_slice::<LatestBatch>(&body).ok()
+                    };
+                    let Some(batch) = batch else {
+                        refused.fetch_add(1, Ordering::SeqCst);
+                        return StatusCode::BAD_REQUEST;
+                    };
+                    if is_binary {
+                        binary.fetch_add(1, Ordering::SeqCst);
+                    }
                     recorded.lock().push(batch);
                     StatusCode::OK
                 }
@@ -100,10 +135,24 @@ impl TestWorker {
             device_base,
             client: reqwest::Client::new(),
             pushes,
+            binary_pushes,
+            refused_pushes,
             key: SessionKey::from_secret(SECRET),
         };
         worker.reset().await;
         worker
+    }
+
+    /// Waits (2 s at most) until a pushed batch carries a condition of `timestamp`.
+    async fn wait_for_push(&self, timestamp: i64) {
+        let pushes = self.pushes.clone();
+        wait_until("the push arrives", Duration::from_secs(2), || {
+            pushes
+                .lock()
+                .iter()
+                .any(|batch| batch.items.iter().any(|item| item.condition.timestamp == timestamp))
+        })
+        .await;
     }
 
     /// Resets to one published ISU of alice with three conditions.
@@ -538,13 +587,7 @@ async fn latest_condition_is_pushed_within_a_few_intervals_and_only_when_changed
         StatusCode::ACCEPTED
     );
     let pushes = worker.pushes.clone();
-    wait_until("the push arrives", Duration::from_secs(2), || {
-        pushes
-            .lock()
-            .iter()
-            .any(|batch| batch.items.iter().any(|item| item.condition.timestamp == 7000))
-    })
-    .await;
+    worker.wait_for_push(7000).await;
     let lag = posted_at.elapsed();
     let batches = pushes.lock().clone();
     let pushed: Vec<_> = batches.iter().flat_map(|batch| batch.items.iter()).collect();
@@ -559,6 +602,43 @@ async fn latest_condition_is_pushed_within_a_few_intervals_and_only_when_changed
         batches.len(),
         "nothing is pushed when nothing changed"
     );
+}
+
+#[tokio::test]
+async fn latest_batches_go_binary_and_fall_back_to_json_for_an_older_coordinator() {
+    // The current coordinator: binary batches.
+    let worker = TestWorker::spawn().await;
+    assert_eq!(
+        worker.post_conditions(ISU, &batch(&[(7000, WARNING)])).await,
+        StatusCode::ACCEPTED
+    );
+    let pushes = worker.pushes.clone();
+    worker.wait_for_push(7000).await;
+    assert_eq!(worker.binary_pushes.load(Ordering::SeqCst), pushes.lock().len());
+    assert_eq!(worker.refused_pushes.load(Ordering::SeqCst), 0);
+
+    // One that takes JSON only: the binary batch is refused once, then sent again as JSON,
+    // and later ones are JSON too; nothing is lost.
+    let worker = TestWorker::spawn_with(None, true).await;
+    for (timestamp, message) in [(7000, "first"), (8000, "second")] {
+        let body = json!([{"is_sitting": false, "condition": INFO, "message": message, "timestamp": timestamp}]);
+        assert_eq!(
+            worker.post_conditions(ISU, &body.to_string()).await,
+            StatusCode::ACCEPTED
+        );
+        let pushes = worker.pushes.clone();
+        wait_until("the push arrives as JSON", Duration::from_secs(2), || {
+            pushes.lock().iter().any(|batch| {
+                batch
+                    .items
+                    .iter()
+                    .any(|item| item.condition.timestamp == timestamp && item.condition.message == message)
+            })
+        })
+        .await;
+    }
+    assert_eq!(worker.refused_pushes.load(Ordering::SeqCst), 1);
+    assert_eq!(worker.binary_pushes.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]

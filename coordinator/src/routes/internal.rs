@@ -2,11 +2,13 @@
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use shared::protocol::{Health, LatestBatch, COORDINATOR_LATEST, HEALTH};
+use shared::protocol::{
+    decode_latest, Health, LatestBatch, LatestDecodeError, COORDINATOR_LATEST, HEALTH, LATEST_BINARY,
+};
 
 use super::{json, ClusterPeer};
 use crate::error::ApiError;
@@ -24,19 +26,36 @@ pub fn router() -> Router<AppState> {
         .route(HEALTH, get(health))
 }
 
-/// 412 tells the worker its batch belongs to another generation. Decoded with plain
-/// `serde_json`: axum's `Json` tracks the path of every field for its error messages, and
-/// that was the top of the coordinator's profile under device load (a batch every 10 ms per
-/// worker, an item per changed ISU).
-async fn latest(_: ClusterPeer, State(app): State<AppState>, body: Bytes) -> StatusCode {
-    let Ok(batch) = serde_json::from_slice::<LatestBatch>(&body) else {
-        return StatusCode::BAD_REQUEST;
+/// 412 tells the worker its batch belongs to another generation. The binary form
+/// ([`LATEST_BINARY`]) is read in place; JSON (any other `Content-Type` but a binary one)
+/// is decoded with plain `serde_json`: axum's `Json` tracks the path of every field for its
+/// error messages, and that was the top of the coordinator's profile under device load. An
+/// unknown binary type or version is 415, so a worker knows to send JSON.
+async fn latest(_: ClusterPeer, State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let content_type = headers.get(header::CONTENT_TYPE).map(|value| value.as_bytes());
+    let json;
+    let (generation, items) = match content_type {
+        Some(binary) if binary == LATEST_BINARY.as_bytes() => match decode_latest(&body) {
+            Ok(decoded) => decoded,
+            Err(LatestDecodeError::Version(_)) => return StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Err(_) => return StatusCode::BAD_REQUEST,
+        },
+        Some(other) if other.starts_with(b"application/octet-stream") || other.starts_with(b"application/x-") => {
+            return StatusCode::UNSUPPORTED_MEDIA_TYPE
+        }
+        _ => match serde_json::from_slice::<LatestBatch>(&body) {
+            Ok(batch) => {
+                json = batch;
+                (json.generation, json.borrowed())
+            }
+            Err(_) => return StatusCode::BAD_REQUEST,
+        },
     };
-    let generation = app.state.generation();
-    if batch.generation != generation.id {
+    let current = app.state.generation();
+    if generation != current.id {
         return StatusCode::PRECONDITION_FAILED;
     }
-    generation.apply_latest(&batch);
+    current.apply_latest(&items);
     StatusCode::OK
 }
 

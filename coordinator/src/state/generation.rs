@@ -12,7 +12,7 @@ use dashmap::DashMap;
 use parking_lot::{Mutex, RwLock};
 use shared::dataset::Dataset;
 use shared::domain::Flags;
-use shared::protocol::{LatestBatch, WireCondition};
+use shared::protocol::LatestItem;
 use tokio::sync::watch;
 
 use super::registration::Outcome;
@@ -53,7 +53,7 @@ impl Isu {
     }
 
     /// Keeps the condition with the greatest timestamp; true when it changed.
-    pub(super) fn offer_latest(&self, condition: &WireCondition) -> bool {
+    pub(super) fn offer_latest(&self, condition: &LatestItem<'_>) -> bool {
         let mut latest = self.latest.lock();
         if latest
             .as_ref()
@@ -64,7 +64,7 @@ impl Isu {
         *latest = Some(Latest {
             timestamp: condition.timestamp,
             flags: condition.flags,
-            message: condition.message.as_str().into(),
+            message: condition.message.into(),
         });
         true
     }
@@ -249,15 +249,10 @@ impl Generation {
     }
 
     /// Applies a worker's batch; returns how many ISUs got a newer latest condition.
-    pub fn apply_latest(self: &Arc<Self>, batch: &LatestBatch) -> usize {
-        let changed = batch
-            .items
+    pub fn apply_latest(self: &Arc<Self>, items: &[LatestItem<'_>]) -> usize {
+        let changed = items
             .iter()
-            .filter(|item| {
-                self.by_uuid
-                    .get(&item.uuid)
-                    .is_some_and(|isu| isu.offer_latest(&item.condition))
-            })
+            .filter(|item| self.by_uuid.get(item.uuid).is_some_and(|isu| isu.offer_latest(item)))
             .count();
         if changed > 0 {
             self.changed();

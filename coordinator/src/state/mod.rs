@@ -188,7 +188,7 @@ mod tests {
     use bytes::Bytes;
     use parking_lot::Mutex;
     use shared::domain::{parse_condition, Flags};
-    use shared::protocol::WireCondition;
+    use shared::protocol::LatestItem;
     use std::sync::Arc;
 
     fn isu(id: i64, character: &str) -> Isu {
@@ -203,11 +203,12 @@ mod tests {
         }
     }
 
-    fn condition(timestamp: i64, condition: &str) -> WireCondition {
-        WireCondition {
+    fn condition(timestamp: i64, condition: &str) -> LatestItem<'static> {
+        LatestItem {
+            uuid: "",
             timestamp,
             flags: Flags::new(false, parse_condition(condition).unwrap()),
-            message: String::new(),
+            message: "",
         }
     }
 
