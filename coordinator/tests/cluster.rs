@@ -1056,7 +1056,15 @@ async fn latest_batches_are_taken_in_binary_and_json_and_bad_ones_change_nothing
         post("application/octet-stream", binary(generation, far + 5, "octets")).await,
         415
     );
+    assert_eq!(post("text/plain", binary(generation, far + 6, "text")).await, 415);
     assert_eq!(latest_of_isu1().await["message"], "binary");
+
+    // The type's case does not matter.
+    assert_eq!(
+        post("Application/X-ISU-Latest", binary(generation, far + 7, "cased")).await,
+        200
+    );
+    assert_eq!(latest_of_isu1().await["message"], "cased");
 
     // JSON, as an older worker sends it.
     let json_batch = json!({"generation": generation, "items": [{"uuid": isu1.uuid, "condition": {

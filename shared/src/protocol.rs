@@ -143,7 +143,7 @@ pub struct LatestCondition {
 
 /// Body of [`COORDINATOR_LATEST`]: the latest condition of each ISU that changed
 /// since the previous batch. Refused with 412 when `generation` is not current.
-/// Workers send it in the binary form ([`LATEST_BINARY`], [`encode_latest`]); JSON is still
+/// Workers send it in the binary form ([`LATEST_BINARY`], [`LatestEncoder`]); JSON is still
 /// taken, and sent to a coordinator that refuses the binary form (an older build).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LatestBatch {

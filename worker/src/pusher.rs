@@ -9,9 +9,8 @@
 //! exponentially (20 ms doubling, capped at [`MAX_BACKOFF`]) and are logged
 //! once when they start, every tenth time, and once when pushes recover. Batches go in the
 //! binary form ([`LATEST_BINARY`]); a coordinator that refuses it (an older build, during a
-//! rollout) gets JSON from then on.
+//! rollout) gets JSON for [`JSON_FOR`], then the binary form is tried again.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -28,11 +27,16 @@ use crate::store::Store;
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
 /// Longest pause between attempts while the coordinator is unreachable.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How long batches go as JSON after the coordinator refused the binary form, before the
+/// binary form is tried again.
+pub const JSON_FOR: Duration = Duration::from_secs(5);
 
 /// What one push did.
 enum Pushed {
     Nothing,
     Sent,
+    /// The coordinator refused the binary form: the batch is queued again, for JSON.
+    RefusedBinary,
     Failed(String),
 }
 
@@ -42,8 +46,9 @@ pub struct Pusher {
     url: String,
     secret: String,
     interval: Duration,
-    /// Batches go in the binary form ([`LATEST_BINARY`]) until the coordinator refuses one.
-    binary: AtomicBool,
+    /// After the coordinator refused a binary batch: JSON until then, then binary again
+    /// (the coordinator may have been upgraded meanwhile). `None`: binary.
+    json_until: Option<Instant>,
 }
 
 impl Pusher {
@@ -59,12 +64,13 @@ impl Pusher {
             url: format!("{}{COORDINATOR_LATEST}", coordinator_url.trim_end_matches('/')),
             secret: secret.to_owned(),
             interval,
-            binary: AtomicBool::new(true),
+            json_until: None,
         })
     }
 
-    /// Runs until `cancel` fires, then pushes what is left once.
-    pub async fn run(self, cancel: CancellationToken) {
+    /// Runs until `cancel` fires, then pushes what is left once (twice if the coordinator
+    /// refused the binary form of that last batch).
+    pub async fn run(mut self, cancel: CancellationToken) {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
@@ -83,7 +89,7 @@ impl Pusher {
                             }
                             retry_at = Instant::now() + failure.pause;
                         }
-                        Pushed::Sent | Pushed::Nothing => {
+                        Pushed::Sent | Pushed::Nothing | Pushed::RefusedBinary => {
                             let failures = backoff.succeeded();
                             if failures > 0 {
                                 tracing::info!(failures, "latest pushes recovered");
@@ -92,7 +98,9 @@ impl Pusher {
                     }
                 }
                 () = cancel.cancelled() => {
-                    self.push_changed().await;
+                    if let Pushed::RefusedBinary = self.push_changed().await {
+                        self.push_changed().await;
+                    }
                     return;
                 }
             }
@@ -100,14 +108,14 @@ impl Pusher {
     }
 
     /// Pushes one batch of what changed since the last one.
-    async fn push_changed(&self) -> Pushed {
+    async fn push_changed(&mut self) -> Pushed {
         let shard = self.store.shard();
         let (changed, oldest) = shard.take_changed();
         if changed.is_empty() {
             return Pushed::Nothing;
         }
         let count = changed.len();
-        let binary = self.binary.load(Ordering::Relaxed);
+        let binary = self.json_until.is_none_or(|until| Instant::now() >= until);
         let body = {
             let messages = shard.messages.view();
             let items = changed.iter().map(|(entry, latest)| LatestItem {
@@ -158,11 +166,11 @@ impl Pusher {
                     ) =>
             {
                 // A coordinator of an older build (400) or one that knows another version
-                // (415): JSON from now on, and this batch again at the next tick.
-                tracing::warn!(status = %response.status(), "the coordinator refused a binary latest batch: sending JSON from now on");
-                self.binary.store(false, Ordering::Relaxed);
+                // (415): JSON for a while, and this batch again at the next tick.
+                tracing::warn!(status = %response.status(), retry_binary_in_s = JSON_FOR.as_secs(), "the coordinator refused a binary latest batch: sending JSON");
+                self.json_until = Some(Instant::now() + JSON_FOR);
                 shard.requeue(changed.into_iter().map(|(entry, _)| entry), oldest);
-                Pushed::Sent
+                Pushed::RefusedBinary
             }
             failed => {
                 let reason = match failed {

@@ -2,7 +2,7 @@
 //! with a stand-in coordinator that records the latest-condition pushes.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,6 +62,8 @@ struct TestWorker {
     pushes: Arc<Mutex<Vec<LatestBatch>>>,
     /// Of the pushes, those that came in the binary form; and those refused.
     binary_pushes: Arc<AtomicUsize>,
+    /// The stand-in takes JSON only while this is set (see [`TestWorker::spawn_with`]).
+    json_only: Arc<AtomicBool>,
     refused_pushes: Arc<AtomicUsize>,
     key: SessionKey,
 }
@@ -83,6 +85,8 @@ impl TestWorker {
         device: Option<Option<(std::path::PathBuf, std::path::PathBuf)>>,
         json_only: bool,
     ) -> TestWorker {
+        let json_only = Arc::new(AtomicBool::new(json_only));
+        let refuse_binary = json_only.clone();
         let pushes: Arc<Mutex<Vec<LatestBatch>>> = Arc::default();
         let binary_pushes: Arc<AtomicUsize> = Arc::default();
         let refused_pushes: Arc<AtomicUsize> = Arc::default();
@@ -91,6 +95,7 @@ impl TestWorker {
             shared::protocol::COORDINATOR_LATEST,
             post(move |headers: HeaderMap, body: Bytes| {
                 let (recorded, binary, refused) = (recorded.clone(), binary.clone(), refused.clone());
+                let json_only = refuse_binary.load(Ordering::SeqCst);
                 async move {
                     let is_binary = headers.get("content-type").is_some_and(|value| value == LATEST_BINARY);
                     let batch = if is_binary && !json_only {
@@ -136,6 +141,7 @@ impl TestWorker {
             client: reqwest::Client::new(),
             pushes,
             binary_pushes,
+            json_only,
             refused_pushes,
             key: SessionKey::from_secret(SECRET),
         };
@@ -618,9 +624,14 @@ async fn latest_batches_go_binary_and_fall_back_to_json_for_an_older_coordinator
     assert_eq!(worker.refused_pushes.load(Ordering::SeqCst), 0);
 
     // One that takes JSON only: the binary batch is refused once, then sent again as JSON,
-    // and later ones are JSON too; nothing is lost.
+    // and later ones are JSON too (also once the coordinator takes binary again, for a
+    // while); nothing is lost.
     let worker = TestWorker::spawn_with(None, true).await;
+    let refused_at = Instant::now();
     for (timestamp, message) in [(7000, "first"), (8000, "second")] {
+        if timestamp == 8000 {
+            worker.json_only.store(false, Ordering::SeqCst);
+        }
         let body = json!([{"is_sitting": false, "condition": INFO, "message": message, "timestamp": timestamp}]);
         assert_eq!(
             worker.post_conditions(ISU, &body.to_string()).await,
@@ -639,6 +650,18 @@ async fn latest_batches_go_binary_and_fall_back_to_json_for_an_older_coordinator
     }
     assert_eq!(worker.refused_pushes.load(Ordering::SeqCst), 1);
     assert_eq!(worker.binary_pushes.load(Ordering::SeqCst), 0);
+    assert!(refused_at.elapsed() < worker::pusher::JSON_FOR);
+
+    // After that while, the binary form is tried again, and taken.
+    let after_the_while = worker::pusher::JSON_FOR + Duration::from_millis(300);
+    tokio::time::sleep(after_the_while.saturating_sub(refused_at.elapsed())).await;
+    assert_eq!(
+        worker.post_conditions(ISU, &batch(&[(9000, WARNING)])).await,
+        StatusCode::ACCEPTED
+    );
+    worker.wait_for_push(9000).await;
+    assert_eq!(worker.binary_pushes.load(Ordering::SeqCst), 1);
+    assert_eq!(worker.refused_pushes.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

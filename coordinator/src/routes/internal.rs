@@ -27,22 +27,20 @@ pub fn router() -> Router<AppState> {
 }
 
 /// 412 tells the worker its batch belongs to another generation. The binary form
-/// ([`LATEST_BINARY`]) is read in place; JSON (any other `Content-Type` but a binary one)
+/// ([`LATEST_BINARY`]) is read in place; JSON (`application/json`, or no `Content-Type`)
 /// is decoded with plain `serde_json`: axum's `Json` tracks the path of every field for its
 /// error messages, and that was the top of the coordinator's profile under device load. An
-/// unknown binary type or version is 415, so a worker knows to send JSON.
+/// unknown version, or any other type, is 415, so a worker knows to send JSON.
 async fn latest(_: ClusterPeer, State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> StatusCode {
     let content_type = headers.get(header::CONTENT_TYPE).map(|value| value.as_bytes());
     let json;
     let (generation, items) = match content_type {
-        Some(binary) if binary == LATEST_BINARY.as_bytes() => match decode_latest(&body) {
+        Some(binary) if binary.eq_ignore_ascii_case(LATEST_BINARY.as_bytes()) => match decode_latest(&body) {
             Ok(decoded) => decoded,
             Err(LatestDecodeError::Version(_)) => return StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Err(_) => return StatusCode::BAD_REQUEST,
         },
-        Some(other) if other.starts_with(b"application/octet-stream") || other.starts_with(b"application/x-") => {
-            return StatusCode::UNSUPPORTED_MEDIA_TYPE
-        }
+        Some(other) if !is_json(other) => return StatusCode::UNSUPPORTED_MEDIA_TYPE,
         _ => match serde_json::from_slice::<LatestBatch>(&body) {
             Ok(batch) => {
                 json = batch;
@@ -57,6 +55,12 @@ async fn latest(_: ClusterPeer, State(app): State<AppState>, headers: HeaderMap,
     }
     current.apply_latest(&items);
     StatusCode::OK
+}
+
+/// `application/json`, with parameters or not, in any case.
+fn is_json(content_type: &[u8]) -> bool {
+    let essence = content_type.split(|byte| *byte == b';').next().unwrap_or_default();
+    essence.trim_ascii().eq_ignore_ascii_case(b"application/json")
 }
 
 async fn health(State(app): State<AppState>) -> Result<Response, ApiError> {
