@@ -987,7 +987,7 @@ async fn internal_routes_need_the_cluster_secret() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latest_batches_are_taken_in_binary_and_json_and_bad_ones_change_nothing() {
     use shared::domain::Flags;
-    use shared::protocol::{LatestEncoder, LatestItem, LATEST_BINARY};
+    use shared::protocol::{encode_latest, LatestItem, LATEST_BINARY};
     let cluster = spawn_cluster().await;
     let client = cluster.raw_client();
     let isu1 = &dataset().isus[0];
@@ -1002,14 +1002,13 @@ async fn latest_batches_are_taken_in_binary_and_json_and_bad_ones_change_nothing
         .unwrap();
     let generation = health["generation"].as_u64().unwrap();
     let binary = |generation: u64, timestamp: i64, message: &str| {
-        let mut encoder = LatestEncoder::new(generation, 1);
-        encoder.push(LatestItem {
+        let item = LatestItem {
             uuid: &isu1.uuid,
             timestamp,
             flags: Flags(Flags::SITTING | Flags::BROKEN),
             message,
-        });
-        encoder.finish()
+        };
+        encode_latest(generation, [item])
     };
     let post = |content_type: &'static str, body: Vec<u8>| {
         let request = client

@@ -143,7 +143,7 @@ pub struct LatestCondition {
 
 /// Body of [`COORDINATOR_LATEST`]: the latest condition of each ISU that changed
 /// since the previous batch. Refused with 412 when `generation` is not current.
-/// Workers send it in the binary form ([`LATEST_BINARY`], [`LatestEncoder`]); JSON is still
+/// Workers send it in the binary form ([`LATEST_BINARY`], [`encode_latest`]); JSON is still
 /// taken, and sent to a coordinator that refuses the binary form (an older build).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LatestBatch {
@@ -198,38 +198,28 @@ impl LatestBatch {
     }
 }
 
-/// A binary latest batch being written: [`LatestEncoder::push`] each item, then
-/// [`LatestEncoder::finish`].
-pub struct LatestEncoder {
-    encoder: crate::wal::Encoder,
-    count: u32,
-}
-
 /// Where the item count sits: after the version byte and the generation.
 const LATEST_COUNT_AT: usize = 1 + 8;
 
-impl LatestEncoder {
-    pub fn new(generation: u64, capacity: usize) -> LatestEncoder {
-        let mut encoder = crate::wal::Encoder {
-            bytes: Vec::with_capacity(LATEST_COUNT_AT + 4 + capacity * 96),
-        };
-        encoder.u8(LATEST_BINARY_VERSION).u64(generation).u32(0);
-        LatestEncoder { encoder, count: 0 }
-    }
-
-    pub fn push(&mut self, item: LatestItem<'_>) {
-        self.encoder
+/// Writes a binary latest batch of `items` (what [`decode_latest`] reads).
+pub fn encode_latest<'a>(generation: u64, items: impl IntoIterator<Item = LatestItem<'a>>) -> Vec<u8> {
+    let items = items.into_iter();
+    // About 96 bytes an item: a 36-character UUID and a short message.
+    let mut encoder = crate::wal::Encoder {
+        bytes: Vec::with_capacity(LATEST_COUNT_AT + 4 + items.size_hint().0 * 96),
+    };
+    encoder.u8(LATEST_BINARY_VERSION).u64(generation).u32(0);
+    let mut count = 0u32;
+    for item in items {
+        encoder
             .str(item.uuid)
             .i64(item.timestamp)
             .u8(item.flags.0)
             .str(item.message);
-        self.count += 1;
+        count += 1;
     }
-
-    pub fn finish(mut self) -> Vec<u8> {
-        self.encoder.bytes[LATEST_COUNT_AT..LATEST_COUNT_AT + 4].copy_from_slice(&self.count.to_le_bytes());
-        self.encoder.bytes
-    }
+    encoder.bytes[LATEST_COUNT_AT..LATEST_COUNT_AT + 4].copy_from_slice(&count.to_le_bytes());
+    encoder.bytes
 }
 
 /// Why a binary latest batch was refused.
@@ -244,7 +234,7 @@ pub enum LatestDecodeError {
 }
 
 /// Reads a binary latest batch: its generation and items, borrowed from `bytes`. Anything
-/// but exactly what [`LatestEncoder`] writes is refused.
+/// but exactly what [`encode_latest`] writes is refused.
 pub fn decode_latest(bytes: &[u8]) -> Result<(u64, Vec<LatestItem<'_>>), LatestDecodeError> {
     use LatestDecodeError::Malformed;
     let mut decoder = crate::wal::Decoder::new(bytes);

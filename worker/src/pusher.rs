@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use shared::backoff::Backoff;
-use shared::protocol::{LatestBatch, LatestEncoder, LatestItem, COORDINATOR_LATEST, LATEST_BINARY, SECRET_HEADER};
+use shared::protocol::{encode_latest, LatestBatch, LatestItem, COORDINATOR_LATEST, LATEST_BINARY, SECRET_HEADER};
 use shared::telemetry::{BATCH_ITEMS, PUSH_LAG_SECONDS};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -125,9 +125,7 @@ impl Pusher {
                 message: messages.text(latest.message),
             });
             if binary {
-                let mut encoder = LatestEncoder::new(shard.generation, count);
-                items.for_each(|item| encoder.push(item));
-                encoder.finish()
+                encode_latest(shard.generation, items)
             } else {
                 let batch = LatestBatch {
                     generation: shard.generation,

@@ -743,8 +743,6 @@ impl Cluster {
         self.scratch.path.join("data").join(self.names[index])
     }
 
-    /// Panics if a node process has exited.
-    #[track_caller]
     /// Name and PID of every node process (workers, then the coordinator).
     pub fn node_pids(&self) -> Vec<(&'static str, u32)> {
         self.processes
@@ -753,6 +751,8 @@ impl Cluster {
             .collect()
     }
 
+    /// Panics if a node process has exited.
+    #[track_caller]
     pub fn assert_processes_alive(&mut self) {
         for process in &mut self.processes {
             if let Some(status) = process.child.try_wait().expect("polling a child") {
