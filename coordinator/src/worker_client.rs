@@ -80,8 +80,7 @@ impl WorkerClient {
     /// opened a connection per concurrent call (about 200 per worker at the start of a bench
     /// load, 168 of them closed again right after), on a machine already saturated.
     pub fn new(cells: &[Cell], secret: &str) -> anyhow::Result<WorkerClient> {
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
+        let client = node_http::internal_client()
             .http2_prior_knowledge()
             .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
             .http2_keep_alive_timeout(KEEP_ALIVE_TIMEOUT)

@@ -1,7 +1,8 @@
 //! HTTP glue that the coordinator and the workers share, written once: the cluster-secret
 //! guard of internal routes ([`ClusterPeer`]), the request metrics middleware
 //! ([`track_request`]), and the routes every node serves behind the secret
-//! ([`debug_router`]: `GET /metrics`, `GET /debug/pprof/profile`, `GET /debug/pprof/last`).
+//! ([`debug_router`]: `GET /metrics`, `GET /debug/pprof/profile`, `GET /debug/pprof/last`),
+//! and the client settings of every call between nodes ([`internal_client`]).
 //! `shared` stays free of axum; the node binaries keep their own routes and error types.
 
 use std::time::Instant;
@@ -15,6 +16,17 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use shared::protocol::{METRICS, PPROF_LAST, PPROF_PROFILE};
+
+/// A client for calls between nodes (they carry the cluster secret): never through a proxy
+/// whatever `HTTP_PROXY`, `ALL_PROXY` or `NO_PROXY` say, since the nodes reach each other
+/// directly and a proxy would see the secret; never following a redirect, which could send
+/// the secret to another host; `TCP_NODELAY`. Callers add their timeouts and protocol.
+pub fn internal_client() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .tcp_nodelay(true)
+}
 
 /// What a node's router state gives this crate.
 pub trait NodeState: Clone + Send + Sync + 'static {

@@ -47,8 +47,7 @@ impl Cells {
             name: name.to_owned(),
             map: RwLock::new(None),
             file,
-            client: reqwest::Client::builder()
-                .tcp_nodelay(true)
+            client: node_http::internal_client()
                 .http2_prior_knowledge()
                 .pool_idle_timeout(Duration::from_secs(60))
                 .build()?,

@@ -13,6 +13,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
+
 use tokio::time::Instant;
 
 use shared::backoff::Backoff;
@@ -43,8 +45,9 @@ enum Pushed {
 pub struct Pusher {
     store: Store,
     client: reqwest::Client,
-    url: String,
-    secret: String,
+    /// Parsed once: a push is 100 requests a second per worker.
+    url: reqwest::Url,
+    secret: reqwest::header::HeaderValue,
     interval: Duration,
     /// After the coordinator refused a binary batch: JSON until then, then binary again
     /// (the coordinator may have been upgraded meanwhile). `None`: binary.
@@ -53,16 +56,21 @@ pub struct Pusher {
 
 impl Pusher {
     pub fn new(store: Store, coordinator_url: &str, secret: &str, interval: Duration) -> anyhow::Result<Pusher> {
-        let client = reqwest::Client::builder()
+        let client = node_http::internal_client()
             .timeout(Duration::from_secs(2))
             .pool_max_idle_per_host(4)
-            .tcp_nodelay(true)
             .build()?;
+        let url = format!("{}{COORDINATOR_LATEST}", coordinator_url.trim_end_matches('/'));
+        let mut secret =
+            reqwest::header::HeaderValue::from_str(secret).context("the cluster secret is not a valid header value")?;
+        secret.set_sensitive(true);
         Ok(Pusher {
             store,
             client,
-            url: format!("{}{COORDINATOR_LATEST}", coordinator_url.trim_end_matches('/')),
-            secret: secret.to_owned(),
+            url: url
+                .parse()
+                .with_context(|| format!("the coordinator's URL {url} is not a URL"))?,
+            secret,
             interval,
             json_until: None,
         })
@@ -137,9 +145,15 @@ impl Pusher {
         let content_type = if binary { LATEST_BINARY } else { "application/json" };
         let result = self
             .client
-            .post(&self.url)
-            .header(SECRET_HEADER, &self.secret)
-            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .post(self.url.clone())
+            .header(
+                reqwest::header::HeaderName::from_static(SECRET_HEADER),
+                self.secret.clone(),
+            )
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                reqwest::header::HeaderValue::from_static(content_type),
+            )
             .body(body)
             .send()
             .await;

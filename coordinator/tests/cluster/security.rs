@@ -1,7 +1,8 @@
 //! Security and bad input, through the real nodes: the cluster secret on every internal
 //! route of every node, nginx never routing them, sign-in tokens an attacker could craft,
 //! forged session cookies, an isolation probe over every initial ISU, and the limits on
-//! oversized or out-of-range input (a clear 4xx, never a 5xx or a crash).
+//! oversized or out-of-range input (a clear 4xx, never a 5xx or a crash), and calls between
+//! nodes never taking a proxy the environment names.
 
 use std::time::Duration;
 
@@ -1186,4 +1187,103 @@ fn nodes_refuse_an_empty_secret_and_a_default_or_short_one_beyond_loopback() {
             assert!(stderr.contains("cluster secret"), "{args:?}: {stderr}");
         }
     }
+}
+
+// ------------------------------------------------------------------ proxies
+
+/// A stand-in HTTP proxy on loopback: counts the connections made to it and answers each
+/// with 502, as a proxy that cannot reach the nodes would.
+struct CountingProxy {
+    url: String,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CountingProxy {
+    async fn start() -> CountingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the proxy");
+        let url = format!("http://{}", listener.local_addr().expect("the proxy's address"));
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = connections.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut request)).await;
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .await;
+                });
+            }
+        });
+        CountingProxy { url, connections, task }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for CountingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Calls between nodes carry the cluster secret, so they must never take a proxy the
+/// environment names (`HTTP_PROXY` and the rest, with `NO_PROXY` naming only JIA): the
+/// initialization's resets, user syncs, provisional registration and publishing
+/// (coordinator → worker), the latest pushes (worker → coordinator) and a device post
+/// forwarded to its owner (worker → worker) all work, and the proxy sees no connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_between_nodes_never_take_a_proxy_the_environment_names() {
+    let proxy = CountingProxy::start().await;
+    let cluster = spawn_cluster_with(ClusterOptions {
+        proxy: Some(proxy.url.clone()),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let alice = cluster.sign_in("alice").await;
+    let (even, odd) = (cluster.known_uuid('4', 1), cluster.known_uuid('7', 1));
+    for uuid in [&even, &odd] {
+        alice.register(uuid, "proxied", None).await.json(201);
+    }
+    // The simulator's devices post; their latest conditions reach the coordinator's list.
+    for uuid in [&even, &odd] {
+        alice
+            .first_conditions(uuid, "the device's conditions are stored", Duration::from_secs(10))
+            .await;
+    }
+    wait_until(
+        "both latest conditions reach the ISU list",
+        Duration::from_secs(10),
+        || async {
+            let list = alice.isu_list().await.json(200);
+            let items = list.as_array().cloned().unwrap_or_default();
+            (items.len() == 2 && items.iter().all(|item| !item["latest_isu_condition"].is_null())).then_some(())
+        },
+    )
+    .await;
+    // The odd ISU posted to worker A's device server: forwarded to worker B, its owner.
+    let timestamp = VIRTUAL_START + 7 * 86_400;
+    let forwarded = cluster
+        .raw_client()
+        .post(format!("{}/api/condition/{odd}", cluster.device_servers[0]))
+        .header("content-type", "application/json")
+        .body(json!([{"is_sitting": true, "condition": INFO, "message": "via A", "timestamp": timestamp}]).to_string())
+        .send()
+        .await
+        .expect("worker A's device server answers");
+    assert_eq!(forwarded.status(), StatusCode::ACCEPTED);
+    let items = alice.condition_items(&odd, timestamp + 1).await;
+    assert!(
+        items
+            .iter()
+            .any(|item| item["timestamp"] == timestamp && item["message"] == "via A"),
+        "the forwarded post is stored at worker B: {items:?}"
+    );
+    assert_eq!(proxy.connections(), 0, "no call between nodes went to the proxy");
 }

@@ -369,7 +369,25 @@ pub struct ClusterOptions {
     /// `FAILPOINTS` for every node's first start (`node_http::fail_points_from_env`); nodes
     /// started again run without (see [`Cluster::fail_points`]).
     pub fail_points: Option<String>,
+    /// Every node's environment names this HTTP proxy (`HTTP_PROXY`, `HTTPS_PROXY`,
+    /// `ALL_PROXY`, in both cases) and `NO_PROXY` names only the JIA simulator, which then
+    /// listens on [`JIA_OUTSIDE_HOST`]: calls to JIA may take the proxy, calls between nodes
+    /// must not. Default: no proxy at all.
+    pub proxy: Option<String>,
 }
+
+/// Where the JIA simulator listens when the nodes are given a proxy: an address of its own,
+/// so that `NO_PROXY` can name it and no node.
+pub const JIA_OUTSIDE_HOST: &str = "127.0.0.5";
+/// The proxy variables reqwest reads, in both cases.
+const PROXY_VARIABLES: [&str; 6] = [
+    "http_proxy",
+    "HTTP_PROXY",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+];
 
 impl Default for ClusterOptions {
     fn default() -> Self {
@@ -383,6 +401,7 @@ impl Default for ClusterOptions {
             durable: false,
             device_run_for: DEVICE_RUN_FOR,
             fail_points: None,
+            proxy: None,
         }
     }
 }
@@ -452,7 +471,12 @@ async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
         .iter()
         .map(|port| format!("http://127.0.0.1:{port}"))
         .collect();
+    let jia_host: std::net::IpAddr = match options.proxy {
+        Some(_) => JIA_OUTSIDE_HOST.parse().expect("an IPv4 address"),
+        None => std::net::Ipv4Addr::LOCALHOST.into(),
+    };
     let jia = JiaSimulator::start(JiaConfig {
+        listen: std::net::SocketAddr::new(jia_host, 0),
         url_policy: UrlPolicy::AnyUrl,
         accept_any_uuid: false,
         activation_delay: options.activation_delay,
@@ -504,7 +528,12 @@ async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
         .map(|index| {
             NodeProcess::spawn(
                 names[index],
-                node_command(index == count, &node_args[index], fail_points.as_deref()),
+                node_command(
+                    index == count,
+                    &node_args[index],
+                    fail_points.as_deref(),
+                    options.proxy.as_deref(),
+                ),
                 &scratch.path,
             )
         })
@@ -659,7 +688,12 @@ impl Cluster {
         let is_coordinator = index == self.workers.len();
         self.processes[index] = NodeProcess::spawn_appending(
             name,
-            node_command(is_coordinator, &self.node_args[index], self.fail_points.as_deref()),
+            node_command(
+                is_coordinator,
+                &self.node_args[index],
+                self.fail_points.as_deref(),
+                self.options.proxy.as_deref(),
+            ),
             &self.scratch.path,
         );
         let base = if is_coordinator {
@@ -828,7 +862,7 @@ fn worker_binary() -> PathBuf {
 }
 
 /// The command of a worker or the coordinator with its flags.
-fn node_command(coordinator: bool, args: &[String], fail_points: Option<&str>) -> Command {
+fn node_command(coordinator: bool, args: &[String], fail_points: Option<&str>, proxy: Option<&str>) -> Command {
     let mut command = match coordinator {
         true => Command::new(env!("CARGO_BIN_EXE_coordinator")),
         false => Command::new(worker_binary()),
@@ -837,6 +871,14 @@ fn node_command(coordinator: bool, args: &[String], fail_points: Option<&str>) -
     command.env_remove("FAILPOINTS");
     if let Some(fail_points) = fail_points {
         command.env("FAILPOINTS", fail_points);
+    }
+    if let Some(proxy) = proxy {
+        for variable in PROXY_VARIABLES {
+            command.env(variable, proxy);
+        }
+        command
+            .env("NO_PROXY", JIA_OUTSIDE_HOST)
+            .env("no_proxy", JIA_OUTSIDE_HOST);
     }
     command
 }
@@ -906,20 +948,23 @@ impl NodeProcess {
 
     fn spawn_logging_to(name: &'static str, mut command: Command, log: PathBuf, file: std::fs::File) -> NodeProcess {
         let stderr = file.try_clone().expect("cloning a file handle");
-        // Loopback only: no proxy may sit between the nodes, the simulator and the tests.
-        for variable in [
-            "http_proxy",
-            "HTTP_PROXY",
-            "https_proxy",
-            "HTTPS_PROXY",
-            "all_proxy",
-            "ALL_PROXY",
-        ] {
-            command.env_remove(variable);
+        // Loopback only: no proxy may sit between the nodes, the simulator and the tests,
+        // unless the command names one itself (`ClusterOptions::proxy`).
+        let named: Vec<std::ffi::OsString> = command
+            .get_envs()
+            .filter(|(_, value)| value.is_some())
+            .map(|(variable, _)| variable.to_owned())
+            .collect();
+        let named = |variable: &str| named.iter().any(|named| named == variable);
+        if !named("HTTP_PROXY") {
+            for variable in PROXY_VARIABLES {
+                command.env_remove(variable);
+            }
+            command
+                .env("NO_PROXY", "127.0.0.1,localhost")
+                .env("no_proxy", "127.0.0.1,localhost");
         }
         command
-            .env("NO_PROXY", "127.0.0.1,localhost")
-            .env("no_proxy", "127.0.0.1,localhost")
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
