@@ -107,9 +107,18 @@ async fn scrape(app: &AppState) -> Vec<Option<(String, u64)>> {
 
 /// `GET /internal/cells[?seconds=S]`: a table per cell — slots, pins, ISUs, conditions,
 /// public requests a second, their error ratio (5xx) and p99, the latest push's p99 lag,
-/// shaped ISUs and the worker's map version — from two scrapes S seconds apart (default 1).
-async fn summary(_: ClusterPeer, State(app): State<AppState>, Query(query): Query<SummaryQuery>) -> String {
-    let seconds = query.seconds.unwrap_or(1.0).clamp(0.1, 30.0);
+/// shaped ISUs and the worker's map version — from two scrapes S seconds apart (default 1,
+/// taken between 0.1 and 30; not a finite number: 400).
+async fn summary(
+    _: ClusterPeer,
+    State(app): State<AppState>,
+    Query(query): Query<SummaryQuery>,
+) -> Result<String, (StatusCode, &'static str)> {
+    let seconds = match query.seconds {
+        None => 1.0,
+        Some(seconds) if seconds.is_finite() => seconds.clamp(0.1, 30.0),
+        Some(_) => return Err((StatusCode::BAD_REQUEST, "bad format: seconds")),
+    };
     let before = scrape(&app).await;
     tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
     let after = scrape(&app).await;
@@ -193,7 +202,7 @@ async fn summary(_: ClusterPeer, State(app): State<AppState>, Query(query): Quer
             migration.phase
         ));
     }
-    text
+    Ok(text)
 }
 
 #[derive(Deserialize)]

@@ -387,6 +387,18 @@ async fn the_cells_table_shows_what_each_cell_does_and_a_cell_that_is_down() {
     assert_eq!(c[6].parse::<f64>().unwrap(), 0.0, "c takes nothing: {text}");
     assert_eq!(c[7], "-", "no request, no ratio: {text}");
     assert!(text.starts_with("placement map version 1 (3 cells, 0 pins)"), "{text}");
+    // A span that is not a finite number is refused (it once panicked the handler).
+    for seconds in ["NaN", "inf", "-inf"] {
+        let response = cluster
+            .raw_client()
+            .get(format!("{}/internal/cells?seconds={seconds}", cluster.coordinator))
+            .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+            .send()
+            .await
+            .expect("the coordinator answers");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "seconds={seconds}");
+        assert_eq!(response.text().await.unwrap(), "bad format: seconds");
+    }
 
     cluster.kill_node(2);
     let text = table(&cluster).await;
