@@ -35,6 +35,16 @@ pub struct Config {
     #[arg(long, env = "ISU_DEVICE_TLS_KEY", requires = "device_tls_cert")]
     pub device_tls_key: Option<PathBuf>,
 
+    /// How long the device server waits for a request's head, in milliseconds, counted from
+    /// the connection's start or the end of its previous answer (so also how long a
+    /// kept-alive connection may sit idle), and again for the request's whole body (answered
+    /// 408 when it is late). Then the connection is closed: a client that stalls or trickles
+    /// holds a connection this long at most. HTTP/2 connections are pinged every 20 s and
+    /// closed when a ping goes unanswered for 20 s.
+    #[arg(long, env = "ISU_DEVICE_READ_TIMEOUT_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub device_read_timeout_ms: u64,
+
     /// Take over from a running worker of this cell on the same addresses and data directory
     /// (a replacement in place): bind beside it, wait for it to finish, replay its log, serve.
     /// Without it an address in use is refused. Needs `--data-dir`.

@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 /// How long open device connections get to finish their requests at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How often an HTTP/2 device connection is pinged, and how long an answer may take.
+const HTTP2_PING: Duration = Duration::from_secs(20);
 
 /// A bound, not yet serving device server.
 pub struct DeviceServer {
@@ -61,7 +63,13 @@ impl DeviceServer {
     }
 
     /// Serves `service` until `stop` fires, then lets open requests finish (bounded).
-    pub async fn run(self, service: crate::routes::DeviceService, stop: CancellationToken) -> anyhow::Result<()> {
+    /// `read_timeout`: see `--device-read-timeout-ms` (the body's share is the service's).
+    pub async fn run(
+        self,
+        service: crate::routes::DeviceService,
+        read_timeout: Duration,
+        stop: CancellationToken,
+    ) -> anyhow::Result<()> {
         let handle = axum_server::Handle::new();
         let shutdown = handle.clone();
         tokio::spawn(async move {
@@ -71,13 +79,13 @@ impl DeviceServer {
         let service = tower::make::Shared::new(service);
         match self.tls {
             Some(config) => {
-                axum_server::from_tcp_rustls(self.listener, config)?
+                bounded(axum_server::from_tcp_rustls(self.listener, config)?, read_timeout)
                     .handle(handle)
                     .serve(service)
                     .await?
             }
             None => {
-                axum_server::from_tcp(self.listener)?
+                bounded(axum_server::from_tcp(self.listener)?, read_timeout)
                     .handle(handle)
                     .serve(service)
                     .await?
@@ -85,4 +93,20 @@ impl DeviceServer {
         }
         Ok(())
     }
+}
+
+/// Devices reach this server from outside: a connection that sends no (complete) request
+/// head within `read_timeout` is closed, also between requests, and HTTP/2 connections are
+/// pinged. (axum_server turns hyper's header timeout off by default.)
+fn bounded<A: axum_server::Address, Acc>(
+    mut server: axum_server::Server<A, Acc>,
+    read_timeout: Duration,
+) -> axum_server::Server<A, Acc> {
+    let builder = server.http_builder();
+    builder.http1().header_read_timeout(read_timeout);
+    builder
+        .http2()
+        .keep_alive_interval(HTTP2_PING)
+        .keep_alive_timeout(HTTP2_PING);
+    server.first_request_timeout(read_timeout)
 }

@@ -27,6 +27,9 @@ pub enum WorkerError {
     /// 429: the ISU is over its quota and the shaping lane is full; `Retry-After: 1`.
     #[error("too many requests")]
     TooManyRequests,
+    /// 408: a device post's body did not arrive in time; `Connection: close`.
+    #[error("request timeout")]
+    RequestTimeout,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -43,6 +46,7 @@ impl WorkerError {
             WorkerError::StaleGeneration => StatusCode::PRECONDITION_FAILED,
             WorkerError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             WorkerError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            WorkerError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             WorkerError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -57,6 +61,7 @@ impl WorkerError {
             WorkerError::StaleGeneration => "stale generation",
             WorkerError::Unavailable => "service unavailable",
             WorkerError::TooManyRequests => "too many requests",
+            WorkerError::RequestTimeout => "request body timed out",
             WorkerError::Internal(_) => messages::INTERNAL,
         }
     }
@@ -83,6 +88,11 @@ impl IntoResponse for WorkerError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        if matches!(self, WorkerError::RequestTimeout) {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
         }
         response
     }

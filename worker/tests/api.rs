@@ -85,6 +85,15 @@ impl TestWorker {
         device: Option<Option<(std::path::PathBuf, std::path::PathBuf)>>,
         json_only: bool,
     ) -> TestWorker {
+        TestWorker::spawn_configured(device, json_only, |_| {}).await
+    }
+
+    /// Like [`TestWorker::spawn_with`], with `configure` changing the worker's settings last.
+    async fn spawn_configured(
+        device: Option<Option<(std::path::PathBuf, std::path::PathBuf)>>,
+        json_only: bool,
+        configure: impl FnOnce(&mut Config),
+    ) -> TestWorker {
         let json_only = Arc::new(AtomicBool::new(json_only));
         let refuse_binary = json_only.clone();
         let pushes: Arc<Mutex<Vec<LatestBatch>>> = Arc::default();
@@ -122,12 +131,13 @@ impl TestWorker {
         let coordinator_addr: SocketAddr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, coordinator).await });
 
-        let config = Config {
+        let mut config = Config {
             device_listen: device.as_ref().map(|_| "127.0.0.1:0".parse().unwrap()),
             device_tls_cert: device.clone().flatten().map(|(cert, _)| cert),
             device_tls_key: device.clone().flatten().map(|(_, key)| key),
             ..test_config(format!("http://{coordinator_addr}"))
         };
+        configure(&mut config);
         let application = Application::build(config, unregistered_metrics()).await.unwrap();
         let base = format!("http://{}", application.local_addr());
         let device_base = application.device_addr().map(|(address, tls)| {
@@ -904,6 +914,89 @@ async fn the_device_server_speaks_tls_with_http2_and_http1() {
         .timestamps("end_time=9999&condition_level=info")
         .await
         .contains(&4001));
+}
+
+/// Reads from `stream` until it closes (at most 5 s); what it sent, and when it closed.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> (String, Instant) {
+    use tokio::io::AsyncReadExt;
+    let mut received = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut received))
+        .await
+        .expect("the device server closes the connection within 5 s")
+        .expect("reading from the device server");
+    (String::from_utf8_lossy(&received).into_owned(), Instant::now())
+}
+
+/// Devices reach the device server from outside: a connection that sends no request, half a
+/// head or a trickled body is closed after `--device-read-timeout-ms` (a late body gets 408
+/// first and stores nothing), while a kept-alive connection that posts in time is served.
+#[tokio::test]
+async fn the_device_server_closes_stalled_connections_and_answers_a_late_body_408() {
+    use tokio::io::AsyncWriteExt;
+    const TIMEOUT: Duration = Duration::from_millis(400);
+    let worker = TestWorker::spawn_configured(Some(None), false, |config| {
+        config.device_read_timeout_ms = TIMEOUT.as_millis() as u64;
+    })
+    .await;
+    let address = worker
+        .device_base
+        .as_deref()
+        .unwrap()
+        .trim_start_matches("http://")
+        .to_owned();
+    let connect = || tokio::net::TcpStream::connect(address.clone());
+
+    // Nothing sent, and half a head: closed without an answer, not before the timeout.
+    for sent in ["", "POST /api/condition/x HTTP/1.1\r\nHost: device\r\n"] {
+        let mut stream = connect().await.unwrap();
+        let opened = Instant::now();
+        stream.write_all(sent.as_bytes()).await.unwrap();
+        let (received, closed) = read_until_closed(&mut stream).await;
+        assert!(!received.starts_with("HTTP/1.1 2"), "{sent:?}: {received:?}");
+        assert!(
+            closed - opened >= TIMEOUT - Duration::from_millis(50),
+            "{sent:?} closed early"
+        );
+    }
+
+    // A whole head, then only part of the body it announces: 408, closed, nothing stored.
+    let body = batch(&[(8100, INFO)]);
+    let mut stream = connect().await.unwrap();
+    let head = format!(
+        "POST /api/condition/{ISU} HTTP/1.1\r\nHost: device\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&body.as_bytes()[..body.len() / 2]).await.unwrap();
+    let (received, _) = read_until_closed(&mut stream).await;
+    assert!(received.starts_with("HTTP/1.1 408"), "{received:?}");
+    assert!(
+        received.to_ascii_lowercase().contains("connection: close"),
+        "{received:?}"
+    );
+    assert!(received.ends_with("request body timed out"), "{received:?}");
+    assert!(!worker
+        .timestamps("end_time=9999&condition_level=info")
+        .await
+        .contains(&8100));
+
+    // Posts on one kept-alive connection, each sooner than the timeout, are all served.
+    let client = reqwest::Client::builder().pool_max_idle_per_host(1).build().unwrap();
+    for timestamp in [8200, 8201, 8202] {
+        let posted = device_post(
+            &client,
+            worker.device_base.as_deref().unwrap(),
+            ISU,
+            batch(&[(timestamp, INFO)]),
+        )
+        .await;
+        assert_eq!(posted.status(), StatusCode::ACCEPTED);
+        tokio::time::sleep(TIMEOUT / 2).await;
+    }
+    assert_eq!(
+        worker.timestamps("end_time=9999&condition_level=info").await[..3],
+        [8202, 8201, 8200]
+    );
 }
 
 #[tokio::test]

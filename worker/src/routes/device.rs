@@ -16,7 +16,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderValue, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -112,12 +112,16 @@ where
     if let Err(refused) = refuse_shaped_early(state, &uuid) {
         return refused.into_response();
     }
-    let body = match Limited::new(body, CONDITION_BODY_LIMIT).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) if error.is::<LengthLimitError>() => {
+    // The head's wait is hyper's (`crate::device_server`); the body's is bounded here.
+    let read_timeout = Duration::from_millis(state.config.device_read_timeout_ms);
+    let collected = tokio::time::timeout(read_timeout, Limited::new(body, CONDITION_BODY_LIMIT).collect());
+    let body = match collected.await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(error)) if error.is::<LengthLimitError>() => {
             return WorkerError::PayloadTooLarge(messages::PAYLOAD_TOO_LARGE).into_response();
         }
-        Err(_) => return WorkerError::BadRequest(messages::BAD_REQUEST_BODY).into_response(),
+        Ok(Err(_)) => return WorkerError::BadRequest(messages::BAD_REQUEST_BODY).into_response(),
+        Err(_) => return WorkerError::RequestTimeout.into_response(),
     };
     store_posted(state, uuid, &body).await.into_response()
 }
