@@ -33,8 +33,14 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Bytes before each payload: length and checksum.
 pub const HEADER_BYTES: usize = 8;
-/// Larger records are refused on write and treated as corrupt on read.
+/// Larger appended records are refused (a device batch is at most 2 MiB).
 pub const MAX_RECORD_BYTES: usize = 1 << 30;
+/// The longest record a frame holds (its length is 32 bits), and so the longest read back.
+/// A snapshot may be longer than [`MAX_RECORD_BYTES`] (a large shard, the coordinator's
+/// icons); one longer than this is refused and the log kept as it was. (The reader once
+/// refused records over `MAX_RECORD_BYTES` as corrupt and truncated the log there, so a
+/// snapshot between the two limits emptied the log at the next start.)
+pub const MAX_FRAME_BYTES: usize = u32::MAX as usize;
 /// Records queued for the writer before senders wait.
 const QUEUE_DEPTH: usize = 4096;
 /// At most this many bytes per group write.
@@ -79,10 +85,11 @@ impl std::fmt::Display for FsyncPolicy {
     }
 }
 
-/// Frames `payload` as one record (header + payload).
+/// Frames `payload` (at most [`MAX_FRAME_BYTES`]: callers check) as one record (header + payload).
 pub fn frame(payload: &[u8]) -> Vec<u8> {
+    let length = u32::try_from(payload.len()).expect("callers keep a record within MAX_FRAME_BYTES");
     let mut record = Vec::with_capacity(HEADER_BYTES + payload.len());
-    record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    record.extend_from_slice(&length.to_le_bytes());
     record.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
     record.extend_from_slice(payload);
     record
@@ -145,7 +152,8 @@ pub fn read_log_from(path: &Path, from: u64, tail: Tail, mut apply: impl FnMut(&
         }
         let length = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
         let checksum = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-        if length == 0 || length > MAX_RECORD_BYTES {
+        // Any other length is one a frame can hold: torn or corrupt shows below.
+        if length == 0 {
             break Some("bad length");
         }
         let Some(payload) = rest.get(HEADER_BYTES..HEADER_BYTES + length) else {
@@ -399,6 +407,12 @@ impl Writer {
         let snapshot = self.options.snapshot.clone();
         let (file, size) = tokio::task::spawn_blocking(move || -> io::Result<(File, u64)> {
             let payload = snapshot();
+            if payload.len() > MAX_FRAME_BYTES {
+                return Err(io::Error::other(format!(
+                    "the snapshot is {} bytes, more than a record holds ({MAX_FRAME_BYTES}); the log is kept as it was",
+                    payload.len()
+                )));
+            }
             let next = path.with_extension("next");
             let mut file = File::create(&next)?;
             let record = frame(&payload);
@@ -568,6 +582,40 @@ mod tests {
             assert_eq!(report.truncated_bytes, 0);
             assert_eq!(seen[42], 42u32.to_le_bytes());
         }
+    }
+
+    /// A record longer than an append may be (a large snapshot) is read back, not taken for
+    /// corruption and truncated away with everything after it. The file is sparse: the
+    /// payload is zeros, checksummed in pieces.
+    #[test]
+    fn a_record_longer_than_an_append_may_be_is_read_back_whole() {
+        let path = scratch("long");
+        let length = MAX_RECORD_BYTES + 1;
+        let mut checksum = crc32fast::Hasher::new();
+        let zeros = vec![0u8; 1 << 20];
+        let mut left = length;
+        while left > 0 {
+            let piece = left.min(zeros.len());
+            checksum.update(&zeros[..piece]);
+            left -= piece;
+        }
+        let mut file = File::create(&path).unwrap();
+        file.write_all(&(length as u32).to_le_bytes()).unwrap();
+        file.write_all(&checksum.finalize().to_le_bytes()).unwrap();
+        file.set_len((HEADER_BYTES + length) as u64).unwrap();
+        file.seek(io::SeekFrom::End(0)).unwrap();
+        file.write_all(&frame(b"after it")).unwrap();
+        drop(file);
+        let mut lengths = Vec::new();
+        let report = read_log(&path, |payload| lengths.push(payload.len())).unwrap();
+        assert_eq!(lengths, vec![length, 8]);
+        assert_eq!(report.truncated_bytes, 0);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            (2 * HEADER_BYTES + length + 8) as u64,
+            "nothing was cut off"
+        );
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
