@@ -65,23 +65,57 @@ impl History {
     /// Inserts in timestamp order; false when this level already holds that timestamp
     /// (a device reports one condition per timestamp, so it is a repeat).
     fn insert(&mut self, condition: Condition) -> bool {
-        let list = &mut self.by_level[condition.flags.level().index()];
-        match list.last() {
-            Some(last) if last.timestamp >= condition.timestamp => {
-                // Out of order: batches may arrive in any order.
-                match list.binary_search_by_key(&condition.timestamp, |stored| stored.timestamp) {
-                    Ok(_) => false,
-                    Err(position) => {
-                        list.insert(position, condition);
-                        true
-                    }
-                }
-            }
-            _ => {
-                list.push(condition);
-                true
+        let stored = self.insert_batch([(condition.timestamp, condition.flags, ())], |()| condition.message);
+        stored == 1
+    }
+
+    /// Stores a batch given in any order, each level kept in timestamp order; returns how
+    /// many conditions were new. A level that already holds a timestamp keeps its condition
+    /// (a repeat), and of equal timestamps in one batch the first is kept. `message` gives a
+    /// condition's message id and is called only for those stored, so a repeat interns no
+    /// message. Conditions older than their level's newest are merged in once per level:
+    /// k of them cost one pass over the newer part of the list, not k moves of it.
+    fn insert_batch<M>(
+        &mut self,
+        batch: impl IntoIterator<Item = (i64, Flags, M)>,
+        mut message: impl FnMut(M) -> u32,
+    ) -> usize {
+        let mut stored = 0;
+        let mut late: [Vec<(i64, Flags, M)>; 3] = Default::default();
+        for (timestamp, flags, text) in batch {
+            let level = flags.level().index();
+            let list = &mut self.by_level[level];
+            if list.last().is_none_or(|last| last.timestamp < timestamp) {
+                list.push(Condition {
+                    timestamp,
+                    flags,
+                    message: message(text),
+                });
+                stored += 1;
+            } else {
+                late[level].push((timestamp, flags, text));
             }
         }
+        for (list, mut late) in self.by_level.iter_mut().zip(late) {
+            if late.is_empty() {
+                continue;
+            }
+            // Stable: of equal timestamps the batch's first stays first, and is kept.
+            late.sort_by_key(|(timestamp, ..)| *timestamp);
+            late.dedup_by_key(|(timestamp, ..)| *timestamp);
+            late.retain(|(timestamp, ..)| list.binary_search_by_key(timestamp, |stored| stored.timestamp).is_err());
+            stored += late.len();
+            let late: Vec<Condition> = late
+                .into_iter()
+                .map(|(timestamp, flags, text)| Condition {
+                    timestamp,
+                    flags,
+                    message: message(text),
+                })
+                .collect();
+            merge_older(list, &late);
+        }
+        stored
     }
 
     fn latest(&self) -> Option<Condition> {
@@ -93,6 +127,28 @@ impl History {
 
     fn len(&self) -> usize {
         self.by_level.iter().map(Vec::len).sum()
+    }
+}
+
+/// Merges `late` (ascending, none of its timestamps in `list`) into ascending `list`, from
+/// the back: only the part of `list` newer than `late`'s oldest moves, once.
+fn merge_older(list: &mut Vec<Condition>, late: &[Condition]) {
+    let Some(oldest) = late.first() else { return };
+    let (old_len, start) = (
+        list.len(),
+        list.partition_point(|stored| stored.timestamp < oldest.timestamp),
+    );
+    list.resize(old_len + late.len(), *oldest);
+    let (mut old, mut new) = (old_len, late.len());
+    // Invariant: the next slot written from the back is old + new - 1.
+    while new > 0 {
+        if old > start && list[old - 1].timestamp > late[new - 1].timestamp {
+            list[old + new - 1] = list[old - 1];
+            old -= 1;
+        } else {
+            list[old + new - 1] = late[new - 1];
+            new -= 1;
+        }
     }
 }
 
@@ -223,7 +279,9 @@ fn window(list: &[Condition], start: i64, end: i64) -> &[Condition] {
     &list[from..to]
 }
 
-/// Interned condition messages of one shard.
+/// Interned condition messages of one shard. Lock order: an ISU's history, then the
+/// messages (a post interns the messages it stores while it holds its ISU's history);
+/// nothing takes an ISU's history while it holds the messages.
 #[derive(Debug, Default)]
 pub struct Messages {
     inner: RwLock<MessageTable>,
@@ -471,14 +529,12 @@ impl Shard {
     pub fn post(&self, uuid: &str, batch: &[NewCondition<'_>]) -> Result<usize, PostError> {
         crate::ingest::poison_panic(uuid);
         let entry = self.isu(uuid).ok_or(PostError::UnknownIsu)?;
-        let compacted: Vec<Condition> = batch.iter().map(|condition| self.compact(*condition)).collect();
-        let inserted = {
-            let mut history = entry.history.write();
-            compacted
-                .into_iter()
-                .filter(|condition| history.insert(*condition))
-                .count()
-        };
+        let inserted = entry.history.write().insert_batch(
+            batch
+                .iter()
+                .map(|condition| (condition.timestamp, condition.flags, condition.message)),
+            |message| self.messages.intern(message),
+        );
         if inserted > 0 && entry.is_published() {
             self.enqueue(&entry);
         }
@@ -717,6 +773,91 @@ mod tests {
             .collect();
         assert_eq!(all, vec![300, 200, 100]);
         assert_eq!(isu.latest().unwrap().timestamp, 300);
+    }
+
+    /// Batches in any order, with repeats inside a batch and of stored conditions, against a
+    /// model: per level, the first condition seen for a timestamp is kept; each post reports
+    /// how many it stored; the history reads back sorted, messages included.
+    #[test]
+    fn batches_in_any_order_store_what_a_model_keeps() {
+        use rand::{Rng, SeedableRng};
+        let mut random = rand::rngs::StdRng::seed_from_u64(12);
+        let levels = [INFO, WARN, CRIT];
+        let texts: Vec<String> = (0..1000).map(|index| format!("m{index}")).collect();
+        for round in 0..40 {
+            let shard = shard_with("u", &[]);
+            let mut model: [std::collections::BTreeMap<i64, &str>; 3] = Default::default();
+            // Early rounds: few timestamps (many repeats); later: long histories.
+            let span = if round < 20 { 50 } else { 5_000 };
+            for _ in 0..random.gen_range(1..30) {
+                let batch: Vec<NewCondition> = (0..random.gen_range(1..200))
+                    .map(|_| {
+                        let level = random.gen_range(0..3);
+                        NewCondition {
+                            timestamp: random.gen_range(0..span),
+                            flags: flags(false, levels[level]),
+                            message: &texts[random.gen_range(0..texts.len())],
+                        }
+                    })
+                    .collect();
+                let mut expected = 0;
+                for condition in &batch {
+                    let level = condition.flags.level().index();
+                    if let std::collections::btree_map::Entry::Vacant(slot) = model[level].entry(condition.timestamp) {
+                        slot.insert(condition.message);
+                        expected += 1;
+                    }
+                }
+                assert_eq!(shard.post("u", &batch), Ok(expected), "round {round}");
+            }
+            let isu = shard.isu("u").unwrap();
+            let history = isu.history.read();
+            let messages = shard.messages.view();
+            for (level, list) in history.by_level.iter().enumerate() {
+                let stored: Vec<(i64, &str)> = list
+                    .iter()
+                    .map(|condition| (condition.timestamp, messages.text(condition.message)))
+                    .collect();
+                let wanted: Vec<(i64, &str)> = model[level]
+                    .iter()
+                    .map(|(timestamp, text)| (*timestamp, *text))
+                    .collect();
+                assert_eq!(stored, wanted, "round {round}, level {level}");
+            }
+        }
+    }
+
+    /// A repeated report stores nothing, and its message is not interned either (a device
+    /// resending a stored timestamp with ever new messages does not grow the table).
+    #[test]
+    fn a_repeat_interns_no_message() {
+        let shard = shard_with("u", &[(100, INFO), (300, INFO)]);
+        let interned = || shard.messages.inner.read().texts.len();
+        let before = interned();
+        for index in 0..100 {
+            let text = format!("new text {index}");
+            let repeat = [
+                NewCondition {
+                    timestamp: 100,
+                    flags: flags(true, INFO),
+                    message: &text,
+                },
+                NewCondition {
+                    timestamp: 300,
+                    flags: flags(false, INFO),
+                    message: &text,
+                },
+            ];
+            assert_eq!(shard.post("u", &repeat), Ok(0));
+        }
+        assert_eq!(interned(), before);
+        let stored = [NewCondition {
+            timestamp: 200,
+            flags: flags(true, INFO),
+            message: "stored",
+        }];
+        assert_eq!(shard.post("u", &stored), Ok(1));
+        assert_eq!(interned(), before + 1);
     }
 
     #[test]
