@@ -68,13 +68,10 @@ pub struct Config {
     #[arg(long, env = "ISU_STATIC_DIR")]
     pub static_dir: Option<PathBuf>,
 
-    /// Secret shared by the nodes; required on every internal, metrics and profiling route.
-    #[arg(
-        long,
-        env = "ISU_CLUSTER_SECRET",
-        default_value = "local-cluster-secret",
-        hide_env_values = true
-    )]
+    /// Secret shared by the nodes (at least 16 bytes, no default; `scripts/cluster` makes a
+    /// random one): required on every internal, metrics and profiling route, and the key of
+    /// the session cookies.
+    #[arg(long, env = "ISU_CLUSTER_SECRET", hide_env_values = true)]
     pub cluster_secret: String,
 
     /// JIA service URL used until `POST /initialize` sets one.

@@ -12,7 +12,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> anyhow::Result<()> {
     shared::disable_transparent_huge_pages();
     let config = Config::parse();
-    shared::protocol::check_cluster_secret(config.listen, &config.cluster_secret).map_err(anyhow::Error::msg)?;
+    shared::protocol::check_cluster_secret(&config.cluster_secret).map_err(anyhow::Error::msg)?;
     shared::telemetry::init_tracing();
     let _fail_points = node_http::fail_points_from_env();
     shared::runtime(config.threads)?.block_on(async move {

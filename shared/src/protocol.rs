@@ -289,25 +289,22 @@ pub fn carries_secret(secret: &str, secret_header: Option<&[u8]>, authorization:
         .any(|given| constant_time_eq(given, secret.as_bytes()))
 }
 
-/// The secret a node uses when none is configured; acceptable on loopback only.
-pub const DEFAULT_CLUSTER_SECRET: &str = "local-cluster-secret";
-/// Shortest secret a node accepts when it listens on an address other than loopback.
-pub const MIN_EXPOSED_SECRET_LEN: usize = 16;
+/// Shortest cluster secret a node accepts.
+pub const MIN_SECRET_LEN: usize = 16;
+/// The built-in default of earlier builds: public, so refused like a short one.
+const RETIRED_DEFAULT_SECRET: &str = "local-cluster-secret";
 
-/// Refuses a secret that would leave the internal routes open: an empty one (an empty
-/// header would match it) anywhere, and the built-in default or a short one on an
-/// address other than loopback (deployments set `ISU_CLUSTER_SECRET`).
-pub fn check_cluster_secret(listen: std::net::SocketAddr, secret: &str) -> Result<(), String> {
-    if secret.is_empty() {
-        return Err("the cluster secret must not be empty".to_owned());
-    }
-    if listen.ip().is_loopback() {
-        return Ok(());
-    }
-    if secret == DEFAULT_CLUSTER_SECRET || secret.len() < MIN_EXPOSED_SECRET_LEN {
+/// Refuses a secret shorter than [`MIN_SECRET_LEN`] bytes (an empty one would match an empty
+/// header). There is no default: the secret guards the internal routes and also keys the
+/// session cookies ([`crate::session::SessionKey::from_secret`]), which the public reaches
+/// through nginx even when every node listens on loopback, so a secret anybody knows (a
+/// built-in default, as there once was) or can guess would let anybody sign in as anyone.
+pub fn check_cluster_secret(secret: &str) -> Result<(), String> {
+    if secret.len() < MIN_SECRET_LEN || secret == RETIRED_DEFAULT_SECRET {
         return Err(format!(
-            "listening on {listen}, which is not loopback, needs a cluster secret of at least \
-             {MIN_EXPOSED_SECRET_LEN} bytes other than the default (set ISU_CLUSTER_SECRET)"
+            "the cluster secret must be at least {MIN_SECRET_LEN} bytes and not the old default \
+             (set ISU_CLUSTER_SECRET); \
+             it guards the internal routes and signs the session cookies"
         ));
     }
     Ok(())
@@ -331,18 +328,12 @@ mod tests {
     }
 
     #[test]
-    fn default_short_or_empty_secrets_only_on_loopback() {
-        let loopback: std::net::SocketAddr = "127.0.0.2:3000".parse().unwrap();
-        let exposed: std::net::SocketAddr = "0.0.0.0:3000".parse().unwrap();
+    fn secrets_shorter_than_16_bytes_are_refused() {
         let long = "0123456789abcdef";
-        assert_eq!(check_cluster_secret(loopback, DEFAULT_CLUSTER_SECRET), Ok(()));
-        assert_eq!(check_cluster_secret(loopback, "s"), Ok(()));
-        assert_eq!(check_cluster_secret(exposed, long), Ok(()));
-        assert_eq!(check_cluster_secret("[::1]:1".parse().unwrap(), "s"), Ok(()));
-        assert!(check_cluster_secret(loopback, "").is_err());
-        assert!(check_cluster_secret(exposed, DEFAULT_CLUSTER_SECRET).is_err());
-        assert!(check_cluster_secret(exposed, &long[1..]).is_err());
-        assert!(check_cluster_secret("10.0.0.1:3000".parse().unwrap(), "short").is_err());
+        assert_eq!(check_cluster_secret(long), Ok(()));
+        assert!(check_cluster_secret(&long[1..]).is_err());
+        assert!(check_cluster_secret("").is_err());
+        assert!(check_cluster_secret(RETIRED_DEFAULT_SECRET).is_err());
     }
 }
 

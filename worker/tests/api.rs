@@ -20,7 +20,7 @@ use shared::session::{SessionKey, COOKIE_NAME};
 use worker::config::Config;
 use worker::Application;
 
-const SECRET: &str = "test-secret";
+const SECRET: &str = "test-secret-of-24-bytes";
 const GENERATION: u64 = 77;
 const INFO: &str = "is_dirty=false,is_overweight=false,is_broken=false";
 const WARNING: &str = "is_dirty=true,is_overweight=false,is_broken=false";

@@ -18,7 +18,7 @@ use serde_json::json;
 use shared::protocol::{ResetShard, ShardIsu, SECRET_HEADER};
 use shared::session::{SessionKey, COOKIE_NAME};
 
-const SECRET: &str = "test-secret";
+const SECRET: &str = "test-secret-of-24-bytes";
 const GENERATION: u64 = 5;
 const ISU: &str = "0b104b95-3532-4828-8550-89da717b9667";
 /// Clients posting and reading during the hand-over, and how many of them open a fresh
