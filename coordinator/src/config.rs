@@ -146,10 +146,15 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// Every run needs a secret (no default); these tests are about the other flags.
+    const SECRET: [&str; 2] = ["--cluster-secret", "a-test-secret-of-32-bytes-length"];
+
     #[test]
     fn workers_are_named_cells_with_two_urls() {
         let config = Config::parse_from([
             "coordinator",
+            SECRET[0],
+            SECRET[1],
             "--worker",
             "a=http://127.0.0.3:3000/,https://isucondition-2.t.isucon.dev",
             "--worker",
@@ -160,7 +165,7 @@ mod tests {
         assert_eq!(cells[0].internal_url, "http://127.0.0.3:3000");
         assert_eq!(cells[1].name, "c-2");
         assert_eq!(cells[1].device_url, "http://127.0.0.5:8080");
-        let legacy = Config::parse_from(["coordinator"]).cells();
+        let legacy = Config::parse_from(["coordinator", SECRET[0], SECRET[1]]).cells();
         assert_eq!(
             legacy.iter().map(|cell| cell.name.as_str()).collect::<Vec<_>>(),
             ["a", "b"]
@@ -172,10 +177,9 @@ mod tests {
             "a=ftp://x,http://y",
             "a=http://x,",
         ] {
-            assert!(
-                Config::try_parse_from(["coordinator", "--worker", bad]).is_err(),
-                "{bad}"
-            );
+            let parsed = Config::try_parse_from(["coordinator", SECRET[0], SECRET[1], "--worker", bad]);
+            let error = parsed.expect_err(bad).to_string();
+            assert!(error.contains("--worker"), "{bad}: {error}");
         }
     }
 }
