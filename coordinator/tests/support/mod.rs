@@ -964,7 +964,11 @@ impl NodeProcess {
                 .env("NO_PROXY", "127.0.0.1,localhost")
                 .env("no_proxy", "127.0.0.1,localhost");
         }
+        // An error exit prints its cause chain only (panics keep RUST_BACKTRACE's backtrace):
+        // with a backtrace, a port taken by another test ("Address already in use") fell
+        // out of the log tail that `spawn_cluster_with` looks at to start again.
         command
+            .env("RUST_LIB_BACKTRACE", "0")
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
