@@ -149,6 +149,11 @@ fn parse_cell(text: &str) -> Result<String, String> {
 }
 
 impl Config {
+    /// `--device-read-timeout-ms` as a duration.
+    pub fn device_read_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.device_read_timeout_ms)
+    }
+
     /// This worker's node name in logs and metrics (`worker-a`).
     pub fn role(&self) -> String {
         shared::placement_map::worker_role(&self.cell)

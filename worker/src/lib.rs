@@ -218,8 +218,7 @@ impl Application {
         let close_connections = axum::middleware::from_fn_with_state(lingering.clone(), handover::close_when_lingering);
         let device_task = self.device_server.map(|server| {
             let service = routes::DeviceService::new(self.state.clone(), lingering.clone());
-            let read_timeout = Duration::from_millis(self.state.config.device_read_timeout_ms);
-            tokio::spawn(server.run(service, read_timeout, stop_servers.clone()))
+            tokio::spawn(server.run(service, self.state.config.device_read_timeout(), stop_servers.clone()))
         });
         let router = routes::router(self.state).layer(close_connections);
         let stop = stop_servers.clone();

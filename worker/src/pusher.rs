@@ -45,8 +45,9 @@ enum Pushed {
 pub struct Pusher {
     store: Store,
     client: reqwest::Client,
-    /// Parsed once: a push is 100 requests a second per worker.
-    url: reqwest::Url,
+    url: String,
+    /// Checked once at start (a secret that is no valid header value stops the worker), and
+    /// marked sensitive, so it stays out of debug output.
     secret: reqwest::header::HeaderValue,
     interval: Duration,
     /// After the coordinator refused a binary batch: JSON until then, then binary again
@@ -60,16 +61,13 @@ impl Pusher {
             .timeout(Duration::from_secs(2))
             .pool_max_idle_per_host(4)
             .build()?;
-        let url = format!("{}{COORDINATOR_LATEST}", coordinator_url.trim_end_matches('/'));
         let mut secret =
             reqwest::header::HeaderValue::from_str(secret).context("the cluster secret is not a valid header value")?;
         secret.set_sensitive(true);
         Ok(Pusher {
             store,
             client,
-            url: url
-                .parse()
-                .with_context(|| format!("the coordinator's URL {url} is not a URL"))?,
+            url: format!("{}{COORDINATOR_LATEST}", coordinator_url.trim_end_matches('/')),
             secret,
             interval,
             json_until: None,
@@ -145,15 +143,9 @@ impl Pusher {
         let content_type = if binary { LATEST_BINARY } else { "application/json" };
         let result = self
             .client
-            .post(self.url.clone())
-            .header(
-                reqwest::header::HeaderName::from_static(SECRET_HEADER),
-                self.secret.clone(),
-            )
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                reqwest::header::HeaderValue::from_static(content_type),
-            )
+            .post(&self.url)
+            .header(SECRET_HEADER, self.secret.clone())
+            .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(body)
             .send()
             .await;

@@ -62,13 +62,6 @@ struct History {
 }
 
 impl History {
-    /// Inserts in timestamp order; false when this level already holds that timestamp
-    /// (a device reports one condition per timestamp, so it is a repeat).
-    fn insert(&mut self, condition: Condition) -> bool {
-        let stored = self.insert_batch([(condition.timestamp, condition.flags, ())], |()| condition.message);
-        stored == 1
-    }
-
     /// Stores a batch given in any order, each level kept in timestamp order; returns how
     /// many conditions were new. A level that already holds a timestamp keeps its condition
     /// (a repeat), and of equal timestamps in one batch the first is kept. `message` gives a
@@ -385,24 +378,15 @@ impl Shard {
             let entry = IsuEntry::new(&isu.uuid, &isu.owner, &isu.name);
             entry.id.store(isu.id, Ordering::Relaxed);
             entry.published.store(true, Ordering::Release);
-            {
-                let mut history = entry.history.write();
-                for condition in &isu.conditions {
-                    history.insert(shard.compact(NewCondition::from(condition)));
-                }
-            }
+            entry.history.write().insert_batch(
+                isu.conditions
+                    .iter()
+                    .map(|condition| (condition.timestamp, condition.flags, condition.message.as_str())),
+                |message| shard.messages.intern(message),
+            );
             shard.isus.insert(isu.uuid.as_str().into(), Arc::new(entry));
         }
         shard
-    }
-
-    /// The stored form of a condition: its message interned in this shard.
-    fn compact(&self, condition: NewCondition<'_>) -> Condition {
-        Condition {
-            timestamp: condition.timestamp,
-            message: self.messages.intern(condition.message),
-            flags: condition.flags,
-        }
     }
 
     /// Conditions stored in every ISU of the shard.

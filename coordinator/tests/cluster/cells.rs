@@ -341,6 +341,18 @@ fn cluster_assert_no_crash(mut cluster: Cluster) {
     cluster.assert_no_crash();
 }
 
+/// `GET /internal/cells?seconds=S` with the secret: its status and body.
+async fn cells_table(cluster: &Cluster, seconds: &str) -> (StatusCode, String) {
+    let response = cluster
+        .raw_client()
+        .get(format!("{}/internal/cells?seconds={seconds}", cluster.coordinator))
+        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+        .send()
+        .await
+        .expect("the coordinator answers");
+    (response.status(), response.text().await.unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cells_table_shows_what_each_cell_does_and_a_cell_that_is_down() {
     let mut cluster = spawn_cluster_with(three_cells()).await;
@@ -348,23 +360,6 @@ async fn the_cells_table_shows_what_each_cell_does_and_a_cell_that_is_down() {
     let on_b = cluster.known_uuid('1', 0x91);
     alice.register(&on_b, "busy", None).await.json(201);
     let devices = Devices::start(&[(on_b.clone(), cluster.device_servers[1].clone())]);
-    let table = |cluster: &Cluster| {
-        let (client, url, secret) = (
-            cluster.raw_client(),
-            format!("{}/internal/cells?seconds=0.5", cluster.coordinator),
-            cluster.secret.clone(),
-        );
-        async move {
-            let response = client
-                .get(url)
-                .header(shared::protocol::SECRET_HEADER, secret)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(response.status(), StatusCode::OK);
-            response.text().await.unwrap()
-        }
-    };
     let columns = |text: &str, cell: &str| -> Vec<String> {
         text.lines()
             .find(|line| line.split_whitespace().next() == Some(cell))
@@ -373,7 +368,8 @@ async fn the_cells_table_shows_what_each_cell_does_and_a_cell_that_is_down() {
             .map(str::to_owned)
             .collect()
     };
-    let text = table(&cluster).await;
+    let (status, text) = cells_table(&cluster, "0.5").await;
+    assert_eq!(status, StatusCode::OK);
     // CELL STATE SLOTS PINS ISUS CONDITIONS REQ/S ERR% P99 PUSH SHAPED MAP URL URL
     let b = columns(&text, "b");
     assert_eq!(b[1], "up", "{text}");
@@ -389,19 +385,14 @@ async fn the_cells_table_shows_what_each_cell_does_and_a_cell_that_is_down() {
     assert!(text.starts_with("placement map version 1 (3 cells, 0 pins)"), "{text}");
     // A span that is not a finite number is refused (it once panicked the handler).
     for seconds in ["NaN", "inf", "-inf"] {
-        let response = cluster
-            .raw_client()
-            .get(format!("{}/internal/cells?seconds={seconds}", cluster.coordinator))
-            .header(shared::protocol::SECRET_HEADER, &cluster.secret)
-            .send()
-            .await
-            .expect("the coordinator answers");
-        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "seconds={seconds}");
-        assert_eq!(response.text().await.unwrap(), "bad format: seconds");
+        let (status, text) = cells_table(&cluster, seconds).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "seconds={seconds}");
+        assert_eq!(text, "bad format: seconds");
     }
 
     cluster.kill_node(2);
-    let text = table(&cluster).await;
+    let (status, text) = cells_table(&cluster, "0.5").await;
+    assert_eq!(status, StatusCode::OK);
     assert_eq!(columns(&text, "c")[1], "DOWN", "{text}");
     assert_eq!(columns(&text, "b")[1], "up", "{text}");
     let (_, refused, _) = devices.stop().await;

@@ -872,14 +872,23 @@ fn node_command(coordinator: bool, args: &[String], fail_points: Option<&str>, p
     if let Some(fail_points) = fail_points {
         command.env("FAILPOINTS", fail_points);
     }
-    if let Some(proxy) = proxy {
-        for variable in PROXY_VARIABLES {
-            command.env(variable, proxy);
+    // Loopback only: no proxy sits between the nodes, the simulator and the tests, unless
+    // the cluster is given one (`ClusterOptions::proxy`), which only calls to JIA may take.
+    let no_proxy = match proxy {
+        Some(proxy) => {
+            for variable in PROXY_VARIABLES {
+                command.env(variable, proxy);
+            }
+            JIA_OUTSIDE_HOST
         }
-        command
-            .env("NO_PROXY", JIA_OUTSIDE_HOST)
-            .env("no_proxy", JIA_OUTSIDE_HOST);
-    }
+        None => {
+            for variable in PROXY_VARIABLES {
+                command.env_remove(variable);
+            }
+            "127.0.0.1,localhost"
+        }
+    };
+    command.env("NO_PROXY", no_proxy).env("no_proxy", no_proxy);
     command
 }
 
@@ -948,22 +957,6 @@ impl NodeProcess {
 
     fn spawn_logging_to(name: &'static str, mut command: Command, log: PathBuf, file: std::fs::File) -> NodeProcess {
         let stderr = file.try_clone().expect("cloning a file handle");
-        // Loopback only: no proxy may sit between the nodes, the simulator and the tests,
-        // unless the command names one itself (`ClusterOptions::proxy`).
-        let named: Vec<std::ffi::OsString> = command
-            .get_envs()
-            .filter(|(_, value)| value.is_some())
-            .map(|(variable, _)| variable.to_owned())
-            .collect();
-        let named = |variable: &str| named.iter().any(|named| named == variable);
-        if !named("HTTP_PROXY") {
-            for variable in PROXY_VARIABLES {
-                command.env_remove(variable);
-            }
-            command
-                .env("NO_PROXY", "127.0.0.1,localhost")
-                .env("no_proxy", "127.0.0.1,localhost");
-        }
         // An error exit prints its cause chain only (panics keep RUST_BACKTRACE's backtrace):
         // with a backtrace, a port taken by another test ("Address already in use") fell
         // out of the log tail that `spawn_cluster_with` looks at to start again.

@@ -16,7 +16,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::http::{header, HeaderValue, Method, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -113,8 +113,10 @@ where
         return refused.into_response();
     }
     // The head's wait is hyper's (`crate::device_server`); the body's is bounded here.
-    let read_timeout = Duration::from_millis(state.config.device_read_timeout_ms);
-    let collected = tokio::time::timeout(read_timeout, Limited::new(body, CONDITION_BODY_LIMIT).collect());
+    let collected = tokio::time::timeout(
+        state.config.device_read_timeout(),
+        Limited::new(body, CONDITION_BODY_LIMIT).collect(),
+    );
     let body = match collected.await {
         Ok(Ok(collected)) => collected.to_bytes(),
         Ok(Err(error)) if error.is::<LengthLimitError>() => {
