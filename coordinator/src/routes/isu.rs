@@ -12,7 +12,8 @@ use shared::error as messages;
 
 use super::{json, SignedIn};
 use crate::error::ApiError;
-use crate::state::{Isu, Registration};
+use crate::state::registration::Registration;
+use crate::state::Isu;
 use crate::AppState;
 
 /// Largest registration form, in bytes (the icon is uploaded in it); the same as
