@@ -10,7 +10,8 @@ use serde::Serialize;
 use shared::domain::ConditionView;
 use shared::error as messages;
 
-use super::{json, SignedIn};
+use super::json::json;
+use super::session::SignedIn;
 use crate::error::ApiError;
 use crate::state::registration::Registration;
 use crate::state::Isu;
