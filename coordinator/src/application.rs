@@ -71,7 +71,7 @@ impl Application {
         let workers = WorkerClient::new(map.cells(), &config.cluster_secret)?;
         let router = config.router_map.clone().map(|path| state::placement::RouterFile {
             path,
-            reload: config.router_reload.clone(),
+            nginx_pid_file: config.router_pid_file.clone(),
         });
         let mut state = State::new(
             dataset,
