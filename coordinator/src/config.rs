@@ -91,10 +91,12 @@ pub struct Config {
     #[arg(long, env = "ISU_ROUTER_MAP")]
     pub router_map: Option<PathBuf>,
 
-    /// Command run (by `sh -c`) after the router's map was rewritten, e.g. `kill -HUP <nginx
-    /// master pid>` or `nginx -s reload -p ...`: nginx then reloads gracefully.
-    #[arg(long, env = "ISU_ROUTER_RELOAD", requires = "router_map")]
-    pub router_reload: Option<String>,
+    /// nginx's pid file (the `pid` its configuration names): after each rewrite of the
+    /// router's map, the coordinator sends SIGHUP to the master process it names (a graceful
+    /// reload), at most once a second. A missing file or a PID that is not a running nginx
+    /// is logged and skipped (an nginx that starts later reads the map itself).
+    #[arg(long, env = "ISU_ROUTER_PID_FILE", requires = "router_map")]
+    pub router_pid_file: Option<PathBuf>,
 
     /// After a migration's flip, how long the source keeps its copy before forgetting it (ms).
     #[arg(long, env = "ISU_MIGRATION_GRACE_MS", default_value_t = 2000)]

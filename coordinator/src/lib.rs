@@ -2,44 +2,41 @@
 //! latest condition of every ISU (pushed by the workers), trend and ISU lists.
 //!
 //! Layout:
+//! - [`application`]: the server: build (dataset, keys, log, listener), then serve;
 //! - [`config`]: command-line/environment configuration;
 //! - [`state`]: the in-memory state and the registration protocol;
 //! - [`journal`]: the durable log of users and registrations (`--data-dir`);
 //! - [`jia_client`]: the only code that talks to JIA;
 //! - [`user_sync`]: the actor that tells the workers about new users, in batches;
 //! - [`worker_client`]: the only code that builds worker URLs;
+//! - [`router_signal`]: tells nginx to reload the router's map (SIGHUP, no shell);
 //! - [`routes`]: public API, frontend, internal and debug routes;
 //! - [`error`]: the error type mapped to the API's statuses and messages.
+//!
+//! The modules use each other in one direction only (`tests/module_graph.rs` checks that no
+//! import cycle exists): `config`, `error`, `jia_client`, `journal`, `router_signal` and
+//! `worker_client` use no other module; `user_sync` uses `worker_client`; [`state`] uses those; this crate root,
+//! which holds the handlers' [`AppState`], uses `config` and `state`; [`routes`] use the
+//! root, `state` and `error`; [`application`] uses them all, and no module uses it.
 
+pub mod application;
 pub mod config;
 pub mod error;
 pub mod jia_client;
 pub mod journal;
+pub mod router_signal;
 pub mod routes;
 pub mod state;
 pub mod user_sync;
 pub mod worker_client;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::Context;
-use bytes::Bytes;
 use jsonwebtoken::DecodingKey;
 use metrics_exporter_prometheus::PrometheusHandle;
-use shared::session::SessionKey;
-use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::jia_client::JiaClient;
-use crate::state::{Start, State};
-use crate::worker_client::WorkerClient;
-
-/// The project's own JWT verification key (tests and the bench sign with its private half).
-const PROJECT_JWT_PUBLIC_KEY: &[u8] = include_bytes!("../../keys/jwt-public.pem");
-
-/// The coordinator's log grows only with users and registrations; compact it past this size.
-const COMPACT_AFTER_BYTES: u64 = 256 << 20;
+use crate::state::State;
 
 /// Shared state of the handlers (cheap to clone).
 #[derive(Clone)]
@@ -57,124 +54,5 @@ impl node_http::NodeState for AppState {
 
     fn metrics(&self) -> &PrometheusHandle {
         &self.metrics
-    }
-}
-
-/// A bound, not yet running coordinator.
-pub struct Application {
-    listener: TcpListener,
-    state: AppState,
-}
-
-impl Application {
-    /// Loads the dataset and keys, binds the listener (port 0 allowed).
-    pub async fn build(config: Config, metrics: PrometheusHandle) -> anyhow::Result<Application> {
-        let jwt_pem = match &config.jwt_public_key {
-            Some(path) => std::fs::read(path).with_context(|| format!("reading JWT public key {}", path.display()))?,
-            None => PROJECT_JWT_PUBLIC_KEY.to_vec(),
-        };
-        let jwt_key =
-            DecodingKey::from_ec_pem(&jwt_pem).context("parsing the JWT public key (expected an EC P-256 PEM)")?;
-        let default_icon = match &config.default_icon {
-            Some(path) => std::fs::read(path).with_context(|| format!("reading default icon {}", path.display()))?,
-            None => shared::dataset::DEFAULT_ICON.to_vec(),
-        };
-        let source = config.dataset.clone();
-        let dataset = tokio::task::spawn_blocking(move || source.load())
-            .await?
-            .context("loading the dataset")?;
-        tracing::info!(users = dataset.users.len(), isus = dataset.isus.len(), "dataset loaded");
-        let restored = match config.data_dir.clone() {
-            Some(data_dir) => tokio::task::spawn_blocking(move || journal::replay(&data_dir))
-                .await?
-                .context("replaying the coordinator's log")?,
-            None => None,
-        };
-        let (logged_map, migrations) = match &restored {
-            Some(restored) => (restored.placement.clone(), restored.migrations.clone()),
-            None => (None, Vec::new()),
-        };
-        let map = state::placement::starting_map(logged_map, &config.cells())?;
-        tracing::info!(
-            version = map.version(),
-            cells = ?map.cells().iter().map(|cell| &cell.name).collect::<Vec<_>>(),
-            slots = ?map.slot_counts(),
-            pins = map.pins().len(),
-            "placement map"
-        );
-        // Cell ids are positions in the map, so the client follows the map's order.
-        let workers = WorkerClient::new(map.cells(), &config.cluster_secret)?;
-        let router = config.router_map.clone().map(|path| state::placement::RouterFile {
-            path,
-            reload: config.router_reload.clone(),
-        });
-        let mut state = State::new(
-            dataset,
-            Bytes::from(default_icon),
-            SessionKey::from_secret(&config.cluster_secret),
-            workers,
-            JiaClient::new()?,
-            state::Placement::new(map, migrations, router),
-            match restored {
-                Some(restored) => Start::Restored(restored),
-                None => Start::Fresh {
-                    jia_service_url: config.jia_service_url.clone(),
-                },
-            },
-        );
-        state.migration_grace = std::time::Duration::from_millis(config.migration_grace_ms);
-        if let Some(data_dir) = &config.data_dir {
-            state.journal = journal::Journal::open(data_dir, config.fsync, COMPACT_AFTER_BYTES, state.snapshot_fn())
-                .context("opening the coordinator's log")?;
-            // The log starts with this run's generation (also compacts it).
-            state.journal.snapshot().await?;
-        }
-        // Before the listener: nginx may be started as soon as the file exists.
-        state.placement.write_router().await;
-        let listener = TcpListener::bind(config.listen).await?;
-        Ok(Application {
-            listener,
-            state: AppState {
-                state: Arc::new(state),
-                config: Arc::new(config),
-                jwt_key: Arc::new(jwt_key),
-                metrics,
-            },
-        })
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("bound listener has an address")
-    }
-
-    /// Serves until `shutdown` resolves. Brings the workers to this node's
-    /// generation in the background (`/healthz` is 200 once that is done), then
-    /// keeps watching them and resets a worker that restarted.
-    pub async fn run_until_stopped(
-        self,
-        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> anyhow::Result<()> {
-        let state = self.state.state.clone();
-        let sync = tokio::spawn(async move {
-            state.sync_workers_until_ready().await;
-            state.recover_migrations().await;
-            state.watch_workers().await;
-        });
-        let stop_user_sync = tokio_util::sync::CancellationToken::new();
-        let user_sync = tokio::spawn(
-            self.state
-                .state
-                .user_sync
-                .clone()
-                .run(self.state.state.workers.clone(), stop_user_sync.clone()),
-        );
-        let router = routes::router(self.state)?;
-        let served = axum::serve(self.listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await;
-        sync.abort();
-        stop_user_sync.cancel();
-        let _ = user_sync.await;
-        Ok(served?)
     }
 }

@@ -1,7 +1,7 @@
 //! Coordinator binary: config → tracing → build → serve until Ctrl-C or SIGTERM.
 
 use clap::Parser;
-use coordinator::{config::Config, Application};
+use coordinator::{application::Application, config::Config};
 
 /// mimalloc: glibc's malloc and free were about a sixth of a worker's CPU under device load
 /// (perf; a post allocates its request, body, batch and answer on one thread and frees them

@@ -12,7 +12,8 @@ use jsonwebtoken::{Algorithm, Validation};
 use serde::{Deserialize, Serialize};
 use shared::error as messages;
 
-use super::{json, SignedIn};
+use super::json::json;
+use super::session::SignedIn;
 use crate::error::ApiError;
 use crate::AppState;
 

@@ -6,11 +6,12 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use node_http::ClusterPeer;
 use shared::protocol::{
     decode_latest, Health, LatestBatch, LatestDecodeError, COORDINATOR_LATEST, HEALTH, LATEST_BINARY,
 };
 
-use super::{json, ClusterPeer};
+use super::json::json;
 use crate::error::ApiError;
 use crate::AppState;
 

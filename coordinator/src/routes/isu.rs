@@ -10,9 +10,11 @@ use serde::Serialize;
 use shared::domain::ConditionView;
 use shared::error as messages;
 
-use super::{json, SignedIn};
+use super::json::json;
+use super::session::SignedIn;
 use crate::error::ApiError;
-use crate::state::{Isu, Registration};
+use crate::state::registration::Registration;
+use crate::state::Isu;
 use crate::AppState;
 
 /// Largest registration form, in bytes (the icon is uploaded in it); the same as

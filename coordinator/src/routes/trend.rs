@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use super::json_response;
+use super::json::json_response;
 use crate::AppState;
 
 pub fn router() -> Router<AppState> {

@@ -1,74 +1,22 @@
 //! One dataset generation: its users and ISUs (by UUID, by owner and in id order), the
 //! latest condition of each ISU, and the registrations in flight. `/initialize` builds a new
-//! one and swaps it in, so no request ever sees half a reset. Its trend cache is
-//! [`super::trend`]'s.
+//! one and swaps it in, so no request ever sees half a reset. It holds its trend's
+//! [`TrendCache`] and tells it when the ISUs or their latest conditions change.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::{Mutex, RwLock};
 use shared::dataset::Dataset;
-use shared::domain::Flags;
 use shared::protocol::LatestItem;
 use tokio::sync::watch;
 
-use super::registration::Outcome;
-use super::trend::Trend;
+use super::model::{Isu, Latest, Outcome};
+use super::trend::{Trend, TrendCache};
 use crate::journal::{LoggedIsu, Restored};
-
-/// The latest condition of an ISU, as pushed by its worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Latest {
-    pub timestamp: i64,
-    pub flags: Flags,
-    pub message: Box<str>,
-}
-
-/// A registered (published) ISU.
-#[derive(Debug)]
-pub struct Isu {
-    pub id: i64,
-    pub uuid: String,
-    pub name: String,
-    pub character: String,
-    pub owner: String,
-    pub image: Bytes,
-    pub(super) latest: Mutex<Option<Latest>>,
-}
-
-impl Isu {
-    pub fn latest(&self) -> Option<Latest> {
-        self.latest.lock().clone()
-    }
-
-    /// Timestamp and flags of the latest condition, without copying its message.
-    pub(super) fn latest_key(&self) -> Option<(i64, Flags)> {
-        self.latest
-            .lock()
-            .as_ref()
-            .map(|latest| (latest.timestamp, latest.flags))
-    }
-
-    /// Keeps the condition with the greatest timestamp; true when it changed.
-    pub(super) fn offer_latest(&self, condition: &LatestItem<'_>) -> bool {
-        let mut latest = self.latest.lock();
-        if latest
-            .as_ref()
-            .is_some_and(|current| current.timestamp >= condition.timestamp)
-        {
-            return false;
-        }
-        *latest = Some(Latest {
-            timestamp: condition.timestamp,
-            flags: condition.flags,
-            message: condition.message.into(),
-        });
-        true
-    }
-}
 
 /// Everything that `/initialize` resets.
 pub struct Generation {
@@ -76,22 +24,15 @@ pub struct Generation {
     pub(super) users: RwLock<HashSet<String>>,
     pub(crate) by_uuid: DashMap<String, Arc<Isu>>,
     pub(super) by_owner: DashMap<String, Vec<Arc<Isu>>>,
-    /// All ISUs in id order, for the trend.
-    pub(super) all: RwLock<Vec<Arc<Isu>>>,
+    /// All ISUs in id order (the trend is built from them).
+    pub(super) all: Arc<RwLock<Vec<Arc<Isu>>>>,
     /// Registrations in flight, by UUID.
     pub(super) pending: Mutex<HashMap<String, watch::Receiver<Outcome>>>,
     pub(super) next_id: AtomicI64,
     /// Ids from here on are registrations (below: the dataset's ISUs).
     pub(super) first_registered_id: i64,
-    /// Bumped whenever the trend may have changed.
-    pub(super) trend_version: AtomicU64,
-    /// The last built trend and the version it was built from. Requests only
-    /// clone it; building happens off the request path (see [`Generation::changed`]).
-    pub(super) trend_cache: Mutex<(u64, Trend)>,
-    /// Set while a background rebuild runs: at most one at a time.
-    pub(super) trend_rebuilding: AtomicBool,
-    /// When the last rebuild started (held only by the one running builder).
-    pub(super) last_trend_build: Mutex<Option<std::time::Instant>>,
+    /// The trend of `all`, rebuilt in the background after each change.
+    trend_cache: Arc<TrendCache>,
 }
 
 impl Generation {
@@ -101,14 +42,11 @@ impl Generation {
             users: RwLock::new(dataset.users.iter().cloned().collect()),
             by_uuid: DashMap::new(),
             by_owner: DashMap::new(),
-            all: RwLock::new(Vec::new()),
+            all: Arc::new(RwLock::new(Vec::new())),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicI64::new(dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1),
             first_registered_id: dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1,
-            trend_version: AtomicU64::new(1),
-            trend_cache: Mutex::new((0, Trend::default())),
-            trend_rebuilding: AtomicBool::new(false),
-            last_trend_build: Mutex::new(None),
+            trend_cache: Arc::new(TrendCache::new()),
         };
         for isu in &dataset.isus {
             let latest = isu
@@ -134,7 +72,7 @@ impl Generation {
                 latest: Mutex::new(latest),
             });
         }
-        generation.rebuild_trend();
+        generation.trend_cache.rebuild(&generation.all);
         generation
     }
 
@@ -154,7 +92,7 @@ impl Generation {
                 latest: Mutex::new(None),
             });
         }
-        generation.rebuild_trend();
+        generation.trend_cache.rebuild(&generation.all);
         generation
     }
 
@@ -194,13 +132,13 @@ impl Generation {
     }
 
     /// Adds a registered ISU and schedules a trend rebuild.
-    pub(super) fn publish(self: &Arc<Self>, isu: Isu) -> Arc<Isu> {
+    pub(super) fn publish(&self, isu: Isu) -> Arc<Isu> {
         let isu = self.insert(isu);
         self.changed();
         isu
     }
 
-    pub(super) fn remove(self: &Arc<Self>, uuid: &str) {
+    pub(super) fn remove(&self, uuid: &str) {
         let Some((_, isu)) = self.by_uuid.remove(uuid) else {
             return;
         };
@@ -249,7 +187,7 @@ impl Generation {
     }
 
     /// Applies a worker's batch; returns how many ISUs got a newer latest condition.
-    pub fn apply_latest(self: &Arc<Self>, items: &[LatestItem<'_>]) -> usize {
+    pub fn apply_latest(&self, items: &[LatestItem<'_>]) -> usize {
         let changed = items
             .iter()
             .filter(|item| self.by_uuid.get(item.uuid).is_some_and(|isu| isu.offer_latest(item)))
@@ -258,6 +196,16 @@ impl Generation {
             self.changed();
         }
         changed
+    }
+
+    /// Records that the trend may have changed (rebuilt in the background).
+    fn changed(&self) {
+        self.trend_cache.changed(&self.all);
+    }
+
+    /// The trend as of the last build (never built on the request path).
+    pub fn trend(&self) -> Trend {
+        self.trend_cache.trend()
     }
 }
 

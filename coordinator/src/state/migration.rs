@@ -395,8 +395,6 @@ impl State {
     }
 }
 
-/// The default grace period before a source forgets (the coordinator's `--migration-grace-ms`).
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 /// How often a step that a dead node interrupted is tried again.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// How long a migration waits for an earlier one of the same slot to finish.

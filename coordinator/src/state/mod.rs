@@ -1,18 +1,26 @@
 //! The coordinator's memory and protocols, one concern per module:
+//! - [`model`]: the plain data they share (an ISU and its latest condition, a registration's outcome);
 //! - [`generation`]: users, ISUs and their latest conditions of one dataset generation;
-//! - [`trend`]: the trend cache built in the background from the latest conditions;
+//! - [`trend`]: the trend cache a generation holds, built in the background from the latest conditions;
 //! - [`registration`]: the registration protocol with the workers and JIA;
 //! - [`worker_sync`]: bringing workers to the current generation and watching them;
 //! - [`placement`]: the placement map, the router's copy of it and the slot gate;
 //! - [`migration`]: live migration of slots and pins between cells.
+//!
+//! They use each other in one direction only (checked by `tests/module_graph.rs`): `model`
+//! uses none of them; `trend` uses `model`; `generation` uses `model` and `trend`;
+//! `placement` uses none of them. This module, which holds [`State`], uses those four; the
+//! protocols on [`State`] (`registration`, `worker_sync`, `migration`) use it and the ones
+//! below it, and nothing here uses them by path.
 //!
 //! Locks are `parking_lot` ones held for short, synchronous sections only
 //! (never across `.await`).
 
 mod generation;
 pub mod migration;
+mod model;
 pub mod placement;
-mod registration;
+pub mod registration;
 mod trend;
 mod worker_sync;
 
@@ -24,9 +32,9 @@ use parking_lot::RwLock;
 use shared::dataset::Dataset;
 use shared::session::SessionKey;
 
-pub use generation::{Generation, Isu, Latest};
+pub use generation::Generation;
+pub use model::{Isu, Latest};
 pub use placement::Placement;
-pub use registration::Registration;
 pub use trend::Trend;
 
 use crate::error::ApiError;
@@ -106,7 +114,7 @@ impl State {
             ready: AtomicBool::new(false),
             reset_lock: tokio::sync::Mutex::new(()),
             migration_lock: tokio::sync::Mutex::new(()),
-            migration_grace: migration::DEFAULT_GRACE,
+            migration_grace: DEFAULT_MIGRATION_GRACE,
         }
     }
 
@@ -177,79 +185,10 @@ impl State {
     }
 }
 
+/// How long a migration's source keeps its copy after the flip, until the configured
+/// `--migration-grace-ms` (the same default) is set.
+const DEFAULT_MIGRATION_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn new_generation_id() -> u64 {
     rand::random::<u64>() | 1
-}
-
-#[cfg(test)]
-mod tests {
-    use super::generation::Isu;
-    use super::trend::build_trend;
-    use bytes::Bytes;
-    use parking_lot::Mutex;
-    use shared::domain::{parse_condition, Flags};
-    use shared::protocol::LatestItem;
-    use std::sync::Arc;
-
-    fn isu(id: i64, character: &str) -> Isu {
-        Isu {
-            id,
-            uuid: format!("uuid-{id}"),
-            name: format!("isu {id}"),
-            character: character.into(),
-            owner: "alice".into(),
-            image: Bytes::new(),
-            latest: Mutex::new(None),
-        }
-    }
-
-    fn condition(timestamp: i64, condition: &str) -> LatestItem<'static> {
-        LatestItem {
-            uuid: "",
-            timestamp,
-            flags: Flags::new(false, parse_condition(condition).unwrap()),
-            message: "",
-        }
-    }
-
-    #[test]
-    fn latest_keeps_the_greatest_timestamp() {
-        let isu = isu(1, "c");
-        assert!(isu.offer_latest(&condition(10, "is_dirty=false,is_overweight=false,is_broken=false")));
-        assert!(!isu.offer_latest(&condition(5, "is_dirty=true,is_overweight=true,is_broken=true")));
-        assert!(!isu.offer_latest(&condition(10, "is_dirty=true,is_overweight=true,is_broken=true")));
-        assert_eq!(isu.latest().unwrap().timestamp, 10);
-    }
-
-    #[test]
-    fn trend_groups_by_character_and_level_newest_first() {
-        let isus: Vec<Arc<Isu>> = vec![
-            Arc::new(isu(1, "すなお")),
-            Arc::new(isu(2, "すなお")),
-            Arc::new(isu(3, "のんき")),
-            Arc::new(isu(4, "てれや")),
-        ];
-        isus[0].offer_latest(&condition(100, "is_dirty=false,is_overweight=false,is_broken=false"));
-        isus[1].offer_latest(&condition(300, "is_dirty=false,is_overweight=false,is_broken=false"));
-        isus[2].offer_latest(&condition(200, "is_dirty=true,is_overweight=true,is_broken=true"));
-        let trend: serde_json::Value = serde_json::from_slice(&build_trend(&isus)).unwrap();
-        let entries = trend.as_array().unwrap();
-        assert_eq!(entries.len(), 3, "a character without conditions is still listed");
-        let find = |name: &str| entries.iter().find(|entry| entry["character"] == name).unwrap().clone();
-        let sunao = find("すなお");
-        assert_eq!(
-            sunao["info"],
-            serde_json::json!([{"isu_id": 2, "timestamp": 300}, {"isu_id": 1, "timestamp": 100}])
-        );
-        assert_eq!(sunao["warning"], serde_json::json!([]));
-        assert_eq!(
-            find("のんき")["critical"],
-            serde_json::json!([{"isu_id": 3, "timestamp": 200}])
-        );
-        let te = find("てれや");
-        assert_eq!(
-            (te["info"].clone(), te["warning"].clone(), te["critical"].clone()),
-            (serde_json::json!([]), serde_json::json!([]), serde_json::json!([]))
-        );
-    }
 }

@@ -1,6 +1,7 @@
 //! The control plane's placement: the current map (logged before anyone sees it), the
-//! router's copy of it (an nginx include, rewritten and reloaded on every change), and the
-//! slot gate that keeps registrations and migrations of the same slot apart.
+//! router's copy of it (an nginx include, rewritten on every change and reloaded by
+//! [`crate::router_signal`]), and the slot gate that keeps registrations and migrations of
+//! the same slot apart.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,8 +16,8 @@ use tokio::sync::Notify;
 #[derive(Debug, Clone)]
 pub struct RouterFile {
     pub path: PathBuf,
-    /// Run by `sh -c` after each rewrite (a graceful reload).
-    pub reload: Option<String>,
+    /// nginx's pid file: its master gets SIGHUP after each rewrite (a graceful reload).
+    pub nginx_pid_file: Option<PathBuf>,
 }
 
 /// The map, the unfinished migrations and the router file (see the module documentation).
@@ -69,7 +70,7 @@ impl Placement {
     }
 
     /// Writes the router's include for the current map (if it is newer than the last one
-    /// written) and runs the reload command, at most once per [`MIN_RELOAD_INTERVAL`]: the
+    /// written) and signals nginx to reload it, at most once per [`MIN_RELOAD_INTERVAL`]: the
     /// flips of a drain coalesce into a few reloads (each closes nginx's idle keep-alive
     /// connections). Failures are logged: the router keeps routing with the map it has, and
     /// a stale route is forwarded by the worker that receives it.
@@ -116,21 +117,22 @@ impl Placement {
                 return;
             }
         }
-        if let Some(command) = &router.reload {
-            let started = std::time::Instant::now();
-            match tokio::process::Command::new("sh").arg("-c").arg(command).status().await {
-                Ok(status) if status.success() => {
-                    tracing::info!(
-                        version = map.version(),
-                        millis = started.elapsed().as_millis() as u64,
-                        "router reloaded"
-                    );
-                }
-                Ok(status) => tracing::error!(%status, command, "router reload command failed"),
-                Err(error) => tracing::error!(%error, command, "router reload command did not run"),
-            }
-        } else {
+        let Some(pid_file) = &router.nginx_pid_file else {
             tracing::info!(version = map.version(), "router map written");
+            return;
+        };
+        let started = std::time::Instant::now();
+        match crate::router_signal::reload_nginx(pid_file).await {
+            Ok(pid) => tracing::info!(
+                version = map.version(),
+                pid,
+                millis = started.elapsed().as_millis() as u64,
+                "router reloaded"
+            ),
+            Err(error) if error.is_not_running() => {
+                tracing::warn!(version = map.version(), %error, "router map written, nginx not reloaded")
+            }
+            Err(error) => tracing::error!(version = map.version(), %error, "router reload failed"),
         }
     }
 }

@@ -12,18 +12,11 @@ use shared::placement_map::CellId;
 use shared::protocol::{ProvisionalIsu, PublishIsu, RollbackIsu};
 use tokio::sync::watch;
 
-use super::generation::{logged, Generation, Isu};
+use super::generation::{logged, Generation};
+use super::model::{Isu, Outcome};
 use super::State;
 use crate::error::ApiError;
 use crate::jia_client::ActivateError;
-
-/// Outcome of a registration, seen by concurrent registrations of the same UUID.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
-    Pending,
-    Published,
-    Failed,
-}
 
 /// A registration request, after parsing.
 pub struct Registration {

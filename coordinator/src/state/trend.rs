@@ -1,38 +1,64 @@
 //! The trend: built from every ISU's latest condition off the request path (one build at a
-//! time, starts at least [`TREND_REBUILD_INTERVAL`] apart), cached as JSON and gzip.
+//! time, starts at least [`TREND_REBUILD_INTERVAL`] apart), cached as JSON and gzip in the
+//! [`TrendCache`] each generation holds.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
-use super::generation::{Generation, Isu};
+use super::model::Isu;
 
-impl Generation {
-    /// Records that the trend changed and rebuilds it in the background. One
-    /// rebuild runs at a time; it loops while changes keep arriving, so the
-    /// cached trend is at most one build behind.
-    pub(super) fn changed(self: &Arc<Self>) {
-        self.trend_version.fetch_add(1, Ordering::SeqCst);
+/// A generation's trend: the last one built and what it takes to build the next, one build
+/// at a time, off the request path.
+pub(super) struct TrendCache {
+    /// Bumped whenever the trend may have changed.
+    version: AtomicU64,
+    /// The last built trend and the version it was built from. Requests only clone it;
+    /// building happens off the request path (see [`TrendCache::changed`]).
+    built: Mutex<(u64, Trend)>,
+    /// Set while a background rebuild runs: at most one at a time.
+    rebuilding: AtomicBool,
+    /// When the last rebuild started (held only by the one running builder).
+    last_build: Mutex<Option<Instant>>,
+}
+
+impl TrendCache {
+    /// A cache whose first build is yet to come (it serves an empty trend until then).
+    pub(super) fn new() -> TrendCache {
+        TrendCache {
+            version: AtomicU64::new(1),
+            built: Mutex::new((0, Trend::default())),
+            rebuilding: AtomicBool::new(false),
+            last_build: Mutex::new(None),
+        }
+    }
+
+    /// Records that the trend of `isus` changed and rebuilds it in the background. One
+    /// rebuild runs at a time; it loops while changes keep arriving, so the cached trend is
+    /// at most one build behind.
+    pub(super) fn changed(self: &Arc<Self>, isus: &Arc<RwLock<Vec<Arc<Isu>>>>) {
+        self.version.fetch_add(1, Ordering::SeqCst);
         // SeqCst on the flag and the version: the builder's "clear flag, then
         // re-read version" must not pass a writer's "bump version, then test flag".
-        if self.trend_rebuilding.swap(true, Ordering::SeqCst) {
+        if self.rebuilding.swap(true, Ordering::SeqCst) {
             return; // the running rebuild will see the new version
         }
-        let generation = self.clone();
+        let (cache, isus) = (self.clone(), isus.clone());
         tokio::task::spawn_blocking(move || loop {
-            generation.wait_for_trend_build_slot();
+            cache.wait_for_build_slot();
             let built = {
-                let _clear = ClearOnDrop(&generation.trend_rebuilding);
-                generation.rebuild_trend()
+                let _clear = ClearOnDrop(&cache.rebuilding);
+                cache.rebuild(&isus)
             };
-            if generation.trend_version.load(Ordering::SeqCst) == built {
+            if cache.version.load(Ordering::SeqCst) == built {
                 return;
             }
-            if generation.trend_rebuilding.swap(true, Ordering::SeqCst) {
+            if cache.rebuilding.swap(true, Ordering::SeqCst) {
                 return; // a newer change started its own rebuild
             }
         });
@@ -40,37 +66,37 @@ impl Generation {
 
     /// Keeps rebuild starts at least [`TREND_REBUILD_INTERVAL`] apart (a blocking sleep: this
     /// runs on the blocking pool, in the one builder there is).
-    fn wait_for_trend_build_slot(&self) {
-        let mut last = self.last_trend_build.lock();
+    fn wait_for_build_slot(&self) {
+        let mut last = self.last_build.lock();
         if let Some(next) = last.map(|last| last + TREND_REBUILD_INTERVAL) {
-            let now = std::time::Instant::now();
+            let now = Instant::now();
             if next > now {
                 std::thread::sleep(next - now);
             }
         }
-        *last = Some(std::time::Instant::now());
+        *last = Some(Instant::now());
     }
 
-    /// Builds the trend of the current version into the cache; returns that version.
-    pub(super) fn rebuild_trend(&self) -> u64 {
-        let version = self.trend_version.load(Ordering::SeqCst);
+    /// Builds the trend of `isus` at the current version into the cache; returns that version.
+    pub(super) fn rebuild(&self, isus: &RwLock<Vec<Arc<Isu>>>) -> u64 {
+        let version = self.version.load(Ordering::SeqCst);
         // Serialise outside the lock: registrations wait for its write side.
-        let isus = self.all.read().clone();
+        let isus = isus.read().clone();
         let json = build_trend(&isus);
         let trend = Trend {
             gzip: gzip(&json).map(Bytes::from),
             json: Bytes::from(json),
         };
-        let mut cache = self.trend_cache.lock();
-        if cache.0 <= version {
-            *cache = (version, trend);
+        let mut built = self.built.lock();
+        if built.0 <= version {
+            *built = (version, trend);
         }
         version
     }
 
     /// The trend as of the last build (never built on the request path).
-    pub fn trend(&self) -> Trend {
-        self.trend_cache.lock().1.clone()
+    pub(super) fn trend(&self) -> Trend {
+        self.built.lock().1.clone()
     }
 }
 
@@ -125,7 +151,7 @@ struct TrendCondition {
 
 /// One entry per character of any registered ISU; each ISU with a condition
 /// appears once, under its latest condition's level; lists newest first.
-pub(super) fn build_trend(isus: &[Arc<Isu>]) -> Vec<u8> {
+fn build_trend(isus: &[Arc<Isu>]) -> Vec<u8> {
     let mut by_character: BTreeMap<&str, TrendEntry<'_>> = BTreeMap::new();
     for isu in isus {
         let entry = by_character.entry(&isu.character).or_insert_with(|| TrendEntry {
@@ -154,4 +180,42 @@ pub(super) fn build_trend(isus: &[Arc<Isu>]) -> Vec<u8> {
         }
     }
     serde_json::to_vec(&entries).unwrap_or_else(|_| b"[]".to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::tests::{condition, isu};
+    use super::*;
+
+    #[test]
+    fn trend_groups_by_character_and_level_newest_first() {
+        let isus: Vec<Arc<Isu>> = vec![
+            Arc::new(isu(1, "すなお")),
+            Arc::new(isu(2, "すなお")),
+            Arc::new(isu(3, "のんき")),
+            Arc::new(isu(4, "てれや")),
+        ];
+        isus[0].offer_latest(&condition(100, "is_dirty=false,is_overweight=false,is_broken=false"));
+        isus[1].offer_latest(&condition(300, "is_dirty=false,is_overweight=false,is_broken=false"));
+        isus[2].offer_latest(&condition(200, "is_dirty=true,is_overweight=true,is_broken=true"));
+        let trend: serde_json::Value = serde_json::from_slice(&build_trend(&isus)).unwrap();
+        let entries = trend.as_array().unwrap();
+        assert_eq!(entries.len(), 3, "a character without conditions is still listed");
+        let find = |name: &str| entries.iter().find(|entry| entry["character"] == name).unwrap().clone();
+        let sunao = find("すなお");
+        assert_eq!(
+            sunao["info"],
+            serde_json::json!([{"isu_id": 2, "timestamp": 300}, {"isu_id": 1, "timestamp": 100}])
+        );
+        assert_eq!(sunao["warning"], serde_json::json!([]));
+        assert_eq!(
+            find("のんき")["critical"],
+            serde_json::json!([{"isu_id": 3, "timestamp": 200}])
+        );
+        let te = find("てれや");
+        assert_eq!(
+            (te["info"].clone(), te["warning"].clone(), te["critical"].clone()),
+            (serde_json::json!([]), serde_json::json!([]), serde_json::json!([]))
+        );
+    }
 }

@@ -108,15 +108,17 @@ async fn the_router_follows_migrations_by_reloads_under_load_and_needs_no_coordi
             "300".into(),
             "--router-map".into(),
             placement_file.display().to_string(),
-            "--router-reload".into(),
-            // Before nginx runs (the coordinator writes the file at start) there is nothing to reload.
-            format!("test ! -s {0} || kill -HUP $(cat {0})", pid_file.display()),
+            // nginx's own pid file (the rendered configuration's `pid`): the coordinator
+            // sends its master SIGHUP; before nginx runs there is nothing to signal.
+            "--router-pid-file".into(),
+            pid_file.display().to_string(),
         ],
         ..ClusterOptions::default()
     })
     .await;
     let web = fixture_front_end();
     let (mut server, public) = public_nginx_at(&cluster, &nginx, &web.path, &run_dir.path, &device_listens).await;
+    let workers_before = nginx_workers(&pid_file);
 
     let alice = cluster.sign_in("alice").await;
     let uuids: Vec<String> = (0..6u8)
@@ -176,9 +178,12 @@ async fn the_router_follows_migrations_by_reloads_under_load_and_needs_no_coordi
     let coordinator_log = cluster.node_log(cluster.workers.len());
     let reloads = coordinator_log.matches("router reloaded").count();
     assert!(reloads >= 3, "the router reloaded {reloads} times:\n{coordinator_log}");
+    assert!(!coordinator_log.contains("router reload failed"), "{coordinator_log}");
+    // The signal reached nginx: its master started new worker processes.
+    let workers_after = nginx_workers(&pid_file);
     assert!(
-        !coordinator_log.contains("router reload command failed"),
-        "{coordinator_log}"
+        workers_after.iter().any(|worker| !workers_before.contains(worker)),
+        "nginx's workers were {workers_before:?} and are {workers_after:?}: no reload reached it"
     );
     server.assert_running();
     let rendered = std::fs::read_to_string(&placement_file).unwrap();
@@ -272,6 +277,17 @@ async fn the_router_follows_migrations_by_reloads_under_load_and_needs_no_coordi
     );
     server.assert_running();
     cluster.assert_no_crash();
+}
+
+/// The worker processes of the nginx master that `pid_file` names.
+fn nginx_workers(pid_file: &std::path::Path) -> Vec<u32> {
+    let pid = std::fs::read_to_string(pid_file).expect("nginx's pid file");
+    let pid = pid.trim();
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|child| child.parse().ok())
+        .collect()
 }
 
 /// The coordinator started again (its log has everything); its placement answer.

@@ -1,0 +1,106 @@
+//! The plain data the state modules share: a registered ISU with its latest condition, and
+//! a registration's outcome. A leaf: it uses no other module of the coordinator, so the
+//! generation, the trend and the registration protocol can all hold these without using
+//! each other.
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use shared::domain::Flags;
+use shared::protocol::LatestItem;
+
+/// The latest condition of an ISU, as pushed by its worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latest {
+    pub timestamp: i64,
+    pub flags: Flags,
+    pub message: Box<str>,
+}
+
+/// A registered (published) ISU.
+#[derive(Debug)]
+pub struct Isu {
+    pub id: i64,
+    pub uuid: String,
+    pub name: String,
+    pub character: String,
+    pub owner: String,
+    pub image: Bytes,
+    pub(super) latest: Mutex<Option<Latest>>,
+}
+
+impl Isu {
+    pub fn latest(&self) -> Option<Latest> {
+        self.latest.lock().clone()
+    }
+
+    /// Timestamp and flags of the latest condition, without copying its message.
+    pub(super) fn latest_key(&self) -> Option<(i64, Flags)> {
+        self.latest
+            .lock()
+            .as_ref()
+            .map(|latest| (latest.timestamp, latest.flags))
+    }
+
+    /// Keeps the condition with the greatest timestamp; true when it changed.
+    pub(super) fn offer_latest(&self, condition: &LatestItem<'_>) -> bool {
+        let mut latest = self.latest.lock();
+        if latest
+            .as_ref()
+            .is_some_and(|current| current.timestamp >= condition.timestamp)
+        {
+            return false;
+        }
+        *latest = Some(Latest {
+            timestamp: condition.timestamp,
+            flags: condition.flags,
+            message: condition.message.into(),
+        });
+        true
+    }
+}
+
+/// Outcome of a registration, seen by concurrent registrations of the same UUID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    Pending,
+    Published,
+    Failed,
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use shared::domain::parse_condition;
+
+    /// An ISU of `alice` with no condition yet.
+    pub(in crate::state) fn isu(id: i64, character: &str) -> Isu {
+        Isu {
+            id,
+            uuid: format!("uuid-{id}"),
+            name: format!("isu {id}"),
+            character: character.into(),
+            owner: "alice".into(),
+            image: Bytes::new(),
+            latest: Mutex::new(None),
+        }
+    }
+
+    /// A pushed condition of `timestamp` in the API's `is_dirty=…,…` form.
+    pub(in crate::state) fn condition(timestamp: i64, condition: &str) -> LatestItem<'static> {
+        LatestItem {
+            uuid: "",
+            timestamp,
+            flags: Flags::new(false, parse_condition(condition).unwrap()),
+            message: "",
+        }
+    }
+
+    #[test]
+    fn latest_keeps_the_greatest_timestamp() {
+        let isu = isu(1, "c");
+        assert!(isu.offer_latest(&condition(10, "is_dirty=false,is_overweight=false,is_broken=false")));
+        assert!(!isu.offer_latest(&condition(5, "is_dirty=true,is_overweight=true,is_broken=true")));
+        assert!(!isu.offer_latest(&condition(10, "is_dirty=true,is_overweight=true,is_broken=true")));
+        assert_eq!(isu.latest().unwrap().timestamp, 10);
+    }
+}
