@@ -67,6 +67,12 @@ impl WorkerError {
     }
 }
 
+impl From<crate::store::StaleGeneration> for WorkerError {
+    fn from(_: crate::store::StaleGeneration) -> WorkerError {
+        WorkerError::StaleGeneration
+    }
+}
+
 impl From<shared::wal::WalError> for WorkerError {
     fn from(error: shared::wal::WalError) -> WorkerError {
         WorkerError::Internal(error.to_string())

@@ -29,7 +29,7 @@ use shared::protocol::{
 };
 
 use crate::error::WorkerError;
-use crate::routes::{current_shard, ClusterPeer};
+use crate::routes::ClusterPeer;
 use crate::store::{NewCondition, ProvisionalError};
 use crate::AppState;
 
@@ -146,7 +146,7 @@ async fn export(
     State(state): State<AppState>,
     Json(request): Json<ExportSubject>,
 ) -> Result<Json<ExportReport>, WorkerError> {
-    let shard = current_shard(&state, request.generation)?;
+    let shard = state.store.current(request.generation)?;
     let started = std::time::Instant::now();
     // Registered before the copy is taken: see the module documentation.
     state.exports.start(Export {
@@ -226,7 +226,7 @@ async fn import(
     State(state): State<AppState>,
     Json(chunk): Json<ImportChunk>,
 ) -> Result<StatusCode, WorkerError> {
-    let shard = current_shard(&state, chunk.generation)?;
+    let shard = state.store.current(chunk.generation)?;
     for isu in &chunk.isus {
         match shard.import(&isu.uuid, &isu.owner, &isu.name, isu.id) {
             Ok(true) => {
@@ -264,7 +264,7 @@ async fn activate(
     State(state): State<AppState>,
     Json(request): Json<ActivateIsus>,
 ) -> Result<StatusCode, WorkerError> {
-    let shard = current_shard(&state, request.generation)?;
+    let shard = state.store.current(request.generation)?;
     let mut missing = 0;
     for isu in &request.isus {
         if shard.publish(&isu.uuid, isu.id) {
@@ -294,7 +294,7 @@ async fn forget(
     State(state): State<AppState>,
     Json(request): Json<ForgetSubject>,
 ) -> Result<StatusCode, WorkerError> {
-    let shard = current_shard(&state, request.generation)?;
+    let shard = state.store.current(request.generation)?;
     let cells = state.cells.clone();
     let map = request.map.clone();
     tokio::task::spawn_blocking(move || cells.update(map))

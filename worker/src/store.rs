@@ -670,6 +670,11 @@ impl Shard {
     }
 }
 
+/// A message meant for another generation of the data than the current shard's (see
+/// [`Store::current`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct StaleGeneration;
+
 /// Cheap-clone handle to the current shard.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -685,6 +690,18 @@ impl Store {
 
     pub fn shard(&self) -> Arc<Shard> {
         self.current.read().clone()
+    }
+
+    /// The current shard, for a message meant for data of `generation`: a message meant
+    /// for another generation (sent before a reset and arriving after it, or the other way
+    /// round) is refused, so old and new data never mix.
+    pub fn current(&self, generation: u64) -> Result<Arc<Shard>, StaleGeneration> {
+        let shard = self.shard();
+        if shard.generation == generation {
+            Ok(shard)
+        } else {
+            Err(StaleGeneration)
+        }
     }
 
     pub fn replace(&self, shard: Shard) {

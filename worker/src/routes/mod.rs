@@ -7,7 +7,6 @@ mod graph;
 mod internal;
 
 pub use device::DeviceService;
-pub(crate) use internal::current_shard;
 
 use axum::extract::FromRequestParts;
 use axum::http::header;
