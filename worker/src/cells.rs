@@ -25,7 +25,7 @@ use parking_lot::RwLock;
 use shared::placement_map::{CellId, PlacementMap};
 use shared::protocol::FORWARDED_HEADER;
 
-use crate::AppState;
+use crate::state::AppState;
 
 /// Forwarded bodies are device batches (bounded by the ingest limit) or nothing.
 const FORWARD_BODY_LIMIT: usize = 4 << 20;

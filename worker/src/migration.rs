@@ -30,8 +30,8 @@ use shared::protocol::{
 
 use crate::error::WorkerError;
 use crate::routes::ClusterPeer;
+use crate::state::AppState;
 use crate::store::{NewCondition, ProvisionalError};
-use crate::AppState;
 
 /// Conditions per history chunk (about 1 MB of JSON).
 const CHUNK_CONDITIONS: usize = 20_000;

@@ -14,8 +14,8 @@ use shared::ingest::{decode_batch, validate_batch, BatchError, CONDITION_BODY_LI
 use super::{json_response, query_param, SignedIn};
 use crate::error::WorkerError;
 use crate::ingest::{Route, ShapedBatch};
+use crate::state::AppState;
 use crate::store::{NewCondition, PostError, Shard};
-use crate::AppState;
 
 /// The stored-conditions counter, looked up once (after the recorder is installed: the
 /// first device post comes after the node's start), not at every batch.

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::condition::{refuse_shaped_early, store_posted, CONDITION_ROUTE};
 use crate::error::WorkerError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// What the device server serves (cloned per connection; cheap: two reference counts).
 #[derive(Clone)]

@@ -10,7 +10,7 @@ use shared::graph::{DataPoint, HOUR};
 
 use super::{json_response, query_param, SignedIn};
 use crate::error::WorkerError;
-use crate::AppState;
+use crate::state::AppState;
 
 const MAX_ABS_DATETIME: i64 = 1 << 60;
 

@@ -14,8 +14,8 @@ use shared::protocol::{
 
 use super::{json_response, ClusterPeer};
 use crate::error::WorkerError;
+use crate::state::AppState;
 use crate::store::{Provisional, ProvisionalError, Shard};
-use crate::AppState;
 
 /// A reset carries a whole dataset shard.
 const RESET_BODY_LIMIT: usize = 1 << 30;

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 
 use crate::error::WorkerError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// The cluster-secret guard of internal, metrics and profiling routes.
 pub use node_http::ClusterPeer;
