@@ -16,7 +16,7 @@ use crate::device_server::DeviceServer;
 use crate::journal::Journal;
 use crate::state::{AppState, Shared};
 use crate::store::{self, Shard, Store};
-use crate::{cells, handover, ingest, pusher, routes};
+use crate::{cells, handover, ingest, migration, pusher, routes};
 
 /// A bound, not yet running worker.
 pub struct Application {
@@ -89,12 +89,13 @@ impl Application {
             None => Journal::disabled(),
         };
         let cells = Arc::new(cells::Cells::new(&config.cell, config.data_dir.as_deref())?);
+        let exports = Arc::new(migration::Exports::new(cells.client().clone(), &config.cluster_secret));
         let (ingest, shaped_batches) = ingest::Ingest::new(config.ingest());
         let state = AppState::new(Shared {
             store,
             journal,
             cells,
-            exports: Arc::default(),
+            exports,
             ingest,
             session_key: SessionKey::from_secret(&config.cluster_secret),
             config: Arc::new(config),

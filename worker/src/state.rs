@@ -9,7 +9,7 @@ use crate::cells::Cells;
 use crate::config::Config;
 use crate::ingest::Ingest;
 use crate::journal::Journal;
-use crate::migration::Exports;
+use crate::migration::{Exports, Migrations};
 use crate::store::Store;
 
 /// Shared state of the handlers: one `Arc`, so the clones axum makes for every request (its
@@ -52,5 +52,17 @@ impl node_http::NodeState for AppState {
 
     fn metrics(&self) -> &PrometheusHandle {
         &self.metrics
+    }
+}
+
+impl Shared {
+    /// The migration steps over this state.
+    pub fn migrations(&self) -> Migrations<'_> {
+        Migrations {
+            store: &self.store,
+            journal: &self.journal,
+            cells: &self.cells,
+            exports: &self.exports,
+        }
     }
 }

@@ -95,7 +95,7 @@ pub(crate) async fn store_posted(state: &AppState, uuid: String, body: &[u8]) ->
             // the lanes have room; 429 when the shaping lane is full.
             let place = state.ingest.reserve_shaping(batch.len())?;
             state.journal.post(shard.generation, &uuid, &batch).await?;
-            crate::migration::forward_to_export(state, &uuid, &batch).await?;
+            state.exports.forward(&state.cells, &shard, &uuid, &batch).await?;
             let conditions = batch.iter().map(NewCondition::to_wire).collect();
             state.ingest.shape(
                 place,
@@ -127,7 +127,7 @@ async fn store_batch(
                 state.journal.post(shard.generation, uuid, batch).await?;
             }
             // During a migration of this ISU, acknowledged only once its target has it too.
-            crate::migration::forward_to_export(state, uuid, batch).await
+            state.exports.forward(&state.cells, shard, uuid, batch).await
         }
         // Rolled back between the check and the insert.
         Err(PostError::UnknownIsu) => Err(WorkerError::IsuNotFound),

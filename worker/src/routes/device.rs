@@ -86,12 +86,12 @@ where
             // Both from the path as sent, before the request moves: the owner by the raw
             // segment (as the main listener's forwarding middleware finds it), the ISU as
             // axum's path extractor gives it (percent-decoded).
-            let owner = crate::cells::foreign_owner(&state, Some(raw), &request);
+            let owner = state.cells.foreign_owner(Some(raw), &request);
             let uuid = percent_encoding::percent_decode_str(raw)
                 .decode_utf8()
                 .map(|uuid| uuid.into_owned());
             let response = match (owner, uuid) {
-                (Some(base), _) => crate::cells::forward_to_owner(&state, &base, request).await,
+                (Some(base), _) => state.cells.forward_to_owner(&base, request).await,
                 (None, Ok(uuid)) => post(&state, uuid, request.into_body()).await,
                 (None, Err(_)) => WorkerError::BadRequest(messages::BAD_REQUEST_BODY).into_response(),
             };

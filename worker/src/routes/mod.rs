@@ -5,16 +5,18 @@ mod condition;
 mod device;
 mod graph;
 mod internal;
+mod migration;
 
 pub use device::DeviceService;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::header;
 use axum::http::request::Parts;
-use axum::middleware;
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 
+use crate::cells::uuid_of;
 use crate::error::WorkerError;
 use crate::state::AppState;
 
@@ -25,7 +27,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(per_isu(state.clone(), condition::router().merge(graph::router())))
         .merge(internal::router())
-        .merge(crate::migration::router())
+        .merge(migration::router())
         .merge(node_http::debug_router())
         .route_layer(middleware::from_fn(node_http::track_request))
         .with_state(state)
@@ -33,7 +35,15 @@ pub fn router(state: AppState) -> Router {
 
 /// Per-ISU routes: a request for an ISU another cell owns is forwarded there.
 fn per_isu(state: AppState, routes: Router<AppState>) -> Router<AppState> {
-    routes.route_layer(middleware::from_fn_with_state(state, crate::cells::forward_foreign))
+    routes.route_layer(middleware::from_fn_with_state(state, forward_foreign))
+}
+
+/// Middleware of the per-ISU routes: requests for another cell's ISU go to that cell.
+async fn forward_foreign(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match state.cells.foreign_owner(uuid_of(request.uri().path()), &request) {
+        Some(base) => state.cells.forward_to_owner(&base, request).await,
+        None => next.run(request).await,
+    }
 }
 
 /// The signed-in user of a request. A session is valid when its cookie is
