@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::device_server::DeviceServer;
 use crate::journal::Journal;
 use crate::state::{AppState, Shared};
-use crate::store::{self, Shard, Store};
+use crate::store::{Shard, Store};
 use crate::{cells, handover, ingest, migration, pusher, routes};
 
 /// A bound, not yet running worker.
@@ -142,11 +142,14 @@ impl Application {
         let self_ingest = self.state.ingest.clone();
         let journal = self.state.journal.clone();
         let watchdog = tokio::spawn(ingest::run_watchdog(self.state.ingest.clone()));
-        let store = self.state.store.clone();
+        let state = self.state.clone();
         let shaping = tokio::spawn(ingest::run_shaping_lane(
             self.state.ingest.clone(),
             self.shaped_batches,
-            move |batch| store_shaped(store.clone(), batch),
+            move |batch| {
+                let state = state.clone();
+                async move { state.write_path().store_shaped(batch).await }
+            },
         ));
         // A stop takes the sockets out of listening first (a replacement bound beside this
         // worker gets every new connection from then on), then lingers with answers saying
@@ -207,19 +210,5 @@ impl Application {
         served?;
         device_served?;
         Ok(())
-    }
-}
-
-/// The shaping lane's store: a shaped batch (already logged and acknowledged) goes into the
-/// shard it was accepted for.
-async fn store_shaped(store: Store, batch: ingest::ShapedBatch) {
-    let shard = store.shard();
-    if shard.generation != batch.generation {
-        return;
-    }
-    ingest::poison(&batch.uuid).await;
-    let conditions: Vec<store::NewCondition<'_>> = batch.conditions.iter().map(store::NewCondition::from).collect();
-    if let Ok(inserted) = shard.post(&batch.uuid, &conditions) {
-        metrics::counter!(shared::telemetry::CONDITIONS_STORED).increment(inserted as u64);
     }
 }

@@ -1,21 +1,21 @@
 //! A worker's part in a live migration (`../shared/design/CELLS.md`):
 //!
-//! - as the **source** ([`WORKER_EXPORT`](shared::protocol::WORKER_EXPORT)): it registers the export first, so from then on
+//! - as the **source** (`WORKER_EXPORT`): it registers the export first, so from then on
 //!   every batch it accepts for the subject is also sent to the target before the device
 //!   gets its 202; then it copies the subject's history to the target in chunks. A batch
 //!   accepted before the export was registered is in the copy, one accepted after is
 //!   forwarded (maybe both: the target skips what it holds), so when the export answers the
 //!   target holds every condition the source acknowledged;
-//! - as the **target** ([`WORKER_IMPORT`], [`WORKER_ACTIVATE`](shared::protocol::WORKER_ACTIVATE)): imported ISUs are
-//!   unpublished entries (invisible to reads, not pushed) until the coordinator activates
-//!   them after the flip; every step is logged like a registration and its posts;
-//! - both ([`WORKER_FORGET`](shared::protocol::WORKER_FORGET)): drop the subject's ISUs the given map says are not this
+//! - as the **target** (`WORKER_IMPORT`, `WORKER_ACTIVATE`): imported ISUs are unpublished
+//!   entries (invisible to reads, not pushed) until the coordinator activates them after
+//!   the flip; every step is logged like a registration and its posts;
+//! - both (`WORKER_FORGET`): drop the subject's ISUs the given map says are not this
 //!   worker's (the source after the grace period; the target of a rolled-back migration),
 //!   and end the export.
 //!
-//! This is the domain side, free of HTTP: its routes are `routes/migration.rs`, and the post
-//! path's step (a batch for an exported ISU goes to the target too) is [`Exports::forward`],
-//! which the write path ([`crate::write_path`]) calls.
+//! This is the domain side, free of HTTP: its routes are `routes/migration.rs`. The post
+//! path's step (a batch for an exported ISU goes to the target too) is [`Exports::forward`]
+//! and an import's entries are [`admit`]'s; the write path (`write_path.rs`) calls both.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -145,8 +145,8 @@ impl Exports {
     }
 }
 
-/// This worker's steps in migrations ([`WORKER_EXPORT`](shared::protocol::WORKER_EXPORT), [`WORKER_IMPORT`],
-/// [`WORKER_ACTIVATE`](shared::protocol::WORKER_ACTIVATE), [`WORKER_FORGET`](shared::protocol::WORKER_FORGET)), over the parts of its state they use.
+/// This worker's steps in migrations (export, activate, forget; an import is a write, see
+/// `write_path.rs`), over the parts of its state they use.
 pub struct Migrations<'a> {
     pub store: &'a Store,
     pub journal: &'a Journal,
@@ -232,40 +232,6 @@ impl Migrations<'_> {
         Ok(())
     }
 
-    /// The target: a chunk of the copy, or a batch the source forwarded during the migration.
-    pub async fn import(&self, chunk: &ImportChunk) -> Result<(), WorkerError> {
-        let shard = self.store.current(chunk.generation)?;
-        for isu in &chunk.isus {
-            match shard.import(&isu.uuid, &isu.owner, &isu.name, isu.id) {
-                Ok(true) => {
-                    self.journal
-                        .provisional(&ProvisionalIsu {
-                            generation: chunk.generation,
-                            id: isu.id,
-                            uuid: isu.uuid.clone(),
-                            owner: isu.owner.clone(),
-                            name: isu.name.clone(),
-                        })
-                        .await?
-                }
-                Ok(false) => {}
-                Err(ProvisionalError::AlreadyExists) => {
-                    tracing::error!(uuid = %isu.uuid, migration = chunk.migration, "import meets another registration of the UUID");
-                    return Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU));
-                }
-            }
-            if isu.conditions.is_empty() {
-                continue;
-            }
-            let batch: Vec<NewCondition<'_>> = isu.conditions.iter().map(NewCondition::from).collect();
-            let inserted = shard.post(&isu.uuid, &batch).map_err(|_| WorkerError::IsuNotFound)?;
-            if inserted > 0 {
-                self.journal.post(chunk.generation, &isu.uuid, &batch).await?;
-            }
-        }
-        Ok(())
-    }
-
     /// The target, after the flip: the imported ISUs become visible.
     pub async fn activate(&self, request: &ActivateIsus) -> Result<(), WorkerError> {
         let shard = self.store.current(request.generation)?;
@@ -326,5 +292,30 @@ impl Migrations<'_> {
             "forgot the ISUs another cell owns"
         );
         Ok(())
+    }
+}
+
+/// The target's first step for each ISU of an import chunk (see
+/// `WritePath::import` in `write_path.rs`, which then stores its conditions): its
+/// invisible entry, logged like a provisional registration, unless it is here already.
+pub async fn admit(shard: &Shard, journal: &Journal, chunk: &ImportChunk, isu: &ImportIsu) -> Result<(), WorkerError> {
+    match shard.import(&isu.uuid, &isu.owner, &isu.name, isu.id) {
+        Ok(true) => {
+            journal
+                .provisional(&ProvisionalIsu {
+                    generation: chunk.generation,
+                    id: isu.id,
+                    uuid: isu.uuid.clone(),
+                    owner: isu.owner.clone(),
+                    name: isu.name.clone(),
+                })
+                .await?;
+            Ok(())
+        }
+        Ok(false) => Ok(()),
+        Err(ProvisionalError::AlreadyExists) => {
+            tracing::error!(uuid = %isu.uuid, migration = chunk.migration, "import meets another registration of the UUID");
+            Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU))
+        }
     }
 }

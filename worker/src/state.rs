@@ -11,6 +11,7 @@ use crate::ingest::Ingest;
 use crate::journal::Journal;
 use crate::migration::{Exports, Migrations};
 use crate::store::Store;
+use crate::write_path::WritePath;
 
 /// Shared state of the handlers: one `Arc`, so the clones axum makes for every request (its
 /// `State` extractor and each middleware's) cost one reference count, not one per field.
@@ -56,6 +57,17 @@ impl node_http::NodeState for AppState {
 }
 
 impl Shared {
+    /// The write path over this state.
+    pub fn write_path(&self) -> WritePath<'_> {
+        WritePath {
+            store: &self.store,
+            journal: &self.journal,
+            ingest: &self.ingest,
+            exports: &self.exports,
+            cells: &self.cells,
+        }
+    }
+
     /// The migration steps over this state.
     pub fn migrations(&self) -> Migrations<'_> {
         Migrations {

@@ -511,7 +511,7 @@ impl Shard {
 
     /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were new.
     pub fn post(&self, uuid: &str, batch: &[NewCondition<'_>]) -> Result<usize, PostError> {
-        crate::ingest::poison_panic(uuid);
+        poison_panic(uuid);
         let entry = self.isu(uuid).ok_or(PostError::UnknownIsu)?;
         let inserted = entry.history.write().insert_batch(
             batch
@@ -582,7 +582,16 @@ impl Shard {
     }
 }
 
-/// Tag of a snapshot record in the worker's log (see [`crate::journal`]).
+/// The store's own poison pill for the blast-radius tests (a fail point, off in any
+/// deployment): `ingest-panic=return(UUID)` panics storing any batch of that ISU, wherever
+/// it comes from (see the write path's poison check; replay skips such a record).
+fn poison_panic(uuid: &str) {
+    if node_http::fail_points_on() && fail::eval("ingest-panic", |target| target).flatten().as_deref() == Some(uuid) {
+        panic!("poison pill for {uuid}");
+    }
+}
+
+/// Tag of a snapshot record in the worker's log (`journal.rs`).
 pub const SNAPSHOT_TAG: u8 = 1;
 
 impl Shard {

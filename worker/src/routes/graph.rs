@@ -8,7 +8,7 @@ use serde::Serialize;
 use shared::error as messages;
 use shared::graph::{DataPoint, HOUR};
 
-use super::{json_response, query_param, SignedIn};
+use super::common::{json_response, query_param, SignedIn};
 use crate::error::WorkerError;
 use crate::state::AppState;
 

@@ -6,13 +6,14 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use node_http::ClusterPeer;
 use shared::placement_map::PlacementMap;
 use shared::protocol::{
     Health, ProvisionalIsu, PublishIsu, ResendLatest, ResetShard, RollbackIsu, UserSync, HEALTH, WORKER_PLACEMENT,
     WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 
-use super::{json_response, ClusterPeer};
+use super::common::json_response;
 use crate::error::WorkerError;
 use crate::state::AppState;
 use crate::store::{Provisional, ProvisionalError, Shard};

@@ -5,6 +5,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
+use node_http::ClusterPeer;
 use shared::protocol::{
     ActivateIsus, ExportReport, ExportSubject, ForgetSubject, ImportChunk, WORKER_ACTIVATE, WORKER_EXPORT,
     WORKER_FORGET, WORKER_IMPORT,
@@ -12,7 +13,6 @@ use shared::protocol::{
 
 use crate::error::WorkerError;
 use crate::state::AppState;
-use node_http::ClusterPeer;
 
 /// An import chunk's body limit.
 const IMPORT_BODY_LIMIT: usize = 64 << 20;
@@ -41,7 +41,7 @@ async fn import(
     State(state): State<AppState>,
     Json(chunk): Json<ImportChunk>,
 ) -> Result<StatusCode, WorkerError> {
-    state.migrations().import(&chunk).await?;
+    state.write_path().import(&chunk).await?;
     Ok(StatusCode::OK)
 }
 

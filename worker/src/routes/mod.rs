@@ -1,6 +1,9 @@
-//! The worker's router: one small router per area, merged here, plus the
-//! request metrics middleware and the session extractor.
+//! The worker's HTTP side, every handler of it: one small router per area, merged here with
+//! the request metrics and the forwarding of per-ISU requests to their owner cell; the
+//! device server's service ([`DeviceService`]). Handlers are thin: they extract, make one
+//! call into the state (the store, the write path, the migration steps) and map its result.
 
+mod common;
 mod condition;
 mod device;
 mod graph;
@@ -9,19 +12,13 @@ mod migration;
 
 pub use device::DeviceService;
 
-use axum::extract::{FromRequestParts, Request, State};
-use axum::http::header;
-use axum::http::request::Parts;
+use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Router;
 
 use crate::cells::uuid_of;
-use crate::error::WorkerError;
 use crate::state::AppState;
-
-/// The cluster-secret guard of internal, metrics and profiling routes.
-pub use node_http::ClusterPeer;
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -44,42 +41,4 @@ async fn forward_foreign(State(state): State<AppState>, request: Request, next: 
         Some(base) => state.cells.forward_to_owner(&base, request).await,
         None => next.run(request).await,
     }
-}
-
-/// The signed-in user of a request. A session is valid when its cookie is
-/// signed with the cluster key and its user exists: either the user was
-/// synced here, or the session was created in the current generation (so the
-/// user cannot have been erased by a reset since).
-pub struct SignedIn(pub String);
-
-impl FromRequestParts<AppState> for SignedIn {
-    type Rejection = WorkerError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let session = parts
-            .headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .find_map(|value| state.session_key.from_cookie_header(value))
-            .ok_or(WorkerError::NotSignedIn)?;
-        let shard = state.store.shard();
-        if session.generation == shard.generation || shard.has_user(&session.user) {
-            Ok(SignedIn(session.user))
-        } else {
-            Err(WorkerError::NotSignedIn)
-        }
-    }
-}
-
-/// First value of `name` in a raw query string, percent-decoded.
-pub(crate) fn query_param(query: Option<&str>, name: &str) -> Option<String> {
-    form_urlencoded::parse(query?.as_bytes())
-        .find(|(key, _)| key == name)
-        .map(|(_, value)| value.into_owned())
-}
-
-/// A JSON response with the API's content type.
-pub(crate) fn json_response(body: Vec<u8>) -> Response {
-    ([(header::CONTENT_TYPE, shared::error::APPLICATION_JSON)], body).into_response()
 }
