@@ -509,7 +509,10 @@ impl Shard {
             .collect()
     }
 
-    /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were new.
+    /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were
+    /// new. A published ISU the batch brought a new condition is queued for the pusher in the
+    /// same step (as a publish and a snapshot's load queue theirs), so whatever stores a
+    /// batch (the write path, replay) keeps the coordinator's latest conditions in step.
     pub fn post(&self, uuid: &str, batch: &[NewCondition<'_>]) -> Result<usize, PostError> {
         poison_panic(uuid);
         let entry = self.isu(uuid).ok_or(PostError::UnknownIsu)?;
