@@ -17,15 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use parking_lot::RwLock;
 use shared::placement_map::{CellId, PlacementMap};
 use shared::protocol::FORWARDED_HEADER;
-
-use crate::AppState;
 
 /// Forwarded bodies are device batches (bounded by the ingest limit) or nothing.
 const FORWARD_BODY_LIMIT: usize = 4 << 20;
@@ -161,51 +158,39 @@ impl Cells {
             }
         }
     }
+
+    /// The internal URL of the cell to send a request for `uuid` to: another cell owns it and
+    /// the request was not forwarded here already.
+    pub fn foreign_owner<B>(&self, uuid: Option<&str>, request: &axum::http::Request<B>) -> Option<String> {
+        if request.headers().contains_key(FORWARDED_HEADER) {
+            return None;
+        }
+        self.owner_url(uuid?)
+    }
+
+    /// Sends `request` to the owning cell at `base` and relays its answer (counted, and marked
+    /// as served by the owner).
+    pub async fn forward_to_owner<B>(&self, base: &str, request: axum::http::Request<B>) -> Response
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
+        metrics::counter!(shared::telemetry::REQUESTS_FORWARDED).increment(1);
+        let mut response = self.forward(base, request.map(Body::new)).await;
+        response
+            .headers_mut()
+            .insert("x-isu-served-by", HeaderValue::from_static("owner-cell"));
+        response
+    }
 }
 
 /// The UUID of a per-ISU route: `/api/condition/<uuid>` or `/api/isu/<uuid>/graph`.
-fn uuid_of(path: &str) -> Option<&str> {
+pub fn uuid_of(path: &str) -> Option<&str> {
     if let Some(rest) = path.strip_prefix("/api/condition/") {
         return Some(rest);
     }
     let (uuid, tail) = path.strip_prefix("/api/isu/")?.split_once('/')?;
     (tail == "graph").then_some(uuid)
-}
-
-/// Middleware of the per-ISU routes: requests for another cell's ISU go to that cell.
-pub async fn forward_foreign(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match foreign_owner(&state, uuid_of(request.uri().path()), &request) {
-        Some(base) => forward_to_owner(&state, &base, request).await,
-        None => next.run(request).await,
-    }
-}
-
-/// The internal URL of the cell to send a request for `uuid` to: another cell owns it and
-/// the request was not forwarded here already.
-pub(crate) fn foreign_owner<B>(
-    state: &AppState,
-    uuid: Option<&str>,
-    request: &axum::http::Request<B>,
-) -> Option<String> {
-    if request.headers().contains_key(FORWARDED_HEADER) {
-        return None;
-    }
-    state.cells.owner_url(uuid?)
-}
-
-/// Sends `request` to the owning cell at `base` and relays its answer (counted, and marked
-/// as served by the owner).
-pub(crate) async fn forward_to_owner<B>(state: &AppState, base: &str, request: axum::http::Request<B>) -> Response
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<axum::BoxError>,
-{
-    metrics::counter!(shared::telemetry::REQUESTS_FORWARDED).increment(1);
-    let mut response = state.cells.forward(base, request.map(Body::new)).await;
-    response
-        .headers_mut()
-        .insert("x-isu-served-by", HeaderValue::from_static("owner-cell"));
-    response
 }
 
 #[cfg(test)]

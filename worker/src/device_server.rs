@@ -27,7 +27,7 @@ pub struct DeviceServer {
 impl DeviceServer {
     /// Binds `address` (port 0 allowed) and, with a certificate and key, loads them now, so a
     /// bad path or PEM stops the worker at start with a clear message.
-    /// `sharing`: see [`crate::Application::build`] (a replacement binds beside this one).
+    /// `sharing`: see `Application::build` (`app.rs`; a replacement binds beside this one).
     pub(crate) async fn bind(
         address: SocketAddr,
         tls: Option<(&Path, &Path)>,

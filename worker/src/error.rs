@@ -67,6 +67,25 @@ impl WorkerError {
     }
 }
 
+impl From<crate::store::StaleGeneration> for WorkerError {
+    fn from(_: crate::store::StaleGeneration) -> WorkerError {
+        WorkerError::StaleGeneration
+    }
+}
+
+/// A device batch refused by `shared::ingest`'s decoding or validation.
+impl From<shared::ingest::BatchError> for WorkerError {
+    fn from(error: shared::ingest::BatchError) -> WorkerError {
+        use shared::ingest::BatchError;
+        match error {
+            BatchError::TooManyConditions => WorkerError::PayloadTooLarge(messages::TOO_MANY_CONDITIONS),
+            BatchError::Undecodable | BatchError::Empty | BatchError::InvalidCondition | BatchError::MessageTooLong => {
+                WorkerError::BadRequest(messages::BAD_REQUEST_BODY)
+            }
+        }
+    }
+}
+
 impl From<shared::wal::WalError> for WorkerError {
     fn from(error: shared::wal::WalError) -> WorkerError {
         WorkerError::Internal(error.to_string())

@@ -1,5 +1,6 @@
 //! Device posts inside a cell: a per-ISU quota and shuffle-sharded ingest lanes, so one
-//! noisy or poisonous ISU does not hurt the others (`../shared/design/CELLS.md`).
+//! noisy or poisonous ISU does not hurt the others (`../shared/design/CELLS.md`). This is
+//! the mechanism; a batch is taken through it, in order, by the write path (`write_path.rs`).
 //!
 //! - **Quota**: every batch counts its conditions for its ISU in a count-min sketch over two
 //!   alternating windows ([`shared::sketch::WindowedSketch`], fixed memory however many ISUs
@@ -10,8 +11,8 @@
 //!   later, never dropped. The lane holds at most `--shaping-queue` conditions; when it is
 //!   full a shaped ISU's post is answered 429 with `Retry-After` *before its body is read*,
 //!   so a flood costs the cell little more than its connections.
-//! - **Lanes**: the other batches are stored inline by the handler, inside one of `n`
-//!   lanes (each admits `--lane-permits` batches at a time and queues at most
+//! - **Lanes**: the other batches are stored while their post waits for its answer, inside
+//!   one of `n` lanes (each admits `--lane-permits` batches at a time and queues at most
 //!   `--lane-queue`); an ISU's batches use the least loaded of its `k` lanes
 //!   ([`shared::shuffle::lanes_of`]; a lane a batch has held for over 100 ms counts as
 //!   the most loaded). A batch that panics is answered 500 and its ISU is
@@ -400,26 +401,3 @@ where
         tokio::time::sleep(Duration::from_secs_f64(conditions as f64 / rate)).await;
     }
 }
-
-/// Poison pills for the blast-radius tests (fail points, off in any deployment):
-/// `ingest-stall=return(UUID)` makes storing a batch of that ISU hang for
-/// [`POISON_STALL`] (inside its lane); `ingest-panic=return(UUID)` makes the store panic
-/// on it ([`poison_panic`], wherever the batch is stored: lane, shaping lane, replay).
-pub async fn poison(uuid: &str) {
-    if !node_http::fail_points_on() {
-        return;
-    }
-    if fail::eval("ingest-stall", |target| target).flatten().as_deref() == Some(uuid) {
-        tokio::time::sleep(POISON_STALL).await;
-    }
-}
-
-/// The store's own poison pill (see [`poison`]), checked by [`crate::store::Shard::post`].
-pub fn poison_panic(uuid: &str) {
-    if node_http::fail_points_on() && fail::eval("ingest-panic", |target| target).flatten().as_deref() == Some(uuid) {
-        panic!("poison pill for {uuid}");
-    }
-}
-
-/// How long a poisoned batch hangs.
-pub const POISON_STALL: Duration = Duration::from_secs(5);

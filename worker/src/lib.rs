@@ -1,17 +1,47 @@
 //! The worker node: owns the condition history of one shard of ISUs.
 //!
-//! Layout:
-//! - [`config`]: command-line/environment configuration;
+//! Layout, from the bottom up (each module uses only those above it in this list):
+//! - [`store`]: the in-memory shard (ISUs, conditions, message interning, the latest-push
+//!   queue) and the shard's generation rule ([`store::Store::current`]);
 //! - [`cells`]: this worker's copy of the placement map, and forwarding to the owner cell;
-//! - [`store`]: the in-memory shard (ISUs, conditions, message interning);
-//! - [`journal`]: the durable log of the shard (`--data-dir`), replayed on start;
-//! - [`device_server`]: device posts on their own address, optionally over TLS;
+//! - [`error`]: the error type mapped to the API's statuses and messages;
+//! - [`ingest`]: the per-ISU quota, the ingest lanes, the shaping lane and their watchdog;
+//! - [`config`]: command-line/environment configuration;
 //! - [`handover`]: a replacement in place taking over the listeners and the data directory;
-//! - [`migration`]: this worker's part in live migrations (export, import, activate, forget);
+//! - [`journal`]: the durable log of the shard (`--data-dir`), replayed on start;
 //! - [`pusher`]: the 10 ms actor pushing latest conditions to the coordinator;
-//! - [`routes`]: public reads, device posts, internal and debug routes;
-//! - [`error`]: the error type mapped to the API's statuses and messages.
+//! - [`migration`]: this worker's part in live migrations (exports and their forwarding,
+//!   export, activate, forget, an import's entries), free of HTTP;
+//! - [`write_path`]: every batch of conditions stored, by one storing step: poison check,
+//!   quota/lanes/shaping, store (and latest-push queue), log, a migration's target;
+//! - [`state`]: the handlers' shared state ([`state::AppState`]), which lends the write
+//!   path and the migration steps their parts;
+//! - [`routes`]: every HTTP handler: public reads, device posts (also the device server's
+//!   service), internal, migration and debug routes;
+//! - [`device_server`]: device posts on their own address, optionally over TLS;
+//! - `app`: [`Application`], the start (bind, replay, build) and the run until stopped.
+//!
+//! Module dependencies (`A -> B`: A uses B; no cycles):
+//! ```text
+//! store         -> (none)
+//! cells         -> (none)
+//! error         -> store
+//! ingest        -> error
+//! config        -> ingest
+//! handover      -> config
+//! journal       -> store
+//! pusher        -> store
+//! migration     -> cells, error, journal, store
+//! write_path    -> cells, error, ingest, journal, migration, store
+//! state         -> cells, config, ingest, journal, migration, store, write_path
+//! routes        -> cells, state, routes::{common, condition, device, graph, internal, migration}
+//! routes::*     -> error, handover, store, state, routes::common, routes::condition
+//! device_server -> handover, routes
+//! app           -> cells, config, device_server, handover, ingest, journal, migration, pusher,
+//!                  routes, state, store
+//! ```
 
+mod app;
 pub mod cells;
 pub mod config;
 pub mod device_server;
@@ -22,261 +52,8 @@ pub mod journal;
 pub mod migration;
 pub mod pusher;
 pub mod routes;
+pub mod state;
 pub mod store;
+pub mod write_path;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use anyhow::Context as _;
-use metrics_exporter_prometheus::PrometheusHandle;
-use shared::session::SessionKey;
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
-
-use crate::config::Config;
-use crate::device_server::DeviceServer;
-use crate::journal::Journal;
-use crate::store::{Shard, Store};
-
-/// Shared state of the handlers: one `Arc`, so the clones axum makes for every request (its
-/// `State` extractor and each middleware's) cost one reference count, not one per field.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-impl std::ops::Deref for AppState {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
-
-/// What [`AppState`] holds.
-pub struct Shared {
-    pub store: Store,
-    pub journal: Journal,
-    pub cells: Arc<cells::Cells>,
-    /// Migrations this worker is the source of.
-    pub exports: Arc<migration::Exports>,
-    pub config: Arc<Config>,
-    /// Per-ISU quota and ingest lanes.
-    pub ingest: Arc<ingest::Ingest>,
-    pub session_key: SessionKey,
-    pub metrics: PrometheusHandle,
-}
-
-impl node_http::NodeState for AppState {
-    fn cluster_secret(&self) -> &str {
-        &self.config.cluster_secret
-    }
-
-    fn metrics(&self) -> &PrometheusHandle {
-        &self.metrics
-    }
-}
-
-/// A bound, not yet running worker.
-pub struct Application {
-    /// With `--data-dir`: this worker's hold on it, released when the process ends (after its
-    /// last flush), so a replacement started beside it replays a complete log.
-    data_lock: Option<nix::fcntl::Flock<std::fs::File>>,
-    listener: TcpListener,
-    device_server: Option<DeviceServer>,
-    state: AppState,
-    shaped_batches: tokio::sync::mpsc::UnboundedReceiver<ingest::ShapedBatch>,
-}
-
-impl Application {
-    /// Binds the listeners (port 0 allowed), replays the log (with `--data-dir`) and builds
-    /// the state.
-    ///
-    /// With `--data-dir` the listeners are bound with `SO_REUSEPORT` *before* the data
-    /// directory is locked and replayed: a worker started with `--replace` beside a running
-    /// one of the same cell (a replacement in place, `scripts/cluster replace`) binds the same
-    /// addresses, waits for the old one to finish and exit, replays its complete log and
-    /// serves; connections that reach it meanwhile wait in its accept queue instead of being
-    /// refused. Without `--replace` an address in use is refused as before.
-    pub async fn build(config: Config, metrics: PrometheusHandle) -> anyhow::Result<Application> {
-        let store = Store::new(Shard::new(0));
-        let sharing = handover::Sharing::of(&config);
-        let listener = handover::bind(config.listen, sharing).with_context(|| format!("binding {}", config.listen))?;
-        let device_server = match config.device_listen {
-            Some(address) => {
-                let tls = config.device_tls_cert.as_deref().zip(config.device_tls_key.as_deref());
-                Some(DeviceServer::bind(address, tls, sharing).await?)
-            }
-            None => None,
-        };
-        // A replacement reads the log as far as it is written before it waits for the lock,
-        // so only what the old process appends meanwhile is read in the gap.
-        let ahead = match (&config.data_dir, config.replace) {
-            (Some(data_dir), true) => Some(Journal::read_ahead(data_dir, &config.cell).await),
-            _ => None,
-        };
-        let data_lock = match &config.data_dir {
-            Some(data_dir) => Some(handover::lock_data_dir(data_dir, &config.cell).await?),
-            None => None,
-        };
-        let journal = match &config.data_dir {
-            Some(data_dir) => {
-                let (journal, replayed) = Journal::open(
-                    data_dir,
-                    &config.cell,
-                    config.fsync,
-                    config.compact_after_mb.saturating_mul(1 << 20),
-                    &store,
-                    ahead,
-                )
-                .await?;
-                tracing::info!(
-                    path = %replayed.path.display(),
-                    records = replayed.records,
-                    records_read_ahead = replayed.records_ahead,
-                    skipped = replayed.skipped,
-                    poisoned = replayed.poisoned,
-                    truncated_bytes = replayed.truncated_bytes,
-                    conditions = replayed.conditions,
-                    generation = store.shard().generation,
-                    millis = replayed.millis as u64,
-                    fsync = %config.fsync,
-                    "log replayed"
-                );
-                journal
-            }
-            None => Journal::disabled(),
-        };
-        let cells = Arc::new(cells::Cells::new(&config.cell, config.data_dir.as_deref())?);
-        let (ingest, shaped_batches) = ingest::Ingest::new(config.ingest());
-        let state = AppState(Arc::new(Shared {
-            store,
-            journal,
-            cells,
-            exports: Arc::default(),
-            ingest,
-            session_key: SessionKey::from_secret(&config.cluster_secret),
-            config: Arc::new(config),
-            metrics,
-        }));
-        Ok(Application {
-            data_lock,
-            listener,
-            device_server,
-            state,
-            shaped_batches,
-        })
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("bound listener has an address")
-    }
-
-    /// The device server's address and whether it speaks TLS (with `--device-listen`).
-    pub fn device_addr(&self) -> Option<(SocketAddr, bool)> {
-        self.device_server
-            .as_ref()
-            .map(|server| (server.local_addr(), server.is_tls()))
-    }
-
-    /// Serves until `shutdown` resolves; the pusher flushes once more before returning.
-    pub async fn run_until_stopped(
-        self,
-        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    ) -> anyhow::Result<()> {
-        // Two stops: the servers stop taking requests first (and drain); the pusher stops
-        // last, so the latest conditions of posts taken while draining still reach the
-        // coordinator in its final flush.
-        let data_lock = self.data_lock;
-        let stop_servers = CancellationToken::new();
-        let stop_pusher = CancellationToken::new();
-        let pusher = pusher::Pusher::new(
-            self.state.store.clone(),
-            &self.state.config.coordinator_url,
-            &self.state.config.cluster_secret,
-            Duration::from_millis(self.state.config.push_interval_ms.max(1)),
-        )?;
-        let pusher_task = tokio::spawn(pusher.run(stop_pusher.clone()));
-        let self_ingest = self.state.ingest.clone();
-        let journal = self.state.journal.clone();
-        let watchdog = tokio::spawn(ingest::run_watchdog(self.state.ingest.clone()));
-        let store = self.state.store.clone();
-        let shaping = tokio::spawn(ingest::run_shaping_lane(
-            self.state.ingest.clone(),
-            self.shaped_batches,
-            move |batch| store_shaped(store.clone(), batch),
-        ));
-        // A stop takes the sockets out of listening first (a replacement bound beside this
-        // worker gets every new connection from then on), then lingers with answers saying
-        // `Connection: close`, then the servers stop (see `handover`).
-        let mut listening = handover::ListeningSockets::default();
-        listening.add(&self.listener)?;
-        if let Some(server) = &self.device_server {
-            server.add_to(&mut listening)?;
-        }
-        let lingering = CancellationToken::new();
-        let linger = Duration::from_millis(self.state.config.shutdown_linger_ms);
-        let close_connections = axum::middleware::from_fn_with_state(lingering.clone(), handover::close_when_lingering);
-        let device_task = self.device_server.map(|server| {
-            let service = routes::DeviceService::new(self.state.clone(), lingering.clone());
-            tokio::spawn(server.run(service, self.state.config.device_read_timeout(), stop_servers.clone()))
-        });
-        let router = routes::router(self.state).layer(close_connections);
-        let stop = stop_servers.clone();
-        let listener = handover::StoppableListener {
-            inner: self.listener,
-            stopped: lingering.clone(),
-        };
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                // The main listener stops accepting before its socket stops listening: this
-                // runs on a task of its own (axum spawns it), and an accept in between would
-                // meet the stopped socket's error.
-                lingering.cancel();
-                listening.stop();
-                tokio::time::sleep(linger).await;
-                stop.cancel();
-            })
-            .await;
-        stop_servers.cancel();
-        let device_served = match device_task {
-            Some(device_task) => device_task.await.map_err(anyhow::Error::from).and_then(|served| served),
-            None => Ok(()),
-        };
-        // Every request is answered, so every change is in the log; once its writer has
-        // finished (a compaction it started renames a snapshot over the file: after the
-        // replacement opened it, that would orphan the replacement's appends), a replacement
-        // may read the rest of it. What follows writes nothing to it: shaped batches are
-        // logged already, the pusher talks only to the coordinator.
-        if let Err(error) = journal.close().await {
-            tracing::error!(%error, "closing the log failed");
-        }
-        drop(data_lock);
-        // Shaped batches are acknowledged (and logged): stored before the process ends.
-        let draining = Instant::now();
-        while self_ingest.shaping_depth() > 0 && draining.elapsed() < Duration::from_secs(5) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        watchdog.abort();
-        shaping.abort();
-        stop_pusher.cancel();
-        let _ = pusher_task.await;
-        served?;
-        device_served?;
-        Ok(())
-    }
-}
-
-/// The shaping lane's store: a shaped batch (already logged and acknowledged) goes into the
-/// shard it was accepted for.
-async fn store_shaped(store: Store, batch: ingest::ShapedBatch) {
-    let shard = store.shard();
-    if shard.generation != batch.generation {
-        return;
-    }
-    ingest::poison(&batch.uuid).await;
-    let conditions: Vec<store::NewCondition<'_>> = batch.conditions.iter().map(store::NewCondition::from).collect();
-    if let Ok(inserted) = shard.post(&batch.uuid, &conditions) {
-        metrics::counter!(shared::telemetry::CONDITIONS_STORED).increment(inserted as u64);
-    }
-}
+pub use app::Application;

@@ -509,9 +509,12 @@ impl Shard {
             .collect()
     }
 
-    /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were new.
+    /// Stores a validated batch for `uuid`, all or nothing; returns how many conditions were
+    /// new. A published ISU the batch brought a new condition is queued for the pusher in the
+    /// same step (as a publish and a snapshot's load queue theirs), so whatever stores a
+    /// batch (the write path, replay) keeps the coordinator's latest conditions in step.
     pub fn post(&self, uuid: &str, batch: &[NewCondition<'_>]) -> Result<usize, PostError> {
-        crate::ingest::poison_panic(uuid);
+        poison_panic(uuid);
         let entry = self.isu(uuid).ok_or(PostError::UnknownIsu)?;
         let inserted = entry.history.write().insert_batch(
             batch
@@ -582,7 +585,16 @@ impl Shard {
     }
 }
 
-/// Tag of a snapshot record in the worker's log (see [`crate::journal`]).
+/// The store's own poison pill for the blast-radius tests (a fail point, off in any
+/// deployment): `ingest-panic=return(UUID)` panics storing any batch of that ISU, wherever
+/// it comes from (see the write path's poison check; replay skips such a record).
+fn poison_panic(uuid: &str) {
+    if node_http::fail_points_on() && fail::eval("ingest-panic", |target| target).flatten().as_deref() == Some(uuid) {
+        panic!("poison pill for {uuid}");
+    }
+}
+
+/// Tag of a snapshot record in the worker's log (`journal.rs`).
 pub const SNAPSHOT_TAG: u8 = 1;
 
 impl Shard {
@@ -670,6 +682,11 @@ impl Shard {
     }
 }
 
+/// A message meant for another generation of the data than the current shard's (see
+/// [`Store::current`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct StaleGeneration;
+
 /// Cheap-clone handle to the current shard.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -685,6 +702,18 @@ impl Store {
 
     pub fn shard(&self) -> Arc<Shard> {
         self.current.read().clone()
+    }
+
+    /// The current shard, for a message meant for data of `generation`: a message meant
+    /// for another generation (sent before a reset and arriving after it, or the other way
+    /// round) is refused, so old and new data never mix.
+    pub fn current(&self, generation: u64) -> Result<Arc<Shard>, StaleGeneration> {
+        let shard = self.shard();
+        if shard.generation == generation {
+            Ok(shard)
+        } else {
+            Err(StaleGeneration)
+        }
     }
 
     pub fn replace(&self, shard: Shard) {

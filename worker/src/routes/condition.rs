@@ -9,25 +9,18 @@ use axum::routing::get;
 use axum::Router;
 use shared::domain::{ConditionView, LevelSet};
 use shared::error as messages;
-use shared::ingest::{decode_batch, validate_batch, BatchError, CONDITION_BODY_LIMIT};
+use shared::ingest::{decode_batch, CONDITION_BODY_LIMIT};
 
-use super::{json_response, query_param, SignedIn};
+use super::common::{json_response, query_param, SignedIn};
 use crate::error::WorkerError;
-use crate::ingest::{Route, ShapedBatch};
-use crate::store::{NewCondition, PostError, Shard};
-use crate::AppState;
-
-/// The stored-conditions counter, looked up once (after the recorder is installed: the
-/// first device post comes after the node's start), not at every batch.
-static CONDITIONS_STORED: std::sync::LazyLock<metrics::Counter> =
-    std::sync::LazyLock::new(|| metrics::counter!(shared::telemetry::CONDITIONS_STORED));
+use crate::state::AppState;
 
 /// The limit of one condition page.
 const PAGE_SIZE: usize = 20;
 
 /// The route of both: reads (behind the public router) and device posts (also the device
 /// server's label in the request metrics).
-pub(crate) const CONDITION_ROUTE: &str = "/api/condition/{uuid}";
+pub(super) const CONDITION_ROUTE: &str = "/api/condition/{uuid}";
 
 pub fn router() -> Router<AppState> {
     Router::new().route(
@@ -46,101 +39,22 @@ async fn post_conditions(
     Path(uuid): Path<String>,
     request: Request,
 ) -> Result<StatusCode, WorkerError> {
-    refuse_shaped_early(&state, &uuid)?;
+    state.write_path().refuse_shaped_early(&uuid)?;
     let body = Bytes::from_request(request, &state).await;
     let body = body.map_err(|rejection: BytesRejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => WorkerError::PayloadTooLarge(messages::PAYLOAD_TOO_LARGE),
         _ => WorkerError::BadRequest(messages::BAD_REQUEST_BODY),
     })?;
-    store_posted(&state, uuid, &body).await
+    store_body(&state, uuid, &body).await
 }
 
-/// A shaped ISU meeting a full shaping lane is refused before its body is read.
-/// (The lane is nearly always empty: one atomic load, the sketch only when it is full.)
-pub(crate) fn refuse_shaped_early(state: &AppState, uuid: &str) -> Result<(), WorkerError> {
-    if state.ingest.shaping_full() && state.ingest.is_shaped(uuid) {
-        return Err(state.ingest.refuse_shaped());
-    }
-    Ok(())
-}
-
-/// A posted batch's body (read within [`CONDITION_BODY_LIMIT`]) decoded, checked and stored
-/// through the ISU's lane, or shaped: the device's answer, on either server.
-pub(crate) async fn store_posted(state: &AppState, uuid: String, body: &[u8]) -> Result<StatusCode, WorkerError> {
+/// A posted batch's body (read within [`CONDITION_BODY_LIMIT`]) decoded and given to the
+/// write path: the device's answer, on either server.
+pub(super) async fn store_body(state: &AppState, uuid: String, body: &[u8]) -> Result<StatusCode, WorkerError> {
     let mut buffer = body.to_vec();
-    let posted = decode_batch(&mut buffer).map_err(batch_error)?;
-    let shard = state.store.shard();
-    if shard.isu(&uuid).is_none() {
-        return Err(WorkerError::IsuNotFound);
-    }
-    let batch: Vec<NewCondition<'_>> = validate_batch(&posted)
-        .map_err(batch_error)?
-        .into_iter()
-        .map(|condition| NewCondition {
-            timestamp: condition.timestamp,
-            flags: condition.flags,
-            message: condition.message,
-        })
-        .collect();
-    match state.ingest.route(&uuid, batch.len()) {
-        Route::Lane(lane) => {
-            let _inside = state.ingest.enter(lane, &uuid).await?;
-            state
-                .ingest
-                .guarded(&uuid, store_batch(state, &shard, &uuid, &batch))
-                .await?;
-        }
-        Route::Shaped => {
-            // Over its quota (or quarantined): logged and acknowledged now, stored when
-            // the lanes have room; 429 when the shaping lane is full.
-            let place = state.ingest.reserve_shaping(batch.len())?;
-            state.journal.post(shard.generation, &uuid, &batch).await?;
-            crate::migration::forward_to_export(state, &uuid, &batch).await?;
-            let conditions = batch.iter().map(NewCondition::to_wire).collect();
-            state.ingest.shape(
-                place,
-                ShapedBatch {
-                    generation: shard.generation,
-                    uuid,
-                    conditions,
-                },
-            );
-        }
-    }
+    let posted = decode_batch(&mut buffer)?;
+    state.write_path().post(uuid, &posted).await?;
     Ok(StatusCode::ACCEPTED)
-}
-
-/// Stores a batch (inside its lane): in memory, then in the log, then at a migration's
-/// target; the device's 202 follows.
-async fn store_batch(
-    state: &AppState,
-    shard: &Shard,
-    uuid: &str,
-    batch: &[NewCondition<'_>],
-) -> Result<(), WorkerError> {
-    crate::ingest::poison(uuid).await;
-    match shard.post(uuid, batch) {
-        Ok(inserted) => {
-            CONDITIONS_STORED.increment(inserted as u64);
-            if inserted > 0 {
-                // Acknowledged only once logged (a repeat is already in the log).
-                state.journal.post(shard.generation, uuid, batch).await?;
-            }
-            // During a migration of this ISU, acknowledged only once its target has it too.
-            crate::migration::forward_to_export(state, uuid, batch).await
-        }
-        // Rolled back between the check and the insert.
-        Err(PostError::UnknownIsu) => Err(WorkerError::IsuNotFound),
-    }
-}
-
-fn batch_error(error: BatchError) -> WorkerError {
-    match error {
-        BatchError::TooManyConditions => WorkerError::PayloadTooLarge(messages::TOO_MANY_CONDITIONS),
-        BatchError::Undecodable | BatchError::Empty | BatchError::InvalidCondition | BatchError::MessageTooLong => {
-            WorkerError::BadRequest(messages::BAD_REQUEST_BODY)
-        }
-    }
 }
 
 /// Validation order: `end_time`, `condition_level`, `start_time`, then ownership.

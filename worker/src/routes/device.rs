@@ -10,7 +10,7 @@
 //! layers' work is done inline, in the same order: the request metrics, the forward to the
 //! owning cell (a device keeps the URL JIA was given when its ISU moves), `Connection: close`
 //! while the worker hands over. The post itself is the same code as the main listener's
-//! route ([`super::condition::store_posted`]).
+//! route ([`super::condition::store_body`], then [`crate::write_path`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -25,9 +25,9 @@ use shared::error as messages;
 use shared::ingest::CONDITION_BODY_LIMIT;
 use tokio_util::sync::CancellationToken;
 
-use super::condition::{refuse_shaped_early, store_posted, CONDITION_ROUTE};
+use super::condition::{store_body, CONDITION_ROUTE};
 use crate::error::WorkerError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// What the device server serves (cloned per connection; cheap: two reference counts).
 #[derive(Clone)]
@@ -86,12 +86,12 @@ where
             // Both from the path as sent, before the request moves: the owner by the raw
             // segment (as the main listener's forwarding middleware finds it), the ISU as
             // axum's path extractor gives it (percent-decoded).
-            let owner = crate::cells::foreign_owner(&state, Some(raw), &request);
+            let owner = state.cells.foreign_owner(Some(raw), &request);
             let uuid = percent_encoding::percent_decode_str(raw)
                 .decode_utf8()
                 .map(|uuid| uuid.into_owned());
             let response = match (owner, uuid) {
-                (Some(base), _) => crate::cells::forward_to_owner(&state, &base, request).await,
+                (Some(base), _) => state.cells.forward_to_owner(&base, request).await,
                 (None, Ok(uuid)) => post(&state, uuid, request.into_body()).await,
                 (None, Err(_)) => WorkerError::BadRequest(messages::BAD_REQUEST_BODY).into_response(),
             };
@@ -109,7 +109,7 @@ where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: Into<axum::BoxError>,
 {
-    if let Err(refused) = refuse_shaped_early(state, &uuid) {
+    if let Err(refused) = state.write_path().refuse_shaped_early(&uuid) {
         return refused.into_response();
     }
     // The head's wait is hyper's (`crate::device_server`); the body's is bounded here.
@@ -125,5 +125,5 @@ where
         Ok(Err(_)) => return WorkerError::BadRequest(messages::BAD_REQUEST_BODY).into_response(),
         Err(_) => return WorkerError::RequestTimeout.into_response(),
     };
-    store_posted(state, uuid, &body).await.into_response()
+    store_body(state, uuid, &body).await.into_response()
 }

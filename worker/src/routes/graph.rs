@@ -8,9 +8,9 @@ use serde::Serialize;
 use shared::error as messages;
 use shared::graph::{DataPoint, HOUR};
 
-use super::{json_response, query_param, SignedIn};
+use super::common::{json_response, query_param, SignedIn};
 use crate::error::WorkerError;
-use crate::AppState;
+use crate::state::AppState;
 
 const MAX_ABS_DATETIME: i64 = 1 << 60;
 

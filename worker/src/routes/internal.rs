@@ -6,16 +6,17 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use node_http::ClusterPeer;
 use shared::placement_map::PlacementMap;
 use shared::protocol::{
     Health, ProvisionalIsu, PublishIsu, ResendLatest, ResetShard, RollbackIsu, UserSync, HEALTH, WORKER_PLACEMENT,
     WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 
-use super::{json_response, ClusterPeer};
+use super::common::json_response;
 use crate::error::WorkerError;
+use crate::state::AppState;
 use crate::store::{Provisional, ProvisionalError, Shard};
-use crate::AppState;
 
 /// A reset carries a whole dataset shard.
 const RESET_BODY_LIMIT: usize = 1 << 30;
@@ -55,22 +56,15 @@ async fn reset(_: ClusterPeer, State(state): State<AppState>, Json(reset): Json<
     }
 }
 
-/// Refuses messages meant for another generation of the data.
-pub(crate) fn current_shard(state: &AppState, generation: u64) -> Result<std::sync::Arc<Shard>, WorkerError> {
-    let shard = state.store.shard();
-    if shard.generation == generation {
-        Ok(shard)
-    } else {
-        Err(WorkerError::StaleGeneration)
-    }
-}
-
 async fn sync_users(
     _: ClusterPeer,
     State(state): State<AppState>,
     Json(sync): Json<UserSync>,
 ) -> Result<StatusCode, WorkerError> {
-    current_shard(&state, sync.generation)?.add_users(sync.users.iter().map(String::as_str));
+    state
+        .store
+        .current(sync.generation)?
+        .add_users(sync.users.iter().map(String::as_str));
     state.journal.users(sync.generation, &sync.users).await?;
     Ok(StatusCode::OK)
 }
@@ -80,7 +74,11 @@ async fn provisional(
     State(state): State<AppState>,
     Json(isu): Json<ProvisionalIsu>,
 ) -> Result<StatusCode, WorkerError> {
-    let status = match current_shard(&state, isu.generation)?.provisional(&isu.uuid, &isu.owner, &isu.name, isu.id) {
+    let status = match state
+        .store
+        .current(isu.generation)?
+        .provisional(&isu.uuid, &isu.owner, &isu.name, isu.id)
+    {
         Ok(Provisional::Created) => StatusCode::CREATED,
         // A retried call whose first answer was lost. Logged again like a new one: the first
         // attempt's record may never have been written (its log write failed, or the call was
@@ -97,7 +95,7 @@ async fn publish(
     State(state): State<AppState>,
     Json(isu): Json<PublishIsu>,
 ) -> Result<StatusCode, WorkerError> {
-    if current_shard(&state, isu.generation)?.publish(&isu.uuid, isu.id) {
+    if state.store.current(isu.generation)?.publish(&isu.uuid, isu.id) {
         state.journal.publish(&isu).await?;
         Ok(StatusCode::OK)
     } else {
@@ -110,7 +108,7 @@ async fn rollback(
     State(state): State<AppState>,
     Json(isu): Json<RollbackIsu>,
 ) -> Result<StatusCode, WorkerError> {
-    current_shard(&state, isu.generation)?.rollback(&isu.uuid, isu.id);
+    state.store.current(isu.generation)?.rollback(&isu.uuid, isu.id);
     state.journal.rollback(&isu).await?;
     Ok(StatusCode::OK)
 }
@@ -121,7 +119,7 @@ async fn resend_latest(
     State(state): State<AppState>,
     Json(resend): Json<ResendLatest>,
 ) -> Result<StatusCode, WorkerError> {
-    let queued = current_shard(&state, resend.generation)?.requeue_published();
+    let queued = state.store.current(resend.generation)?.requeue_published();
     tracing::info!(queued, "latest conditions queued again for the coordinator");
     Ok(StatusCode::OK)
 }
