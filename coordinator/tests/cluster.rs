@@ -23,8 +23,8 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use bench::jwt::{InvalidJwt, MALFORMED_TOKEN};
 use bench::model::expected_graph_data;
+use jia_sim::jwt::{InvalidJwt, MALFORMED_TOKEN};
 use serde_json::{json, Value};
 use shared::dataset::generated::{ICONS, VIRTUAL_START};
 use shared::dataset::DEFAULT_ICON;
@@ -1649,7 +1649,7 @@ async fn spawn_official_cluster(dir: &std::path::Path) -> Cluster {
             "--default-icon".into(),
             arg("NoImage.jpg"),
         ],
-        signer: Some(bench::jwt::JwtSigner::from_file(&dir.join("ec256-private.pem")).unwrap()),
+        signer: Some(jia_sim::jwt::JwtSigner::from_file(&dir.join("ec256-private.pem")).unwrap()),
         ..ClusterOptions::default()
     })
     .await
@@ -1796,10 +1796,10 @@ async fn the_capacity_ramp_measures_each_step_through_nginx() {
     .collect::<Vec<Node>>();
     let config = CapacityConfig {
         target: public,
-        jia: bench::jia::JiaConfig {
+        jia: jia_sim::JiaConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             run_for: Duration::from_secs(60),
-            ..bench::jia::JiaConfig::default()
+            ..jia_sim::JiaConfig::default()
         },
         signer: cluster.signer.clone(),
         nodes: Some(Nodes::new(nodes, cluster.secret.clone()).unwrap()),

@@ -15,10 +15,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use bench::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
-use bench::jwt::JwtSigner;
 use bench::model::{condition_string, Level, SentCondition, CHARACTERS};
 use bytes::Bytes;
+use jia_sim::jwt::JwtSigner;
+use jia_sim::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::dataset::{Dataset, DatasetIsu};

@@ -1,6 +1,6 @@
-//! Every HTTP client of the bench starts here, so one `--ca-cert` makes all of them (users,
-//! devices, the JIA simulator's, the nodes' metrics) trust a private CA, as the official
-//! bench trusts the contest's certificate.
+//! Every HTTP client of the simulator and of the bench starts here, so one `--ca-cert` makes
+//! all of them (users, devices, the simulator's, the nodes' metrics) trust a private CA, as
+//! the official bench trusts the contest's certificate.
 
 use std::path::Path;
 use std::sync::OnceLock;
