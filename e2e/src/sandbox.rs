@@ -297,7 +297,9 @@ impl Cluster {
             .expect("building an HTTP client")
     }
 
-    async fn wait_until_healthy(&mut self) {
+    /// Waits until every node answers `/healthz`; panics, with the end of its log, if a node
+    /// exited meanwhile.
+    pub async fn wait_until_healthy(&mut self) {
         if let Some(exited) = self.wait_for_health().await {
             panic!("{exited}");
         }

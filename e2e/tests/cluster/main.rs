@@ -9,6 +9,7 @@
 mod benchmarker;
 mod cells;
 mod durability;
+mod faults;
 mod ingest;
 mod initialize;
 mod internal;
