@@ -105,3 +105,14 @@ pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "run `cargo build --workspace --bins` first")]
+    fn a_missing_node_binary_says_how_to_build_it() {
+        node_binary("no-such-node");
+    }
+}
