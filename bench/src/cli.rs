@@ -183,7 +183,7 @@ pub struct JiaArgs {
 
 fn load_signer(path: Option<&Path>) -> anyhow::Result<JwtSigner> {
     match path {
-        Some(path) => JwtSigner::from_file(path),
+        Some(path) => Ok(JwtSigner::from_file(path)?),
         None => Ok(JwtSigner::project_default()),
     }
 }

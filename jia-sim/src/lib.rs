@@ -22,5 +22,6 @@ pub mod signin;
 pub mod simulator;
 
 pub use simulator::{
-    Activation, JiaConfig, JiaHandle, JiaSimulator, UrlPolicy, DEVICE_USER_AGENT, OFFICIAL_HOSTS, UNKNOWN_ISU_UUID,
+    Activation, JiaConfig, JiaHandle, JiaSimulator, StartError, UrlPolicy, DEVICE_USER_AGENT, OFFICIAL_HOSTS,
+    UNKNOWN_ISU_UUID,
 };

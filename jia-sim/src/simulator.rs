@@ -1,7 +1,7 @@
 //! The JIA simulator: `POST /api/activate` and one posting device per activated ISU.
 //!
 //! ```no_run
-//! # async fn example() -> anyhow::Result<()> {
+//! # async fn example() -> Result<(), jia_sim::StartError> {
 //! use jia_sim::{JiaConfig, JiaSimulator};
 //! let jia = JiaSimulator::start(JiaConfig { accept_any_uuid: true, ..JiaConfig::default() }).await?;
 //! let jia_service_url = jia.url(); // send this in `POST /initialize`
@@ -149,15 +149,28 @@ pub struct Activation {
     pub character: String,
 }
 
+/// Why the simulator cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("binding the JIA simulator to {listen}: {source}")]
+    Bind { listen: SocketAddr, source: std::io::Error },
+    #[error("building the devices' HTTP client: {0}")]
+    Client(reqwest::Error),
+}
+
 /// Namespace for [`JiaSimulator::start`].
 pub struct JiaSimulator;
 
 impl JiaSimulator {
     /// Binds the listener, starts serving and returns the handle. Everything stops when
     /// [`JiaHandle::shutdown`] is called or the last clone of the handle is dropped.
-    pub async fn start(config: JiaConfig) -> anyhow::Result<JiaHandle> {
-        let listener = TcpListener::bind(config.listen).await?;
-        let addr = listener.local_addr()?;
+    pub async fn start(config: JiaConfig) -> Result<JiaHandle, StartError> {
+        let bind_error = |source| StartError::Bind {
+            listen: config.listen,
+            source,
+        };
+        let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
         let stop = CancellationToken::new();
         let mut client = crate::http::client_builder()
             .timeout(config.timing.post_timeout)
@@ -166,7 +179,7 @@ impl JiaSimulator {
         for (host, addr) in &config.resolve {
             client = client.resolve(host, *addr);
         }
-        let client = client.build()?;
+        let client = client.build().map_err(StartError::Client)?;
         let shared = Arc::new(Shared {
             catalog: Mutex::new(config.catalog.clone()),
             devices: Mutex::new(HashMap::new()),
