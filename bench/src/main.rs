@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(path) = &cli.ca_cert {
         if let Err(error) = jia_sim::http::trust_ca(path) {
-            eprintln!("bench: {error:#}");
+            eprintln!("bench: {:#}", anyhow::Error::from(error));
             return ExitCode::FAILURE;
         }
     }

@@ -10,9 +10,9 @@ static EXTRA_ROOT: OnceLock<reqwest::Certificate> = OnceLock::new();
 /// Why `--ca-cert` cannot be trusted.
 #[derive(Debug, thiserror::Error)]
 pub enum CaError {
-    #[error("reading --ca-cert {path}: {source}", path = path.display())]
+    #[error("reading --ca-cert {path}", path = path.display())]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("--ca-cert {path}: {source}", path = path.display())]
+    #[error("--ca-cert {path}", path = path.display())]
     Pem { path: PathBuf, source: reqwest::Error },
     #[error("--ca-cert given twice")]
     GivenTwice,

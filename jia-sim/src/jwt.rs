@@ -28,18 +28,18 @@ const YEAR_SECONDS: i64 = 365 * 86_400;
 /// Why a private key cannot sign.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("reading {path}: {source}", path = path.display())]
+    #[error("reading {path}", path = path.display())]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("loading the private key {path}: {source}", path = path.display())]
+    #[error("loading the private key {path}", path = path.display())]
     InFile { path: PathBuf, source: Box<KeyError> },
     #[error("bad PEM: {0}")]
     Pem(&'static str),
-    #[error("bad PEM body: {0}")]
-    Base64(base64::DecodeError),
-    #[error("not an EC private key: {0}")]
-    NotAnEcKey(jsonwebtoken::errors::Error),
-    #[error("the key cannot sign ES256: {0}")]
-    CannotSign(jsonwebtoken::errors::Error),
+    #[error("bad PEM body")]
+    Base64(#[source] base64::DecodeError),
+    #[error("not an EC private key")]
+    NotAnEcKey(#[source] jsonwebtoken::errors::Error),
+    #[error("the key cannot sign ES256")]
+    CannotSign(#[source] jsonwebtoken::errors::Error),
 }
 
 /// Signs ES256 tokens with one private key.

@@ -152,10 +152,10 @@ pub struct Activation {
 /// Why the simulator cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("binding the JIA simulator to {listen}: {source}")]
+    #[error("binding the JIA simulator to {listen}")]
     Bind { listen: SocketAddr, source: std::io::Error },
-    #[error("building the devices' HTTP client: {0}")]
-    Client(reqwest::Error),
+    #[error("building the devices' HTTP client")]
+    Client(#[source] reqwest::Error),
 }
 
 /// Namespace for [`JiaSimulator::start`].
