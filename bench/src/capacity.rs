@@ -19,11 +19,11 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
-use crate::device::LatencyWindow;
-use crate::jia::{JiaConfig, JiaHandle, JiaSimulator};
-use crate::jwt::JwtSigner;
 use crate::nodes::{cpu_readings, LocalProcess, Nodes};
 use crate::report::{CpuUse, DevicePosts};
+use jia_sim::device::LatencyWindow;
+use jia_sim::jwt::JwtSigner;
+use jia_sim::{JiaConfig, JiaHandle, JiaSimulator};
 
 /// A ramp's settings.
 #[derive(Clone)]
@@ -247,7 +247,7 @@ pub(crate) async fn start_lean_jia(config: &JiaConfig) -> anyhow::Result<JiaHand
 
 /// `POST /initialize` with the simulator's URL; an error unless it succeeded.
 pub(crate) async fn initialize(base: &str, jia: &JiaHandle) -> anyhow::Result<()> {
-    let initialized = crate::http::client_builder()
+    let initialized = jia_sim::http::client_builder()
         .no_proxy()
         .build()?
         .post(format!("{base}/initialize"))
@@ -468,7 +468,7 @@ pub(crate) async fn register_step(
 }
 
 pub(crate) async fn sign_in(config: &CapacityConfig, base: &str, user: &str) -> anyhow::Result<User> {
-    let client = crate::http::client_builder()
+    let client = jia_sim::http::client_builder()
         .cookie_store(true)
         .no_proxy()
         .timeout(config.request_timeout)

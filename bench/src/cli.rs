@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::clock::{VirtualClock, DEFAULT_VIRTUAL_START};
-use crate::jia::{JiaConfig, UrlPolicy};
-use crate::jwt::JwtSigner;
 use crate::nodes::Nodes;
 use crate::scenario::ScenarioConfig;
-use crate::signin::SignIn;
 use anyhow::Context;
+use jia_sim::clock::{VirtualClock, DEFAULT_VIRTUAL_START};
+use jia_sim::jwt::JwtSigner;
+use jia_sim::signin::SignIn;
+use jia_sim::{JiaConfig, UrlPolicy};
 
 /// The ISUCONDITION bench: verifying load runs against a cluster, and a standalone JIA simulator.
 #[derive(Debug, Parser)]
@@ -183,7 +183,7 @@ pub struct JiaArgs {
 
 fn load_signer(path: Option<&Path>) -> anyhow::Result<JwtSigner> {
     match path {
-        Some(path) => JwtSigner::from_file(path),
+        Some(path) => Ok(JwtSigner::from_file(path)?),
         None => Ok(JwtSigner::project_default()),
     }
 }
@@ -229,9 +229,9 @@ impl RunArgs {
                 run_for: Duration::from_secs(10 * 365 * 86_400),
                 // Slow answers are measured (p99 against its limit), not cut at the official
                 // 100 ms and counted as errors.
-                timing: crate::device::DeviceTiming {
+                timing: jia_sim::device::DeviceTiming {
                     post_timeout: Duration::from_secs(1),
-                    ..crate::device::DeviceTiming::default()
+                    ..jia_sim::device::DeviceTiming::default()
                 },
                 ..JiaConfig::default()
             },

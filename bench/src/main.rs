@@ -14,8 +14,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(path) = &cli.ca_cert {
-        if let Err(error) = bench::http::trust_ca(path) {
-            eprintln!("bench: {error:#}");
+        if let Err(error) = jia_sim::http::trust_ca(path) {
+            eprintln!("bench: {:#}", anyhow::Error::from(error));
             return ExitCode::FAILURE;
         }
     }
@@ -148,7 +148,7 @@ fn write_json(path: &std::path::Path, report: &serde_json::Value) {
 
 async fn serve_jia(args: JiaArgs) -> anyhow::Result<()> {
     let config = args.into_config()?;
-    let jia = bench::jia::JiaSimulator::start(config).await?;
+    let jia = jia_sim::JiaSimulator::start(config).await?;
     tracing::info!(url = %jia.url(), "jia simulator listening; sign-in page at /");
     shared::shutdown_signal().await;
     jia.shutdown().await;

@@ -23,9 +23,9 @@ use tokio::task::JoinSet;
 use crate::capacity::{
     initialize, read_loop, register_step, sign_in, start_lean_jia, CapacityConfig, ReadWindow, User,
 };
-use crate::jia::JiaHandle;
 use crate::nodes::cpu_readings;
 use crate::report::{CpuUse, DevicePosts};
+use jia_sim::JiaHandle;
 
 /// A migration-cost run's settings.
 #[derive(Clone)]
@@ -246,7 +246,7 @@ async fn measure(
     let base_config = &config.base;
     let base = base_config.target.trim_end_matches('/').to_owned();
     initialize(&base, jia).await?;
-    let plain = crate::http::client_builder().no_proxy().build()?;
+    let plain = jia_sim::http::client_builder().no_proxy().build()?;
 
     let target = match config.flood {
         Some(_) => String::new(),
@@ -383,7 +383,7 @@ async fn register_heavy(config: &MigrationCostConfig, base: &str) -> anyhow::Res
 /// Posts `conditions` conditions spread over the heavy ISUs, [`FILL_BATCH`] at a time, through
 /// the public server; every batch must be answered 202. Returns the conditions stored.
 async fn fill(heavy: &User, base: &str, conditions: usize) -> anyhow::Result<usize> {
-    let client = crate::http::client_builder()
+    let client = jia_sim::http::client_builder()
         .no_proxy()
         .timeout(Duration::from_secs(30))
         .build()?;
@@ -440,7 +440,7 @@ async fn flood(heavy: &User, base: &str, length: Duration) -> Value {
     for connection in 0..FLOOD_CONNECTIONS {
         let url = format!("{base}/api/condition/{uuid}");
         posters.spawn(async move {
-            let client = crate::http::client_builder()
+            let client = jia_sim::http::client_builder()
                 .no_proxy()
                 .timeout(Duration::from_secs(10))
                 .build()

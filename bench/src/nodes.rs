@@ -29,7 +29,7 @@ pub struct Nodes {
 
 impl Nodes {
     pub fn new(nodes: Vec<Node>, secret: String) -> anyhow::Result<Nodes> {
-        let client = crate::http::client_builder().no_proxy().build()?;
+        let client = jia_sim::http::client_builder().no_proxy().build()?;
         Ok(Nodes { nodes, secret, client })
     }
 

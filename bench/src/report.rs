@@ -43,7 +43,7 @@ pub struct DevicePosts {
 }
 
 impl DevicePosts {
-    /// The difference of two [`crate::jia::JiaHandle::device_posts`] readings.
+    /// The difference of two [`jia_sim::JiaHandle::device_posts`] readings.
     pub fn between(before: [u64; 5], after: [u64; 5]) -> DevicePosts {
         let [sent, accepted, stored_conditions, refused, failed] =
             std::array::from_fn(|index| after[index].saturating_sub(before[index]));

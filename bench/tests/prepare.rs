@@ -13,7 +13,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use bench::jia::{JiaConfig, JiaHandle, JiaSimulator};
 use bench::model::CHARACTERS;
 use bench::scenario::expected::ExpectedData;
 use bench::scenario::prepare::{
@@ -21,6 +20,7 @@ use bench::scenario::prepare::{
     PrepareOutcome, LOAD_ERROR_CHECK_TIMEOUT,
 };
 use bench::scenario::stats::{ErrorKind, Snapshot, Stats};
+use jia_sim::{JiaConfig, JiaHandle, JiaSimulator};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -605,7 +605,7 @@ impl Setup {
         ErrorCheckConfig {
             target: self.target.clone(),
             timeout: LOAD_ERROR_CHECK_TIMEOUT,
-            signer: bench::jwt::JwtSigner::project_default(),
+            signer: jia_sim::jwt::JwtSigner::project_default(),
             clock: self.jia.clock(),
             stats: self.stats.clone(),
         }

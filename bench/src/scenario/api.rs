@@ -111,7 +111,7 @@ impl Agent {
         // service compresses what is worth it (the trend, static files).
         let mut headers = HeaderMap::new();
         headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
-        let client = crate::http::client_builder()
+        let client = jia_sim::http::client_builder()
             .cookie_store(true)
             .default_headers(headers)
             .timeout(timeout)

@@ -30,10 +30,10 @@ use self::expected::ExpectedData;
 use self::prepare::{ErrorCheckConfig, ErrorCheckUser, PrepareContext, PrepareOutcome};
 use self::stats::{Stats, Tag};
 use self::validate::{LastFound, TrendIsu};
-use crate::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
-use crate::jwt::JwtSigner;
 use crate::nodes::{cpu_readings, LocalProcess, Nodes};
 use crate::report::{CpuUse, DevicePosts, Report};
+use jia_sim::jwt::JwtSigner;
+use jia_sim::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
 use rand::{Rng, SeedableRng};
 
 /// How often load may grow (§13.4).

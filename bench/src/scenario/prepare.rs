@@ -27,10 +27,10 @@ use super::validate::{
     check_condition, check_condition_page, check_graph, check_isu, check_isu_list, check_trend, ConditionQuery,
     ExpectedIsu, SentLog, TrendMemory, CONDITION_PAGE_LIMIT, GRAPH_HOURS,
 };
-use crate::clock::{jst_day_start, VirtualClock};
-use crate::jia::{JiaHandle, UNKNOWN_ISU_UUID};
-use crate::jwt::{InvalidJwt, JwtSigner};
 use crate::model::{condition_string, Level, SentCondition, CHARACTERS};
+use jia_sim::clock::{jst_day_start, VirtualClock};
+use jia_sim::jwt::{InvalidJwt, JwtSigner};
+use jia_sim::{JiaHandle, UNKNOWN_ISU_UUID};
 
 /// Official timeout of every request of the compatibility check.
 pub const PREPARE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -529,7 +529,7 @@ impl Drop for UnregisteredDevice {
 }
 
 async fn post_while_unregistered(url: String, clock: VirtualClock, stop: CancellationToken, seed: u64) {
-    let Ok(client) = crate::http::client_builder()
+    let Ok(client) = jia_sim::http::client_builder()
         .timeout(Duration::from_millis(100))
         .no_proxy()
         .build()

@@ -17,8 +17,8 @@ use super::validate::{
     Window, CONDITION_PAGE_LIMIT,
 };
 use super::RunContext;
-use crate::clock::jst_day_start;
 use crate::model::{Level, CHARACTERS};
+use jia_sim::clock::jst_day_start;
 
 /// A condition once returned must reappear within this much real time (§13.5).
 const CONSISTENCY_GRACE: Duration = Duration::from_secs(1);

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
 use super::api::{ConditionItem, GraphPoint, Isu, IsuListItem, TrendEntry};
-use crate::jia::JiaHandle;
 use crate::model::{expected_graph_data, is_valid_condition_string, Level, SentCondition, CHARACTERS};
+use jia_sim::JiaHandle;
 
 /// Largest page of `GET /api/condition`.
 pub const CONDITION_PAGE_LIMIT: usize = 20;

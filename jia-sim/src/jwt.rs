@@ -1,9 +1,8 @@
 //! Sign-in tokens: ES256 JWTs as JIA issues them, and the invalid ones of the compatibility check (§13.2).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -26,6 +25,23 @@ pub const MALFORMED_TOKEN: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.";
 /// Seconds in a (non-leap) year, for the token that expired a year ago.
 const YEAR_SECONDS: i64 = 365 * 86_400;
 
+/// Why a private key cannot sign.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("reading {path}", path = path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("loading the private key {path}", path = path.display())]
+    InFile { path: PathBuf, source: Box<KeyError> },
+    #[error("bad PEM: {0}")]
+    Pem(&'static str),
+    #[error("bad PEM body")]
+    Base64(#[source] base64::DecodeError),
+    #[error("not an EC private key")]
+    NotAnEcKey(#[source] jsonwebtoken::errors::Error),
+    #[error("the key cannot sign ES256")]
+    CannotSign(#[source] jsonwebtoken::errors::Error),
+}
+
 /// Signs ES256 tokens with one private key.
 #[derive(Clone)]
 pub struct JwtSigner {
@@ -40,23 +56,29 @@ impl JwtSigner {
 
     /// Reads a PEM private key file (PKCS#8 `PRIVATE KEY` or SEC1 `EC PRIVATE KEY`, as the
     /// official `ec256-private.pem` is).
-    pub fn from_file(path: &Path) -> anyhow::Result<JwtSigner> {
-        let pem = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        JwtSigner::from_pem(&pem).with_context(|| format!("loading the private key {}", path.display()))
+    pub fn from_file(path: &Path) -> Result<JwtSigner, KeyError> {
+        let pem = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        JwtSigner::from_pem(&pem).map_err(|source| KeyError::InFile {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })
     }
 
     /// Parses a PEM private key (PKCS#8 or SEC1) of curve P-256.
-    pub fn from_pem(pem: &str) -> anyhow::Result<JwtSigner> {
+    pub fn from_pem(pem: &str) -> Result<JwtSigner, KeyError> {
         let key = if pem.contains("-----BEGIN EC PRIVATE KEY-----") {
             let sec1 = pem_body(pem, "EC PRIVATE KEY")?;
             EncodingKey::from_ec_der(&pkcs8_from_p256_sec1(&sec1))
         } else {
-            EncodingKey::from_ec_pem(pem.as_bytes())?
+            EncodingKey::from_ec_pem(pem.as_bytes()).map_err(KeyError::NotAnEcKey)?
         };
         let signer = JwtSigner { key };
         signer
             .try_sign(&json!({"jia_user_id": "probe"}))
-            .context("the key cannot sign ES256")?;
+            .map_err(KeyError::CannotSign)?;
         Ok(signer)
     }
 
@@ -177,13 +199,13 @@ fn swap_payload(token: &str, claims: &Value) -> String {
 }
 
 /// Decodes the base64 body of the PEM block with this label.
-fn pem_body(pem: &str, label: &str) -> anyhow::Result<Vec<u8>> {
+fn pem_body(pem: &str, label: &str) -> Result<Vec<u8>, KeyError> {
     let begin = format!("-----BEGIN {label}-----");
     let end = format!("-----END {label}-----");
-    let start = pem.find(&begin).context("no PEM begin line")? + begin.len();
-    let stop = pem[start..].find(&end).context("no PEM end line")? + start;
+    let start = pem.find(&begin).ok_or(KeyError::Pem("no PEM begin line"))? + begin.len();
+    let stop = pem[start..].find(&end).ok_or(KeyError::Pem("no PEM end line"))? + start;
     let base64: String = pem[start..stop].chars().filter(|c| !c.is_whitespace()).collect();
-    Ok(STANDARD.decode(base64)?)
+    STANDARD.decode(base64).map_err(KeyError::Base64)
 }
 
 /// Wraps a SEC1 `ECPrivateKey` of curve P-256 into a PKCS#8 `PrivateKeyInfo` (RFC 5208/5915),

@@ -20,7 +20,7 @@ use shared::protocol::{
 use shared::session::{SessionKey, COOKIE_NAME};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::support::*;
+use e2e::*;
 
 /// The public key the nodes verify sign-in tokens with, for the key-confusion attack.
 const PROJECT_PUBLIC_KEY_PEM: &str = include_str!("../../../keys/jwt-public.pem");
@@ -350,7 +350,7 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
     };
     let mut cluster = spawn_cluster().await;
     let web = fixture_front_end();
-    let (mut server, public) = super::public_nginx(&cluster, &nginx, &web.path).await;
+    let (mut server, public) = public_nginx(&cluster, &nginx, &web.path).await;
     let address = public.trim_start_matches("http://").to_owned();
     let secret = cluster.secret.clone();
     let bearer = format!("Bearer {secret}");
@@ -1131,15 +1131,6 @@ async fn extreme_query_values_and_huge_requests_get_a_4xx_or_an_empty_answer() {
 
 // ------------------------------------------------------------------ node configuration
 
-/// The worker binary beside this test executable (built by `cargo build --workspace --bins`).
-fn worker_binary_path() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    exe.parent()
-        .and_then(std::path::Path::parent)
-        .expect("target/<profile>/deps")
-        .join(format!("worker{}", std::env::consts::EXE_SUFFIX))
-}
-
 /// Runs a node binary that must refuse its configuration; returns its stderr. Killed by
 /// PID if it is still running after 10 s (it would be serving: the refusal failed).
 fn refused_start(binary: &std::path::Path, args: &[&str]) -> String {
@@ -1175,8 +1166,8 @@ fn refused_start(binary: &std::path::Path, args: &[&str]) -> String {
 /// default), with one shorter than 16 bytes, or with the old built-in default, on any address.
 #[test]
 fn nodes_refuse_no_secret_a_short_one_and_the_old_default_on_any_address() {
-    let coordinator = std::path::PathBuf::from(env!("CARGO_BIN_EXE_coordinator"));
-    let worker = worker_binary_path();
+    let coordinator = node_binary("coordinator");
+    let worker = node_binary("worker");
     for (binary, base) in [(&coordinator, vec![]), (&worker, vec!["--shard", "a"])] {
         for listen in ["127.0.0.1:1", "10.255.255.1:3000"] {
             let stderr = refused_start(binary, &[base.as_slice(), &["--listen", listen]].concat());

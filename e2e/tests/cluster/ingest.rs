@@ -10,12 +10,12 @@ use reqwest::StatusCode;
 use shared::shuffle::{lane_sets, lanes_of};
 
 use super::durability::own_timestamps;
-use super::support::*;
+use e2e::*;
 
 const SEED: u64 = 7;
 
 /// A batch of `count` conditions from `first` (timestamps the helpers read back).
-fn batch(first: i64, count: i64) -> Vec<bench::model::SentCondition> {
+fn batch(first: i64, count: i64) -> Vec<jia_sim::condition::SentCondition> {
     (first..first + count)
         .map(|timestamp| sent(timestamp, true, INFO, "flood"))
         .collect()
@@ -26,7 +26,7 @@ async fn post(
     client: &reqwest::Client,
     device: &str,
     uuid: &str,
-    conditions: &[bench::model::SentCondition],
+    conditions: &[jia_sim::condition::SentCondition],
 ) -> (Option<StatusCode>, Option<String>, Duration) {
     let started = Instant::now();
     let answer = client

@@ -11,10 +11,10 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::{Json, Router};
-use bench::jia::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy, DEVICE_USER_AGENT, UNKNOWN_ISU_UUID};
-use bench::jwt::JwtSigner;
-use bench::model::{character_for_uuid, is_valid_condition_string, CHARACTERS};
-use bench::signin::SignIn;
+use jia_sim::condition::{character_for_uuid, is_valid_condition_string, CHARACTERS};
+use jia_sim::jwt::JwtSigner;
+use jia_sim::signin::SignIn;
+use jia_sim::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy, DEVICE_USER_AGENT, UNKNOWN_ISU_UUID};
 use serde::Deserialize;
 use serde_json::{json, Value};
 

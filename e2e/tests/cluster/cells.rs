@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use super::durability::{device_client, own_timestamps, post_and_record, Posted};
-use super::support::*;
+use e2e::*;
 
 fn three_cells() -> ClusterOptions {
     ClusterOptions {

@@ -1,8 +1,8 @@
 //! The JIA simulator: `POST /api/activate` and one posting device per activated ISU.
 //!
 //! ```no_run
-//! # async fn example() -> anyhow::Result<()> {
-//! use bench::jia::{JiaConfig, JiaSimulator};
+//! # async fn example() -> Result<(), jia_sim::StartError> {
+//! use jia_sim::{JiaConfig, JiaSimulator};
 //! let jia = JiaSimulator::start(JiaConfig { accept_any_uuid: true, ..JiaConfig::default() }).await?;
 //! let jia_service_url = jia.url(); // send this in `POST /initialize`
 //! // ... register ISUs through the service, then:
@@ -33,8 +33,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
 use crate::clock::VirtualClock;
+use crate::condition::{character_for_uuid, SentCondition};
 use crate::device::{Device, DeviceTiming};
-use crate::model::{character_for_uuid, SentCondition};
 use crate::signin::{self, SignIn};
 
 /// The hosts the official JIA accepts in a `target_base_url`.
@@ -149,15 +149,28 @@ pub struct Activation {
     pub character: String,
 }
 
+/// Why the simulator cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("binding the JIA simulator to {listen}")]
+    Bind { listen: SocketAddr, source: std::io::Error },
+    #[error("building the devices' HTTP client")]
+    Client(#[source] reqwest::Error),
+}
+
 /// Namespace for [`JiaSimulator::start`].
 pub struct JiaSimulator;
 
 impl JiaSimulator {
     /// Binds the listener, starts serving and returns the handle. Everything stops when
     /// [`JiaHandle::shutdown`] is called or the last clone of the handle is dropped.
-    pub async fn start(config: JiaConfig) -> anyhow::Result<JiaHandle> {
-        let listener = TcpListener::bind(config.listen).await?;
-        let addr = listener.local_addr()?;
+    pub async fn start(config: JiaConfig) -> Result<JiaHandle, StartError> {
+        let bind_error = |source| StartError::Bind {
+            listen: config.listen,
+            source,
+        };
+        let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
         let stop = CancellationToken::new();
         let mut client = crate::http::client_builder()
             .timeout(config.timing.post_timeout)
@@ -166,7 +179,7 @@ impl JiaSimulator {
         for (host, addr) in &config.resolve {
             client = client.resolve(host, *addr);
         }
-        let client = client.build()?;
+        let client = client.build().map_err(StartError::Client)?;
         let shared = Arc::new(Shared {
             catalog: Mutex::new(config.catalog.clone()),
             devices: Mutex::new(HashMap::new()),
@@ -483,7 +496,7 @@ impl Shared {
             post_url,
             clock: self.config.clock,
             timing: self.config.timing,
-            rng: StdRng::seed_from_u64(self.config.seed ^ crate::model::stable_hash(isu_uuid)),
+            rng: StdRng::seed_from_u64(self.config.seed ^ crate::condition::stable_hash(isu_uuid)),
             log,
             client: self.client.clone(),
             stop: self.stop.clone(),
@@ -521,7 +534,7 @@ fn malformed_batch(rng: &mut StdRng, after: i64) -> Vec<serde_json::Value> {
     const LENGTH: usize = 5;
     (0..LENGTH)
         .map(|index| {
-            let valid = crate::model::condition_string(rng.gen(), rng.gen(), rng.gen());
+            let valid = crate::condition::condition_string(rng.gen(), rng.gen(), rng.gen());
             let mut condition: Vec<u8> = valid.as_bytes().to_vec();
             let at = rng.gen_range(0..condition.len());
             condition[at] = b"xyz=,_"[rng.gen_range(0..6)];
@@ -593,7 +606,7 @@ mod tests {
             let batch = malformed_batch(&mut rng, 100);
             let invalid = batch
                 .iter()
-                .filter(|c| !crate::model::is_valid_condition_string(c["condition"].as_str().unwrap()))
+                .filter(|c| !crate::condition::is_valid_condition_string(c["condition"].as_str().unwrap()))
                 .count();
             assert!(invalid >= 1);
             assert!(batch.iter().all(|c| c["timestamp"].as_i64().unwrap() > 100));

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::cells::{cells_call, local_status, placement, Devices};
 use super::durability::own_timestamps;
-use super::support::*;
+use e2e::*;
 
 /// Readers through the public router until stopped: a GET that meets a connection nginx
 /// closed as an old worker process left (a reload) is sent once more, as browsers and Go's

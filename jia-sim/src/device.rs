@@ -11,7 +11,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::VirtualClock;
-use crate::model::{condition_string, SentCondition};
+use crate::condition::{condition_string, SentCondition};
 
 /// Timing and size of a device's posts.
 #[derive(Debug, Clone, Copy)]
@@ -152,7 +152,7 @@ pub(crate) struct Device {
     pub keep_log: bool,
     /// Post on a lean connection of its own instead of `client` (capacity runs).
     pub lean: Option<crate::lean::LeanConnection>,
-    /// Set by [`crate::jia::JiaHandle::repair`]; the device clears its bad flags and this.
+    /// Set by [`crate::simulator::JiaHandle::repair`]; the device clears its bad flags and this.
     pub repair: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -305,7 +305,7 @@ impl Drop for DecrementOnDrop {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::is_valid_condition_string;
+    use crate::condition::is_valid_condition_string;
     use rand::SeedableRng;
 
     #[test]

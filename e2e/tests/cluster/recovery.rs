@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::cells::{cells_call, local_status, placement, try_cells_call, Devices};
 use super::durability::own_timestamps;
-use super::support::*;
+use e2e::*;
 
 /// Which node the test kills.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use shared::dataset::generated::VIRTUAL_START;
 
-use super::support::*;
+use e2e::*;
 
 /// Conditions the tests post themselves, far before anything a simulated device sends.
 const OWN_BASE: i64 = VIRTUAL_START - 50_000_000;
@@ -31,7 +31,7 @@ pub(super) fn device_client() -> reqwest::Client {
 }
 
 /// Batch `serial` of poster `lane`: timestamps no other batch uses.
-fn own_batch(lane: i64, serial: i64) -> Vec<bench::model::SentCondition> {
+fn own_batch(lane: i64, serial: i64) -> Vec<jia_sim::condition::SentCondition> {
     assert!((0..40).contains(&lane), "own_timestamps reads lanes 0 to 39");
     (0..CONDITIONS_PER_BATCH)
         .map(|offset| {

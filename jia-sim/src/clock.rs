@@ -1,4 +1,4 @@
-//! The bench's virtual clock: device timestamps and query times run 30 000× faster than real time.
+//! The virtual clock of devices and of the bench: timestamps and query times run 30 000× faster than real time.
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,242 @@
+//! The real nginx in front of a sandbox cluster: found on the system (or the test skips,
+//! except under CI), configured from the project's template, started, and stopped on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::ports::free_ports;
+use crate::process::{children_of, is_alive, signal, tail};
+use crate::sandbox::{Cluster, CELL_NAMES};
+use crate::scratch::ScratchDir;
+use crate::wait::wait_until;
+
+/// Where nginx is, if installed.
+pub fn nginx_binary() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("nginx"))
+            .find(|candidate| candidate.is_file())
+    });
+    on_path.or_else(|| {
+        let fallback = PathBuf::from("/usr/sbin/nginx");
+        fallback.is_file().then_some(fallback)
+    })
+}
+
+/// An nginx started from a rendered config. On drop its master (the child, or the PID in
+/// the pid file if it daemonized) gets SIGTERM, then SIGKILL with its workers if it lingers.
+pub struct Nginx {
+    child: Child,
+    pid_file: PathBuf,
+    pub error_log: PathBuf,
+}
+
+impl Nginx {
+    pub fn start(nginx: &Path, run_dir: &Path, config: &Path) -> Nginx {
+        let error_log = run_dir.join("nginx-error.log");
+        let mut command = Command::new(nginx);
+        command
+            .arg("-p")
+            .arg(format!("{}/", run_dir.display()))
+            .arg("-c")
+            .arg(config);
+        let help = Command::new(nginx).arg("-h").output().expect("running nginx -h");
+        let help = String::from_utf8_lossy(&help.stderr).into_owned() + &String::from_utf8_lossy(&help.stdout);
+        if help.contains("-e filename") {
+            command.arg("-e").arg(&error_log);
+        }
+        let output = std::fs::File::create(run_dir.join("nginx.out")).expect("creating a log file");
+        let stderr = output.try_clone().expect("cloning a file handle");
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(output))
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .unwrap_or_else(|error| panic!("starting nginx: {error}"));
+        Nginx {
+            child,
+            pid_file: run_dir.join("nginx.pid"),
+            error_log,
+        }
+    }
+
+    /// PIDs of the master(s) this guard owns: the child while it runs, and the pid file's.
+    fn master_pids(&mut self) -> Vec<u32> {
+        let mut pids = Vec::new();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            pids.push(self.child.id());
+        }
+        if let Some(pid) = std::fs::read_to_string(&self.pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+        {
+            if !pids.contains(&pid) && is_alive(pid) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// Panics (with the error log) if nginx has stopped.
+    #[track_caller]
+    pub fn assert_running(&mut self) {
+        if self.master_pids().is_empty() {
+            let log = std::fs::read_to_string(&self.error_log).unwrap_or_default();
+            panic!("nginx is not running; error log:\n{}", tail(&log, 40));
+        }
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let masters = self.master_pids();
+        let mut workers = Vec::new();
+        for pid in &masters {
+            workers.extend(children_of(*pid));
+            signal(*pid, "TERM");
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while masters.iter().any(|pid| is_alive(*pid)) && Instant::now() < deadline {
+            let _ = self.child.try_wait();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for pid in masters.iter().chain(&workers) {
+            if is_alive(*pid) {
+                signal(*pid, "KILL");
+            }
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// What the public nginx is configured with.
+struct RenderRequest<'a> {
+    nginx: &'a Path,
+    run_dir: &'a Path,
+    static_dir: &'a Path,
+    public_listen: String,
+    coordinator: String,
+    /// `<cell>=<worker host:port>,<nginx device listen>` per cell, in cell order.
+    cells: Vec<String>,
+}
+
+/// Renders the project's nginx configuration into `run_dir` and returns its path. The one
+/// place the sandbox renders it: today through `scripts/render-nginx`, the renderer
+/// `scripts/cluster` and the deployment use.
+fn render_config(request: &RenderRequest) -> PathBuf {
+    let mut render = Command::new(repository_root().join("scripts/render-nginx"));
+    render
+        .arg("--run-dir")
+        .arg(request.run_dir)
+        .arg("--static-dir")
+        .arg(request.static_dir)
+        .args(["--public-listen", &request.public_listen])
+        .args(["--coordinator", &request.coordinator]);
+    for cell in &request.cells {
+        render.args(["--cell", cell]);
+    }
+    let rendered = render
+        .args(["--worker-processes", "1", "--access-log", "off"])
+        .env("ISU_NGINX_BIN", request.nginx)
+        .output()
+        .expect("running scripts/render-nginx");
+    assert!(
+        rendered.status.success(),
+        "render-nginx failed: {}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    PathBuf::from(String::from_utf8(rendered.stdout).expect("a UTF-8 path").trim())
+}
+
+/// The checkout this crate is built from.
+pub fn repository_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the e2e crate sits in the repository")
+        .to_path_buf()
+}
+
+/// The public nginx in front of `cluster` with nginx device servers on fresh ports, from
+/// `<scratch>/nginx`: see [`public_nginx_at`].
+pub async fn public_nginx(cluster: &Cluster, nginx: &Path, static_dir: &Path) -> (Nginx, String) {
+    let device_listens: Vec<String> = cluster
+        .workers
+        .iter()
+        .map(|_| format!("127.0.0.1:{}", free_ports::<1>()[0]))
+        .collect();
+    let run_dir = cluster.scratch.path.join("nginx");
+    public_nginx_at(cluster, nginx, static_dir, &run_dir, &device_listens).await
+}
+
+/// Starts the project's public nginx in front of `cluster` from `run_dir` (its placement
+/// file there, `run_dir/placement.conf`, is what `--router-map` of the coordinator names),
+/// serving `static_dir`, with cell i's nginx device server on `device_listens[i]`; returns
+/// it and its base URL once it answers `GET /`.
+pub async fn public_nginx_at(
+    cluster: &Cluster,
+    nginx: &Path,
+    static_dir: &Path,
+    run_dir: &Path,
+    device_listens: &[String],
+) -> (Nginx, String) {
+    let public_port = free_ports::<1>()[0];
+    let host_port = |url: &str| url.trim_start_matches("http://").to_owned();
+    let cells: Vec<String> = cluster
+        .workers
+        .iter()
+        .enumerate()
+        .map(|(index, worker)| format!("{}={},{}", CELL_NAMES[index], host_port(worker), device_listens[index]))
+        .collect();
+    let config = render_config(&RenderRequest {
+        nginx,
+        run_dir,
+        static_dir,
+        public_listen: format!("127.0.0.1:{public_port}"),
+        coordinator: host_port(&cluster.coordinator),
+        cells,
+    });
+    let mut server = Nginx::start(nginx, run_dir, &config);
+    let public = format!("http://127.0.0.1:{public_port}");
+    let root = format!("{public}/");
+    let root = &root;
+    wait_until(
+        "nginx serves the public server",
+        Duration::from_secs(10),
+        move || async move {
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let response = client.get(root).timeout(Duration::from_secs(1)).send().await.ok()?;
+            (response.status() == 200).then_some(())
+        },
+    )
+    .await;
+    server.assert_running();
+    (server, public)
+}
+
+/// A minimal front end (an `index.html` referencing one asset) in its own scratch directory,
+/// so the static-file tests do not depend on whether `web/dist` is built.
+pub fn fixture_front_end() -> ScratchDir {
+    let dir = ScratchDir::new("web");
+    std::fs::create_dir_all(dir.path.join("assets")).expect("creating assets/");
+    std::fs::write(
+        dir.path.join("index.html"),
+        "<!DOCTYPE html>\n<title>fixture</title>\n<link rel=\"stylesheet\" href=\"/assets/app.css\">\n",
+    )
+    .expect("writing index.html");
+    std::fs::write(dir.path.join("assets/app.css"), "body { margin: 0; }\n").expect("writing app.css");
+    dir
+}
+
+/// nginx for the tests that need it; `None` (the test then skips, saying why) when it is not
+/// installed, except under CI, where its absence is a failure.
+pub fn nginx_or_skip() -> Option<PathBuf> {
+    let nginx = nginx_binary();
+    if nginx.is_none() {
+        if std::env::var_os("CI").is_some() {
+            panic!("nginx is not installed (apt-get install -y nginx-light) and CI is set");
+        }
+        eprintln!("skipping: nginx is not installed (apt-get install -y nginx-light)");
+    }
+    nginx
+}
