@@ -319,10 +319,16 @@ pub fn default_placement(cells: &[CellSpec]) -> Result<String, NginxError> {
             .collect(),
     )
     .map_err(|error| invalid(error.to_string()))?;
+    // The include's own header says the coordinator wrote it: this one says who did.
+    let include = shared::router::nginx_include(&map);
+    let body: String = include
+        .lines()
+        .skip_while(|line| line.starts_with('#'))
+        .map(|line| format!("{line}\n"))
+        .collect();
     Ok(format!(
-        "# The default map for {} cells (isuctl render nginx), until the coordinator writes its own.\n{}",
-        cells.len(),
-        shared::router::nginx_include(&map)
+        "# Default placement map for {} cells, written by isuctl render nginx.\n# The coordinator rewrites this file with its own map when it starts.\n{body}",
+        cells.len()
     ))
 }
 

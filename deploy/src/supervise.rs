@@ -341,7 +341,13 @@ mod tests {
         assert!(process.start_time.is_some());
         assert_eq!(records.running("sleeper"), Some(process));
         assert_eq!(records.command("sleeper").unwrap(), ["sleep", "30"]);
-        // Its own session: setsid ran in place, so the PID is the session's leader.
+        // Its own session: setsid ran in place, so the PID is the session's leader (once
+        // setsid has exec'd the command).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !std::fs::read_to_string(format!("/proc/{}/comm", process.pid)).is_ok_and(|comm| comm.trim() == "sleep") {
+            assert!(Instant::now() < deadline, "sleep never ran");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let session = stat_fields(process.pid).unwrap()[3].clone();
         assert_eq!(session, process.pid.to_string());
         assert_eq!(

@@ -295,3 +295,20 @@ fn local_rendering_that_nginx_refuses_is_an_error() {
     let error = nginx::render_local(&options).unwrap_err().to_string();
     assert!(error.contains("@NOT_A_VALUE@"), "{error}");
 }
+
+/// The default map is the script's (made with it for three cells), but for the line naming
+/// who wrote it.
+#[test]
+fn the_default_placement_is_the_scripts() {
+    let cells: Vec<CellSpec> = [
+        "a=127.0.1.3:3000,127.0.1.3:8080",
+        "b=127.0.1.4:3000,127.0.1.4:8080",
+        "c=127.0.1.5:3000,127.0.1.5:8080",
+    ]
+    .iter()
+    .map(|spec| cell(spec))
+    .collect();
+    let text = nginx::default_placement(&cells).unwrap();
+    let expected = fixture("placement-3-cells.conf");
+    assert_eq!(text.replace("isuctl render nginx", "scripts/render-nginx"), expected);
+}

@@ -180,9 +180,11 @@ pub enum Devices {
     Nginx,
 }
 
-/// A progress line on stderr.
+/// A progress line on stderr; a closed stderr (`... 2>&1 | head`) does not stop a command
+/// halfway (a `down` that stopped printing still stops every process).
 fn log(message: impl std::fmt::Display) {
-    eprintln!("cluster: {message}");
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "cluster: {message}");
 }
 
 /// The local cluster as the options and the environment describe it.
