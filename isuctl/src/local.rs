@@ -143,19 +143,6 @@ impl Addresses {
         })
     }
 
-    /// [`Addresses::try_from_env`], with the defaults for ports that are not numbers.
-    pub fn from_env() -> Addresses {
-        Addresses::try_from_env().unwrap_or_else(|_| Addresses {
-            coordinator_host: std::env::var("ISU_COORDINATOR_HOST").unwrap_or_else(|_| "127.0.0.2".to_owned()),
-            worker_a_host: std::env::var("ISU_WORKER_A_HOST").unwrap_or_else(|_| "127.0.0.3".to_owned()),
-            worker_b_host: std::env::var("ISU_WORKER_B_HOST").unwrap_or_else(|_| "127.0.0.4".to_owned()),
-            node_port: 3000,
-            public_port: 8080,
-            device_port: 8080,
-            jia_port: 5000,
-        })
-    }
-
     /// The host of worker `index`: A and B as set, then the coordinator's /24 from .(3+index)
     /// on (127.0.0.5, 127.0.0.6, ... by default), so a cluster moved to other addresses
     /// keeps all its workers there.
@@ -183,4 +170,40 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .expect("isuctl lives one level below the repository root")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addresses(coordinator_host: &str) -> Addresses {
+        Addresses {
+            coordinator_host: coordinator_host.to_owned(),
+            worker_a_host: "127.0.1.3".to_owned(),
+            worker_b_host: "10.1.1.1".to_owned(),
+            node_port: 3000,
+            public_port: 8080,
+            device_port: 8080,
+            jia_port: 5000,
+        }
+    }
+
+    #[test]
+    fn workers_past_b_live_on_the_coordinator_hosts_slash_24() {
+        let moved = addresses("127.0.1.2");
+        assert_eq!(moved.worker_host(0), "127.0.1.3");
+        assert_eq!(moved.worker_host(1), "10.1.1.1");
+        assert_eq!(moved.worker_host(2), "127.0.1.5");
+        assert_eq!(moved.worker_host(15), "127.0.1.18");
+        assert_eq!(addresses("127.0.0.2").worker_host(3), "127.0.0.6");
+        assert_eq!(addresses("localhost").worker_host(2), "127.0.0.5");
+    }
+
+    #[test]
+    fn cells_are_named_a_to_p() {
+        assert_eq!(cell_name(0), "a");
+        assert_eq!(cell_name(15), "p");
+        assert_eq!(cell_index("c"), Some(2));
+        assert_eq!(cell_index("q"), None);
+    }
 }

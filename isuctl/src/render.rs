@@ -99,17 +99,10 @@ pub struct NginxArgs {
     pub nginx_bin: Option<PathBuf>,
 }
 
-impl std::str::FromStr for Switch {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Switch, String> {
-        <Switch as clap::ValueEnum>::from_str(text, false)
-    }
-}
-
 impl NginxArgs {
     /// The typed options, with the local cluster's defaults for what is not given.
-    pub fn options(&self) -> Options {
-        let addresses = Addresses::from_env();
+    pub fn options(&self) -> anyhow::Result<Options> {
+        let addresses = Addresses::try_from_env()?;
         let cells = if self.cells.is_empty() {
             (0..2)
                 .map(|index| {
@@ -129,7 +122,7 @@ impl NginxArgs {
             .run_dir
             .clone()
             .unwrap_or_else(|| local::repo_root().join("run/cluster"));
-        Options {
+        Ok(Options {
             run_dir,
             template: self
                 .template
@@ -162,7 +155,7 @@ impl NginxArgs {
                 .map(|(cert, key)| Tls { cert, key }),
             check: !self.no_check && self.for_host.is_none(),
             nginx_bin: self.nginx_bin.clone().unwrap_or_else(nginx::default_nginx_bin),
-        }
+        })
     }
 }
 
@@ -174,7 +167,7 @@ struct Rendered {
 pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     match args.command {
         Command::Nginx(args) => {
-            let options = args.options();
+            let options = args.options()?;
             let path = match &args.for_host {
                 Some(user) => nginx::write_for_host(&options, user),
                 None => nginx::render_local(&options),

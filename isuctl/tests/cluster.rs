@@ -1,7 +1,8 @@
 //! `isuctl cluster` through its real interface: the built binary brings a two-worker cluster
 //! up on loopback addresses of its own (a random 127.x.y.0/24, a temporary run dir), reports
 //! it healthy, serves a public request through nginx, survives a worker killed and started
-//! again, refuses a second `up`, and leaves no process behind after `down`.
+//! again, refuses a second `up`, and leaves no process behind after `down`; a durable
+//! three-worker cluster replaces a worker in place.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -32,14 +33,15 @@ fn build_nodes() {
     assert!(status.success(), "building the node binaries failed");
 }
 
-/// A /24 of loopback nobody else uses: random, and nothing listening on its addresses.
-fn free_prefix() -> String {
+/// A /24 of loopback nobody else uses: random (each test its own `salt`), and nothing
+/// listening on its addresses.
+fn free_prefix(salt: u32) -> String {
     loop {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .subsec_nanos();
-        let seed = nanos ^ std::process::id().rotate_left(16);
+        let seed = nanos ^ std::process::id().rotate_left(16) ^ salt.wrapping_mul(0x9e37_79b9);
         let prefix = format!("127.{}.{}", 100 + seed % 150, 1 + (seed >> 8) % 250);
         let taken = (2..=4).any(|host| {
             [3000, 8080].iter().any(|port| {
@@ -54,7 +56,7 @@ fn free_prefix() -> String {
 }
 
 impl Sandbox {
-    fn new() -> Sandbox {
+    fn new(salt: u32) -> Sandbox {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("static")).unwrap();
         std::fs::write(
@@ -64,7 +66,7 @@ impl Sandbox {
         .unwrap();
         Sandbox {
             dir,
-            host_prefix: free_prefix(),
+            host_prefix: free_prefix(salt),
             up: false,
         }
     }
@@ -161,7 +163,7 @@ fn process_named<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_jso
 #[test]
 fn up_status_request_kill_start_refuse_and_down() {
     build_nodes();
-    let mut sandbox = Sandbox::new();
+    let mut sandbox = Sandbox::new(1);
     let prefix = sandbox.host_prefix.clone();
 
     let output = sandbox.isuctl(
@@ -278,4 +280,59 @@ fn up_status_request_kill_start_refuse_and_down() {
         .unwrap()
         .iter()
         .all(|process| process["alive"] == false));
+}
+
+/// A durable cluster of three workers (the third on the coordinator host's /24): a worker
+/// replaced in place keeps serving and the new process is on record; the coordinator cannot
+/// be replaced; the router reloads on demand.
+#[test]
+fn a_durable_worker_is_replaced_in_place() {
+    build_nodes();
+    let mut sandbox = Sandbox::new(2);
+    let prefix = sandbox.host_prefix.clone();
+    let output = sandbox.isuctl(
+        &[
+            "cluster",
+            "--workers",
+            "3",
+            "--durable",
+            "--fsync",
+            "never",
+            "up",
+            "--debug",
+            "--no-build",
+            "--timeout",
+            "90",
+        ],
+        Duration::from_secs(150),
+    );
+    sandbox.up = true;
+    assert!(output.status.success(), "up failed:\n{}", text(&output.stderr));
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(0), "{status:#}");
+    assert_eq!(
+        process_named(&status, "worker-c")["health"]["url"],
+        format!("http://{prefix}.5:3000/healthz").as_str()
+    );
+    let old = Process::of(process_named(&status, "worker-b")["pid"].as_u64().unwrap() as u32);
+
+    let output = sandbox.isuctl(&["cluster", "replace", "worker-b"], Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        old.wait_for_exit(Duration::from_secs(10)),
+        "the old worker-b drained and left"
+    );
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(0), "{status:#}");
+    let new_pid = process_named(&status, "worker-b")["pid"].as_u64().unwrap() as u32;
+    assert_ne!(new_pid, old.pid);
+    assert!(text(&output.stderr).contains(&format!("worker-b replaced: pid {} -> {new_pid}", old.pid)));
+
+    let output = sandbox.isuctl(&["cluster", "replace", "coordinator"], Duration::from_secs(10));
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stderr).contains("replace takes a worker"));
+    let output = sandbox.isuctl(&["cluster", "reload-router"], Duration::from_secs(30));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("SIGHUP sent to nginx"));
+    assert_eq!(get(&format!("http://{prefix}.2:8080/api/trend")).0, 200);
 }

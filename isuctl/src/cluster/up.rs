@@ -368,7 +368,7 @@ fn render_nginx(cluster: &Cluster, run_dir: &Path, static_dir: &Path, workers: &
         argv.push(format!("{}={},{}", worker.cell, worker.listen, worker.device_listen));
     }
     let render = Render::try_parse_from(argv).map_err(|error| anyhow::anyhow!("{error}"))?;
-    Ok(deploy::nginx::render_local(&render.args.options())?)
+    Ok(deploy::nginx::render_local(&render.args.options()?)?)
 }
 
 /// How the coordinator reloads the router: `--router-pid-file` (it sends SIGHUP to the PID in
