@@ -66,7 +66,7 @@ struct RenderArgs {
     #[arg(long)]
     out: Option<PathBuf>,
     /// The nginx configuration template of this checkout.
-    #[arg(long, env = "ISU_NGINX_TEMPLATE", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../nginx/nginx.conf.template"))]
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../nginx/nginx.conf.template"))]
     nginx_template: PathBuf,
 }
 
