@@ -16,6 +16,8 @@ struct Sandbox {
     host_prefix: String,
     /// `down` when the test ends, however it ends.
     up: bool,
+    /// Set for every command after the sandbox's own settings.
+    env: Vec<(&'static str, String)>,
 }
 
 fn target_dir() -> PathBuf {
@@ -68,6 +70,7 @@ impl Sandbox {
             dir,
             host_prefix: free_prefix(salt),
             up: false,
+            env: Vec::new(),
         }
     }
 
@@ -91,6 +94,7 @@ impl Sandbox {
             .env("RUST_LIB_BACKTRACE", "0")
             .env_remove("ISU_CLUSTER_SECRET")
             .env_remove("ISU_WORKER_COUNT")
+            .envs(self.env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -240,6 +244,19 @@ fn up_status_request_kill_start_refuse_and_down() {
     let (code, status) = sandbox.status();
     assert_eq!(code, Some(0), "{status:#}");
     let new_worker_a = Process::of(process_named(&status, "worker-a")["pid"].as_u64().unwrap() as u32);
+    let output = sandbox.isuctl(&["cluster", "logs", "worker-a", "-n", "3"], Duration::from_secs(10));
+    assert!(output.status.success());
+    // The last 3 lines of its log, which ends with the restarted worker listening.
+    let tail = text(&output.stdout);
+    assert_eq!(tail.lines().count(), 3, "{tail}");
+    assert!(tail.contains("listening"), "{tail}");
+    assert_eq!(
+        sandbox
+            .isuctl(&["cluster", "logs", "nobody"], Duration::from_secs(10))
+            .status
+            .code(),
+        Some(1)
+    );
     assert!(
         sandbox
             .isuctl(&["cluster", "kill", "nobody"], Duration::from_secs(10))
@@ -298,6 +315,10 @@ fn a_durable_worker_is_replaced_in_place() {
             "--durable",
             "--fsync",
             "never",
+            "--devices",
+            "nginx",
+            "--cpus",
+            "0",
             "up",
             "--debug",
             "--no-build",
@@ -315,6 +336,13 @@ fn a_durable_worker_is_replaced_in_place() {
         format!("http://{prefix}.5:3000/healthz").as_str()
     );
     let old = Process::of(process_named(&status, "worker-b")["pid"].as_u64().unwrap() as u32);
+    // --devices nginx: nginx's device server answers on the worker's device address.
+    assert_eq!(get(&format!("http://{prefix}.5:8080/")).0, 404);
+    // --cpus: every process pinned, the recorded command line with it.
+    let command = std::fs::read_to_string(sandbox.run_dir().join("worker-b.cmd")).unwrap();
+    assert!(command.starts_with("taskset\0-c\0\x30\0"), "{command:?}");
+    let allowed = std::fs::read_to_string(format!("/proc/{}/status", old.pid)).unwrap();
+    assert!(allowed.lines().any(|line| line == "Cpus_allowed_list:\t0"), "{allowed}");
 
     let output = sandbox.isuctl(&["cluster", "replace", "worker-b"], Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
@@ -335,4 +363,27 @@ fn a_durable_worker_is_replaced_in_place() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(text(&output.stderr).contains("SIGHUP sent to nginx"));
     assert_eq!(get(&format!("http://{prefix}.2:8080/api/trend")).0, 200);
+}
+
+/// A node that cannot start: `up` fails with the log tails and leaves nothing running.
+#[test]
+fn a_failed_up_stops_what_it_started() {
+    build_nodes();
+    let mut sandbox = Sandbox::new(3);
+    // The coordinator waits for workers that exit at once.
+    sandbox.env.push(("ISU_WORKER_BIN", "/bin/false".to_owned()));
+    let output = sandbox.isuctl(
+        &["cluster", "up", "--debug", "--no-build", "--timeout", "3"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("up failed: coordinator not healthy after 3s"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("----- tail of"), "{stderr}");
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(3), "nothing runs: {status}");
+    assert!(!sandbox.run_dir().join("cluster.json").exists());
 }
