@@ -351,13 +351,13 @@ impl Cluster {
 
     /// Stops the recorded process NAME: SIGTERM (nginx: SIGQUIT, a graceful stop of the
     /// master), SIGKILL after the stop timeout (nginx's workers too).
-    fn stop_process(&self, name: &str) {
+    fn stop_process(&self, name: &str) -> Option<Action> {
         let Some(process) = self.records.running(name) else {
             if self.records.pid_file(name).exists() {
                 log(format!("{name}: not running (stale pid file removed)"));
             }
             self.records.forget(name);
-            return;
+            return None;
         };
         let nginx = name == "nginx";
         let signal = if nginx { Signal::SIGQUIT } else { Signal::SIGTERM };
@@ -372,23 +372,25 @@ impl Cluster {
         }
         log(format!("stopped {name} (pid {})", process.pid));
         self.records.forget(name);
+        Some(Action::ended(name, process.pid))
     }
 
-    fn stop_all(&self) {
-        for name in Cluster::all_names() {
-            self.stop_process(&name);
-        }
+    fn stop_all(&self) -> Vec<Action> {
+        Cluster::all_names()
+            .iter()
+            .filter_map(|name| self.stop_process(name))
+            .collect()
     }
 
-    fn down(&self) -> anyhow::Result<()> {
+    fn down(&self) -> anyhow::Result<Vec<Action>> {
         if !self.run_dir.is_dir() {
             log(format!("nothing to stop ({} does not exist)", self.run_dir.display()));
-            return Ok(());
+            return Ok(Vec::new());
         }
-        self.stop_all();
+        let stopped = self.stop_all();
         let _ = std::fs::remove_file(self.run_dir.join("cluster.env"));
         let _ = std::fs::remove_file(self.run_dir.join("cluster.json"));
-        Ok(())
+        Ok(stopped)
     }
 
     /// Waits until node NAME (the recorded process) answers its /healthz; the error says why
@@ -495,10 +497,10 @@ impl Cluster {
 
     /// The graceful reload the coordinator asks for after rewriting placement.conf: nginx's
     /// master starts new workers with the new map; the old ones finish their requests.
-    fn reload_router(&self) -> anyhow::Result<()> {
+    fn reload_router(&self) -> anyhow::Result<Option<Action>> {
         let Some(nginx) = self.records.running("nginx") else {
             log("reload-router: nginx is not running (it reads placement.conf when it starts)");
-            return Ok(());
+            return Ok(None);
         };
         // An nginx still starting has not installed its SIGHUP handler yet, and the signal
         // would kill it: wait until it catches SIGHUP.
@@ -506,7 +508,7 @@ impl Cluster {
         while !nginx.catches(Signal::SIGHUP) {
             if !nginx.is_running() {
                 log("reload-router: nginx exited while starting");
-                return Ok(());
+                return Ok(None);
             }
             if Instant::now() >= deadline {
                 bail!(
@@ -520,10 +522,10 @@ impl Cluster {
             bail!("reload-router: nginx (pid {}) exited", nginx.pid);
         }
         log(format!("reload-router: SIGHUP sent to nginx (pid {})", nginx.pid));
-        Ok(())
+        Ok(Some(Action::running("nginx", nginx.pid, None)))
     }
 
-    fn kill(&self, name: &str) -> anyhow::Result<()> {
+    fn kill(&self, name: &str) -> anyhow::Result<Action> {
         self.node_health_url(name)?;
         let process = self
             .records
@@ -535,16 +537,13 @@ impl Cluster {
         }
         self.records.forget(name);
         log(format!("killed {name} (pid {}, SIGKILL)", process.pid));
-        Ok(())
+        Ok(Action::ended(name, process.pid))
     }
 
-    fn stop(&self, name: &str) -> anyhow::Result<()> {
+    fn stop(&self, name: &str) -> anyhow::Result<Action> {
         self.node_health_url(name)?;
-        if self.records.running(name).is_none() {
-            bail!("{name} is not running");
-        }
-        self.stop_process(name);
-        Ok(())
+        self.stop_process(name)
+            .with_context(|| format!("{name} is not running"))
     }
 
     /// The recorded command line of NAME, with `binary` in place of its binary.
@@ -578,7 +577,7 @@ impl Cluster {
         Ok(spawn)
     }
 
-    fn start(&self, name: &str, binary: Option<&Path>) -> anyhow::Result<()> {
+    fn start(&self, name: &str, binary: Option<&Path>) -> anyhow::Result<Action> {
         self.node_health_url(name)?;
         if self.records.running(name).is_some() {
             bail!("{name} is already running");
@@ -588,14 +587,14 @@ impl Cluster {
         log(format!("started {name} (pid {})", process.pid));
         self.wait_until_healthy(name)?;
         log(format!("{name} is healthy again"));
-        Ok(())
+        Ok(Action::running(name, process.pid, None))
     }
 
     /// A new worker process takes over from the running one without a gap: it binds the same
     /// addresses beside it (SO_REUSEPORT; connections reaching it wait in its accept queue),
     /// the old one gets SIGTERM, drains, flushes and exits, and the new one replays the
     /// complete log and serves (worker/src/handover.rs).
-    fn replace(&self, name: &str, binary: Option<&Path>) -> anyhow::Result<()> {
+    fn replace(&self, name: &str, binary: Option<&Path>) -> anyhow::Result<Action> {
         self.node_health_url(name)?;
         if !name.starts_with("worker-") {
             bail!("replace takes a worker (worker-a, worker-b, ...); use stop and start for {name}");
@@ -653,7 +652,7 @@ impl Cluster {
         }
         self.wait_until_healthy(name)?;
         log(format!("{name} replaced: pid {} -> {}", old.pid, new.pid));
-        Ok(())
+        Ok(Action::running(name, new.pid, Some(old.pid)))
     }
 }
 
@@ -685,6 +684,43 @@ fn valid_cpu_list(text: &str) -> bool {
         && text
             .split([',', '-'])
             .all(|number| !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What a command did to a process: its `--json` answer (the human form is the progress
+/// lines on stderr, as before).
+#[derive(Debug, Serialize)]
+pub struct Action {
+    pub name: String,
+    /// The process that runs now (started, or signalled and still running).
+    pub pid: Option<u32>,
+    /// The process it replaced, stopped or killed.
+    pub previous_pid: Option<u32>,
+}
+
+impl Action {
+    fn ended(name: &str, pid: u32) -> Action {
+        Action {
+            name: name.to_owned(),
+            pid: None,
+            previous_pid: Some(pid),
+        }
+    }
+
+    fn running(name: &str, pid: u32, previous_pid: Option<u32>) -> Action {
+        Action {
+            name: name.to_owned(),
+            pid: Some(pid),
+            previous_pid,
+        }
+    }
+}
+
+/// `--json`: the actions as a JSON array; the human form prints nothing on stdout.
+fn emit_actions(format: Format, actions: &[Action]) -> anyhow::Result<()> {
+    if format == Format::Json {
+        output::emit(format, &actions, |_| String::new())?;
+    }
+    Ok(())
 }
 
 /// One process of `status`.
@@ -740,7 +776,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     let cluster = Cluster::new(args.options)?;
     match args.command {
         Command::Up => up::up(&cluster, format),
-        Command::Down => cluster.down(),
+        Command::Down => emit_actions(format, &cluster.down()?),
         Command::Restart => {
             cluster.down()?;
             up::up(&cluster, format)
@@ -757,11 +793,11 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Logs { names, follow, lines } => cluster.logs(&names, follow, lines),
-        Command::Stop { name } => cluster.stop(&name),
-        Command::Kill { name } => cluster.kill(&name),
-        Command::Start { name, binary } => cluster.start(&name, binary.as_deref()),
-        Command::Replace { name, binary } => cluster.replace(&name, binary.as_deref()),
-        Command::ReloadRouter => cluster.reload_router(),
+        Command::Stop { name } => emit_actions(format, &[cluster.stop(&name)?]),
+        Command::Kill { name } => emit_actions(format, &[cluster.kill(&name)?]),
+        Command::Start { name, binary } => emit_actions(format, &[cluster.start(&name, binary.as_deref())?]),
+        Command::Replace { name, binary } => emit_actions(format, &[cluster.replace(&name, binary.as_deref())?]),
+        Command::ReloadRouter => emit_actions(format, &Vec::from_iter(cluster.reload_router()?)),
     }
 }
 

@@ -238,12 +238,15 @@ fn up_status_request_kill_start_refuse_and_down() {
     assert_eq!(code, Some(1));
     assert_eq!(process_named(&status, "worker-a")["alive"], false);
     assert_eq!(process_named(&status, "worker-b")["healthy"], true);
-    let output = sandbox.isuctl(&["cluster", "start", "worker-a"], Duration::from_secs(120));
+    let output = sandbox.isuctl(&["--json", "cluster", "start", "worker-a"], Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(text(&output.stderr).contains("worker-a is healthy again"));
+    let started: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let (code, status) = sandbox.status();
     assert_eq!(code, Some(0), "{status:#}");
     let new_worker_a = Process::of(process_named(&status, "worker-a")["pid"].as_u64().unwrap() as u32);
+    assert_eq!(started[0]["name"], "worker-a");
+    assert_eq!(started[0]["pid"], new_worker_a.pid);
     let output = sandbox.isuctl(&["cluster", "logs", "worker-a", "-n", "3"], Duration::from_secs(10));
     assert!(output.status.success());
     // The last 3 lines of its log, which ends with the restarted worker listening.
@@ -276,9 +279,17 @@ fn up_status_request_kill_start_refuse_and_down() {
     assert_eq!(sandbox.status().0, Some(0));
 
     // down: every recorded process gone, nothing left on record.
-    let output = sandbox.isuctl(&["cluster", "down"], Duration::from_secs(60));
+    let output = sandbox.isuctl(&["--json", "cluster", "down"], Duration::from_secs(60));
     assert!(output.status.success(), "{}", text(&output.stderr));
     sandbox.up = false;
+    let stopped: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let stopped: Vec<&str> = stopped
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|action| action["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(stopped, ["nginx", "coordinator", "worker-b", "worker-a"], "stop order");
     for (name, process) in pids
         .iter()
         .chain([&("worker-a (started again)".to_owned(), new_worker_a)])

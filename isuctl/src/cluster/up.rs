@@ -119,7 +119,7 @@ fn fail(cluster: &Cluster, error: anyhow::Error) -> anyhow::Error {
     if cluster.options.keep_on_failure {
         log("processes left running (--keep-on-failure); stop them with 'cluster down'");
     } else {
-        cluster.stop_all();
+        let _ = cluster.stop_all();
     }
     ExitStatus(1).into()
 }
