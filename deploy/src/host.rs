@@ -506,16 +506,11 @@ enum Ended {
     Restart,
 }
 
+/// Stops a service's process as the local cluster stops a node (the shared supervisor:
+/// SIGTERM, SIGKILL after 5 s), then reaps it.
 fn terminate(child: &mut Child) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let process = deploy::supervise::Process::of(child.id());
+    process.stop(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(5), false);
     let _ = child.kill();
     let _ = child.wait();
 }

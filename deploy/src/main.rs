@@ -65,9 +65,9 @@ struct RenderArgs {
     /// Output directory (default: run/deploy/<inventory name>).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// The nginx renderer of this checkout.
-    #[arg(long, env = "ISU_RENDER_NGINX", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/render-nginx"))]
-    render_nginx: PathBuf,
+    /// The nginx configuration template of this checkout.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../nginx/nginx.conf.template"))]
+    nginx_template: PathBuf,
 }
 
 fn main() {
@@ -129,7 +129,7 @@ fn render(args: &RenderArgs) -> anyhow::Result<(Inventory, PathBuf)> {
     let context = render::Context {
         base: &base,
         secret: &secret,
-        render_nginx: &args.render_nginx,
+        nginx_template: &args.nginx_template,
     };
     let hosts = render::render(&inventory, &context)?;
     for (name, count) in render::write(&out, &hosts)? {

@@ -15,7 +15,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context as _};
 
@@ -52,8 +51,8 @@ pub struct Context<'a> {
     pub base: &'a Path,
     /// The cluster secret.
     pub secret: &'a str,
-    /// `scripts/render-nginx` of this checkout.
-    pub render_nginx: &'a Path,
+    /// `nginx/nginx.conf.template` of this checkout.
+    pub nginx_template: &'a Path,
 }
 
 /// The marker line every rendered text file starts with.
@@ -473,60 +472,38 @@ fn lines(items: impl IntoIterator<Item = impl std::fmt::Display>) -> String {
 }
 
 fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<String> {
-    let out = std::env::temp_dir().join(format!("isu-deploy-nginx-{}.conf", std::process::id()));
-    let mut command = Command::new(context.render_nginx);
-    command
-        .arg("--for-host")
-        .arg(&inventory.nginx_user)
-        .arg("--run-dir")
-        .arg(nginx_run_dir(inventory))
-        .arg("--out")
-        .arg(&out)
-        .arg("--static-dir")
-        .arg(&inventory.web_dir)
-        .arg("--public-listen")
-        .arg(socket(host.public_address, inventory.public_port()))
-        .arg("--public-server-name")
-        .arg(&host.server_name)
-        .arg("--coordinator")
-        .arg(internal(inventory, host))
-        .arg("--placement")
-        .arg(placement_file(inventory))
-        .arg("--device-servers")
-        .arg("off")
-        .arg("--access-log")
-        .arg("off");
-    for worker in inventory.workers() {
-        command.arg("--cell").arg(format!(
-            "{}={},{},{}",
-            worker.cell.as_deref().expect("checked"),
-            internal(inventory, worker),
-            socket(worker.public_address, inventory.public_port()),
-            worker.server_name
-        ));
-    }
-    if let Some(tls) = &inventory.tls {
-        command.arg("--tls-cert").arg(&tls.cert).arg("--tls-key").arg(&tls.key);
-    }
-    // Whatever the caller's environment says about the local cluster is not this host's.
-    for (key, _) in std::env::vars() {
-        if key.starts_with("ISU_") {
-            command.env_remove(key);
-        }
-    }
-    let output = command
-        .output()
-        .with_context(|| format!("running {}", context.render_nginx.display()))?;
-    if !output.status.success() {
-        bail!(
-            "{} failed for host {}: {}",
-            context.render_nginx.display(),
-            host.name,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    let text = std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
-    let _ = std::fs::remove_file(&out);
+    let cells = inventory
+        .workers()
+        .map(|worker| deploy::nginx::CellSpec {
+            name: worker.cell.clone().expect("checked"),
+            node: internal(inventory, worker),
+            device_listen: socket(worker.public_address, inventory.public_port()),
+            device_server_name: Some(worker.server_name.clone()),
+        })
+        .collect();
+    let options = deploy::nginx::Options {
+        run_dir: nginx_run_dir(inventory),
+        template: context.nginx_template.to_owned(),
+        out: None,
+        static_dir: inventory.web_dir.clone(),
+        public_listen: socket(host.public_address, inventory.public_port()),
+        public_server_name: host.server_name.clone(),
+        coordinator: internal(inventory, host),
+        cells,
+        placement: Some(placement_file(inventory)),
+        reset_placement: false,
+        worker_processes: "auto".to_owned(),
+        device_servers: false,
+        access_log: false,
+        tls: inventory.tls.as_ref().map(|tls| deploy::nginx::Tls {
+            cert: tls.cert.clone(),
+            key: tls.key.clone(),
+        }),
+        check: false,
+        nginx_bin: inventory.nginx_bin.clone(),
+    };
+    let text = deploy::nginx::render_for_host(&options, &inventory.nginx_user)
+        .with_context(|| format!("rendering nginx.conf for host {}", host.name))?;
     Ok(format!("{HEADER}\n{text}"))
 }
 

@@ -12,6 +12,7 @@ pub mod cells;
 pub mod cluster;
 pub mod deploy;
 pub mod hosts;
+pub mod http;
 pub mod local;
 pub mod output;
 pub mod profile;
@@ -58,6 +59,13 @@ pub enum Command {
     /// The front end: build, unit tests, browser tests.
     Web(web::Args),
 }
+
+/// An exit status a command promises besides 0 and 1 (`cluster status`: 3 when nothing
+/// runs), or 1 when the command has already said why on stderr: `main` exits with it and
+/// prints nothing more.
+#[derive(Debug, thiserror::Error)]
+#[error("exit status {0}")]
+pub struct ExitStatus(pub i32);
 
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {

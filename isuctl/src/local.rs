@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// `cluster.json` in the run directory (the secret is apart, in `secret`, mode 600).
+/// `cluster.json` in the run directory (the secret is apart, in `secret`, mode 600), written by
+/// `isuctl cluster up` once every process is healthy and removed by `down`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClusterFile {
     /// nginx's public server, e.g. `http://127.0.0.2:8080`.
@@ -75,9 +76,92 @@ impl RunDir {
 }
 
 /// How one command runs another command of the local cluster (`cluster up`, `cluster replace`,
-/// ...): the one place that knows where that command lives.
+/// ...): this very tool's `cluster` command (the one place that knows where it lives).
 pub fn cluster_command() -> std::process::Command {
-    std::process::Command::new(repo_root().join("scripts/cluster"))
+    let mut command = match std::env::current_exe() {
+        Ok(exe) => std::process::Command::new(exe),
+        Err(_) => std::process::Command::new("isuctl"),
+    };
+    command.arg("cluster");
+    command
+}
+
+/// Most cells a local cluster has (`shared::placement_map::MAX_CELLS`), named a to p.
+const CELL_NAMES: [&str; shared::placement_map::MAX_CELLS] = [
+    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p",
+];
+
+/// The name of cell `index` (`a`, `b`, ...); its node is `worker-<name>`.
+pub fn cell_name(index: usize) -> &'static str {
+    CELL_NAMES[index]
+}
+
+/// The index of cell `name`, if it is one of a local cluster's.
+pub fn cell_index(name: &str) -> Option<usize> {
+    CELL_NAMES.iter().position(|cell| *cell == name)
+}
+
+/// The local cluster's loopback addresses and ports, from the `ISU_*` environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Addresses {
+    /// `ISU_COORDINATOR_HOST` (127.0.0.2): the coordinator, nginx's public server, the JIA simulator.
+    pub coordinator_host: String,
+    /// `ISU_WORKER_A_HOST` (127.0.0.3).
+    pub worker_a_host: String,
+    /// `ISU_WORKER_B_HOST` (127.0.0.4).
+    pub worker_b_host: String,
+    /// `ISU_NODE_PORT` (3000): every node's HOST:NODE_PORT.
+    pub node_port: u16,
+    /// `ISU_PUBLIC_PORT` (8080): nginx's public server.
+    pub public_port: u16,
+    /// `ISU_DEVICE_PORT` (8080): the device servers.
+    pub device_port: u16,
+    /// `ISU_JIA_PORT` (5000): the JIA simulator.
+    pub jia_port: u16,
+}
+
+impl Addresses {
+    /// From the environment; a port that is not a number is a clear error.
+    pub fn try_from_env() -> anyhow::Result<Addresses> {
+        let text = |key: &str, default: &str| std::env::var(key).unwrap_or_else(|_| default.to_owned());
+        let port = |key: &str, default: u16| -> anyhow::Result<u16> {
+            match std::env::var(key) {
+                Err(_) => Ok(default),
+                Ok(value) => value
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("{key} must be a port number, not {value:?}")),
+            }
+        };
+        Ok(Addresses {
+            coordinator_host: text("ISU_COORDINATOR_HOST", "127.0.0.2"),
+            worker_a_host: text("ISU_WORKER_A_HOST", "127.0.0.3"),
+            worker_b_host: text("ISU_WORKER_B_HOST", "127.0.0.4"),
+            node_port: port("ISU_NODE_PORT", 3000)?,
+            public_port: port("ISU_PUBLIC_PORT", 8080)?,
+            device_port: port("ISU_DEVICE_PORT", 8080)?,
+            jia_port: port("ISU_JIA_PORT", 5000)?,
+        })
+    }
+
+    /// The host of worker `index`: A and B as set, then the coordinator's /24 from .(3+index)
+    /// on (127.0.0.5, 127.0.0.6, ... by default), so a cluster moved to other addresses
+    /// keeps all its workers there.
+    pub fn worker_host(&self, index: usize) -> String {
+        match index {
+            0 => self.worker_a_host.clone(),
+            1 => self.worker_b_host.clone(),
+            _ => {
+                let prefix = match self.coordinator_host.parse::<std::net::Ipv4Addr>() {
+                    Ok(address) => {
+                        let [a, b, c, _] = address.octets();
+                        format!("{a}.{b}.{c}")
+                    }
+                    Err(_) => "127.0.0".to_owned(),
+                };
+                format!("{prefix}.{}", 3 + index)
+            }
+        }
+    }
 }
 
 /// The checkout this tool was built from (where `scripts/`, `nginx/` and `web/` are).
@@ -86,4 +170,40 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .expect("isuctl lives one level below the repository root")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addresses(coordinator_host: &str) -> Addresses {
+        Addresses {
+            coordinator_host: coordinator_host.to_owned(),
+            worker_a_host: "127.0.1.3".to_owned(),
+            worker_b_host: "10.1.1.1".to_owned(),
+            node_port: 3000,
+            public_port: 8080,
+            device_port: 8080,
+            jia_port: 5000,
+        }
+    }
+
+    #[test]
+    fn workers_past_b_live_on_the_coordinator_hosts_slash_24() {
+        let moved = addresses("127.0.1.2");
+        assert_eq!(moved.worker_host(0), "127.0.1.3");
+        assert_eq!(moved.worker_host(1), "10.1.1.1");
+        assert_eq!(moved.worker_host(2), "127.0.1.5");
+        assert_eq!(moved.worker_host(15), "127.0.1.18");
+        assert_eq!(addresses("127.0.0.2").worker_host(3), "127.0.0.6");
+        assert_eq!(addresses("localhost").worker_host(2), "127.0.0.5");
+    }
+
+    #[test]
+    fn cells_are_named_a_to_p() {
+        assert_eq!(cell_name(0), "a");
+        assert_eq!(cell_name(15), "p");
+        assert_eq!(cell_index("c"), Some(2));
+        assert_eq!(cell_index("q"), None);
+    }
 }

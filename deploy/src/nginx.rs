@@ -1,0 +1,665 @@
+//! The nginx front's configuration: `nginx/nginx.conf.template` rendered for the local
+//! cluster (written into its run directory, checked with `nginx -t`) or for another host
+//! (`--for-host`: text only, the target's paths and nginx user).
+//!
+//! The template's `@NAME@` placeholders are replaced by values built here; a placeholder
+//! alone on its line whose value is empty takes its line with it (optional blocks leave no
+//! blank line), and a placeholder this module does not know is an error. Values are pasted
+//! into nginx syntax unquoted, so anything that would break it (whitespace, `;`, braces,
+//! quotes, `$`) is refused.
+//!
+//! The default placement include (nginx can start before the coordinator writes its own map)
+//! is the one [`shared::router::nginx_include`] writes for [`PlacementMap::new`] over the
+//! cells: the rules live there, not here.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::str::FromStr;
+
+use shared::placement_map::{self, Cell, PlacementMap, MAX_CELLS};
+
+/// Why a configuration could not be rendered or checked.
+#[derive(Debug, thiserror::Error)]
+pub enum NginxError {
+    /// An option's value cannot be used (the message names it).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    /// `nginx -t` refused the rendered file.
+    #[error("nginx -t rejected {conf} (rendered from {template}):\n{output}")]
+    Check {
+        conf: PathBuf,
+        template: PathBuf,
+        output: String,
+    },
+}
+
+fn invalid(message: impl Into<String>) -> NginxError {
+    NginxError::Invalid(message.into())
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> NginxError + '_ {
+    move |source| NginxError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// One cell (worker) as the front sees it: `NAME=NODE_ADDR,DEVICE_LISTEN[,DEVICE_SERVER_NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellSpec {
+    pub name: String,
+    /// The worker's node address (`host:port`), the cell's upstream.
+    pub node: String,
+    /// Where the cell's nginx device server listens.
+    pub device_listen: String,
+    /// That server's name; default `isucondition-<2+index>.t.isucon.dev`.
+    pub device_server_name: Option<String>,
+}
+
+impl FromStr for CellSpec {
+    type Err = NginxError;
+
+    fn from_str(spec: &str) -> Result<CellSpec, NginxError> {
+        let refuse = || {
+            invalid(format!(
+                "--cell wants NAME=NODE_ADDR,DEVICE_LISTEN[,DEVICE_SERVER_NAME] (name: a-z 0-9 -): '{spec}'"
+            ))
+        };
+        let (name, rest) = spec.split_once('=').ok_or_else(refuse)?;
+        placement_map::check_name(name).map_err(|_| refuse())?;
+        let parts: Vec<&str> = rest.split(',').collect();
+        if !(2..=3).contains(&parts.len()) || parts.iter().any(|part| part.is_empty()) {
+            return Err(refuse());
+        }
+        Ok(CellSpec {
+            name: name.to_owned(),
+            node: parts[0].to_owned(),
+            device_listen: parts[1].to_owned(),
+            device_server_name: parts.get(2).map(|name| (*name).to_owned()),
+        })
+    }
+}
+
+/// TLS on every server: a certificate (PEM, chain included) and its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Everything a rendering takes (`isuctl render nginx --help` documents each).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub run_dir: PathBuf,
+    pub template: PathBuf,
+    /// Default `RUN_DIR/nginx.conf`.
+    pub out: Option<PathBuf>,
+    pub static_dir: PathBuf,
+    pub public_listen: String,
+    pub public_server_name: String,
+    pub coordinator: String,
+    /// 1 to 16 cells.
+    pub cells: Vec<CellSpec>,
+    /// The router's map include; default `RUN_DIR/placement.conf`.
+    pub placement: Option<PathBuf>,
+    /// Write the default map even if the placement file exists.
+    pub reset_placement: bool,
+    /// `auto` or a number.
+    pub worker_processes: String,
+    /// One nginx device server per cell (off: the workers serve their device addresses).
+    pub device_servers: bool,
+    /// The public server's LTSV access log (`RUN_DIR/nginx-access.log`).
+    pub access_log: bool,
+    pub tls: Option<Tls>,
+    /// Run `nginx -t` on the result (local rendering only).
+    pub check: bool,
+    /// The nginx binary whose build (`-V`) decides the temp paths and TLS listen options.
+    pub nginx_bin: PathBuf,
+}
+
+/// Where nginx is: `nginx` on PATH, else `/usr/sbin/nginx`.
+pub fn default_nginx_bin() -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join("nginx"))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nginx"))
+}
+
+/// What the rendering needs to know about the nginx that will run the file.
+#[derive(Debug, Clone)]
+struct Build {
+    /// `nginx -V`'s configure arguments (or the target's assumed ones).
+    flags: String,
+}
+
+impl Build {
+    /// Debian's nginx (every flavour, nginx-light included) as on a target host: TLS and
+    /// HTTP/2; its other modules' temp directories stay at their packaged defaults.
+    fn target_host() -> Build {
+        Build {
+            flags: "--with-http_ssl_module --with-http_v2_module --without-http_fastcgi_module --without-http_uwsgi_module --without-http_scgi_module".to_owned(),
+        }
+    }
+
+    fn of(nginx_bin: &Path) -> Result<Build, NginxError> {
+        let output = Command::new(nginx_bin)
+            .arg("-V")
+            .output()
+            .map_err(|_| invalid("nginx not found (install: apt-get install -y nginx-light)"))?;
+        let mut flags = String::from_utf8_lossy(&output.stdout).into_owned();
+        flags.push_str(&String::from_utf8_lossy(&output.stderr));
+        Ok(Build { flags })
+    }
+
+    fn has(&self, flag: &str) -> bool {
+        self.flags.contains(flag)
+    }
+}
+
+/// The values of a rendering, checked and resolved (absolute paths, defaults applied).
+struct Resolved<'a> {
+    options: &'a Options,
+    run_dir: String,
+    static_dir: String,
+    placement: String,
+    tls: Option<(String, String)>,
+    user_directive: String,
+    build: Build,
+}
+
+/// Renders for this machine: creates `RUN_DIR/tmp/`, writes the default placement include
+/// when there is none (or with `reset_placement`), checks the file with `nginx -t` (unless
+/// `check` is off) and writes it. Returns the rendered file's path.
+pub fn render_local(options: &Options) -> Result<PathBuf, NginxError> {
+    check_template(options)?;
+    std::fs::create_dir_all(&options.run_dir).map_err(io(&options.run_dir))?;
+    let run_dir = std::fs::canonicalize(&options.run_dir).map_err(io(&options.run_dir))?;
+    let out = options.out.clone().unwrap_or_else(|| run_dir.join("nginx.conf"));
+    let placement = absolute(
+        &options
+            .placement
+            .clone()
+            .unwrap_or_else(|| run_dir.join("placement.conf")),
+    );
+    if !options.static_dir.is_dir() {
+        return Err(invalid(format!(
+            "static dir not found: {}",
+            options.static_dir.display()
+        )));
+    }
+    let static_dir = std::fs::canonicalize(&options.static_dir).map_err(io(&options.static_dir))?;
+    let tls = match &options.tls {
+        None => None,
+        Some(tls) => {
+            for (what, path) in [("certificate", &tls.cert), ("key", &tls.key)] {
+                if std::fs::File::open(path).is_err() || !path.is_file() {
+                    return Err(invalid(format!("TLS {what} not readable: {}", path.display())));
+                }
+            }
+            let cert = std::fs::canonicalize(&tls.cert).map_err(io(&tls.cert))?;
+            let key = std::fs::canonicalize(&tls.key).map_err(io(&tls.key))?;
+            Some((display(&cert), display(&key)))
+        }
+    };
+    if !options.nginx_bin.is_file() {
+        return Err(invalid("nginx not found (install: apt-get install -y nginx-light)"));
+    }
+    let resolved = Resolved {
+        options,
+        run_dir: display(&run_dir),
+        static_dir: display(&static_dir),
+        placement: display(&placement),
+        tls,
+        user_directive: local_user_directive(),
+        build: Build::of(&options.nginx_bin)?,
+    };
+    resolved.check_values()?;
+
+    let tmp = run_dir.join("tmp");
+    for dir in [Some(tmp.as_path()), out.parent(), placement.parent()]
+        .into_iter()
+        .flatten()
+    {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    if options.reset_placement || !placement.exists() {
+        write_atomically(&placement, &default_placement(&options.cells)?)?;
+    }
+    if options.check {
+        // 'nginx -t' truncates the pid file it names, so the check uses a copy whose pid
+        // file is not the one a running nginx may own.
+        let check_conf = tmp.join("nginx-check.conf");
+        let check_pid = tmp.join("nginx-check.pid");
+        write_atomically(&check_conf, &resolved.render(&display(&check_pid))?)?;
+        nginx_check(&options.nginx_bin, &run_dir, &check_conf).map_err(|output| NginxError::Check {
+            conf: check_conf.clone(),
+            template: options.template.clone(),
+            output,
+        })?;
+        let _ = std::fs::remove_file(&check_conf);
+        let _ = std::fs::remove_file(&check_pid);
+    }
+    write_atomically(&out, &resolved.render(&format!("{}/nginx.pid", resolved.run_dir))?)?;
+    Ok(out)
+}
+
+/// Renders for another machine (the deploy): nginx's workers run as `user`, the paths are the
+/// target's (absolute, nothing looked at here), no check and no file written.
+pub fn render_for_host(options: &Options, user: &str) -> Result<String, NginxError> {
+    check_template(options)?;
+    let placement = options
+        .placement
+        .clone()
+        .unwrap_or_else(|| options.run_dir.join("placement.conf"));
+    let tls = options.tls.as_ref().map(|tls| (display(&tls.cert), display(&tls.key)));
+    let mut paths = vec![&options.run_dir, &options.static_dir, &placement];
+    if let Some(tls) = &options.tls {
+        paths.extend([&tls.cert, &tls.key]);
+    }
+    for path in paths {
+        if !path.is_absolute() {
+            return Err(invalid(format!(
+                "--for-host: paths must be absolute: '{}'",
+                path.display()
+            )));
+        }
+    }
+    let valid_user = user.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && user
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if !valid_user {
+        return Err(invalid(format!("--for-host: '{user}' is not a user name")));
+    }
+    let run_dir = display(&options.run_dir);
+    let resolved = Resolved {
+        options,
+        static_dir: display(&options.static_dir),
+        placement: display(&placement),
+        tls,
+        user_directive: format!("user {user};"),
+        build: Build::target_host(),
+        run_dir,
+    };
+    resolved.check_values()?;
+    resolved.render(&format!("{}/nginx.pid", resolved.run_dir))
+}
+
+/// [`render_for_host`], written to `out` (default `RUN_DIR/nginx.conf`, its directory made):
+/// the `--for-host` form of the command line. Returns the path.
+pub fn write_for_host(options: &Options, user: &str) -> Result<PathBuf, NginxError> {
+    let text = render_for_host(options, user)?;
+    let out = options
+        .out
+        .clone()
+        .unwrap_or_else(|| options.run_dir.join("nginx.conf"));
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    write_atomically(&out, &text)?;
+    Ok(out)
+}
+
+/// The default placement include for `cells`: [`PlacementMap::new`]'s spread, in the form
+/// the coordinator writes.
+pub fn default_placement(cells: &[CellSpec]) -> Result<String, NginxError> {
+    let map = PlacementMap::new(
+        cells
+            .iter()
+            .map(|cell| Cell {
+                name: cell.name.clone(),
+                internal_url: format!("http://{}", cell.node),
+                device_url: String::new(),
+            })
+            .collect(),
+    )
+    .map_err(|error| invalid(error.to_string()))?;
+    // The include's own header says the coordinator wrote it: this one says who did.
+    let include = shared::router::nginx_include(&map);
+    let body: String = include
+        .lines()
+        .skip_while(|line| line.starts_with('#'))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    Ok(format!(
+        "# Default placement map for {} cells, written by isuctl render nginx.\n# The coordinator rewrites this file with its own map when it starts.\n{body}",
+        cells.len()
+    ))
+}
+
+fn check_template(options: &Options) -> Result<(), NginxError> {
+    if !options.template.is_file() {
+        return Err(invalid(format!("template not found: {}", options.template.display())));
+    }
+    if options.cells.is_empty() || options.cells.len() > MAX_CELLS {
+        return Err(invalid(format!("1 to {MAX_CELLS} cells, not {}", options.cells.len())));
+    }
+    Ok(())
+}
+
+impl Resolved<'_> {
+    fn check_values(&self) -> Result<(), NginxError> {
+        let options = self.options;
+        let unusable = |value: &str| {
+            value.is_empty()
+                || value
+                    .chars()
+                    .any(|c| c.is_whitespace() || matches!(c, ';' | '{' | '}' | '"' | '\'' | '$'))
+        };
+        let mut values = vec![
+            self.run_dir.as_str(),
+            self.static_dir.as_str(),
+            options.public_listen.as_str(),
+            options.coordinator.as_str(),
+            options.worker_processes.as_str(),
+            self.placement.as_str(),
+        ];
+        values.extend(
+            options
+                .cells
+                .iter()
+                .flat_map(|cell| [cell.node.as_str(), cell.device_listen.as_str()]),
+        );
+        if let Some(value) = values.into_iter().find(|value| unusable(value)) {
+            return Err(invalid(format!(
+                "value unusable in nginx.conf (empty, or has whitespace, ; {{ }} quotes or $): '{value}'"
+            )));
+        }
+        let mut names = vec![options.public_server_name.clone()];
+        names.extend((0..options.cells.len()).map(|index| self.device_server_name(index)));
+        let bad_name = |name: &String| name.is_empty() || name.contains([';', '{', '}', '"', '\'', '$']);
+        if let Some(name) = names.iter().find(|name| bad_name(name)) {
+            return Err(invalid(format!("bad server name: '{name}'")));
+        }
+        if let Some((cert, key)) = &self.tls {
+            if let Some(path) = [cert, key].into_iter().find(|path| unusable(path)) {
+                return Err(invalid(format!(
+                    "path unusable in nginx.conf (has whitespace, ; {{ }} quotes or $): '{path}'"
+                )));
+            }
+            if !self.build.has("--with-http_ssl_module") {
+                return Err(invalid(format!(
+                    "{} was built without http_ssl_module: no TLS",
+                    options.nginx_bin.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn device_server_name(&self, index: usize) -> String {
+        self.options.cells[index]
+            .device_server_name
+            .clone()
+            .unwrap_or_else(|| format!("isucondition-{}.t.isucon.dev", index + 2))
+    }
+
+    /// Listen options may appear once per address: default_server on the public server;
+    /// reuseport (one accept queue per nginx worker) on the first server of each address;
+    /// 'ssl http2' (1.22 syntax, before the 'http2' directive of 1.25.1) on every listen with TLS.
+    fn listen(&self, address: &str, first_of_address: bool, default_server: bool) -> String {
+        let mut line = address.to_owned();
+        if self.tls.is_some() {
+            line.push_str(" ssl");
+            if self.build.has("--with-http_v2_module") {
+                line.push_str(" http2");
+            }
+        }
+        if default_server {
+            line.push_str(" default_server");
+        }
+        if first_of_address {
+            line.push_str(" reuseport backlog=4096");
+        }
+        line
+    }
+
+    fn values(&self, pid_file: &str) -> Vec<(&'static str, String)> {
+        let options = self.options;
+        let run_dir = &self.run_dir;
+        // nginx creates the temp dir of every compiled-in module at start-up, at a
+        // root-owned default path unless told otherwise.
+        let extra_temp_paths = ["fastcgi", "uwsgi", "scgi"]
+            .into_iter()
+            .filter(|module| !self.build.has(&format!("--without-http_{module}_module")))
+            .map(|module| format!("    {module}_temp_path {run_dir}/tmp/{module};"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let public_access_log = if options.access_log {
+            format!("access_log {run_dir}/nginx-access.log ltsv buffer=256k flush=2s if=$public_loggable;")
+        } else {
+            "access_log off;".to_owned()
+        };
+        let tls_settings = match &self.tls {
+            None => String::new(),
+            Some((cert, key)) => format!(
+                "
+    # TLS on every server below (isuctl render nginx --tls-cert/--tls-key).
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_prefer_server_ciphers off;
+    ssl_session_cache shared:isu_tls:10m;
+    ssl_session_timeout 1h;"
+            ),
+        };
+        // One device server per cell: it takes /api/condition/ and routes by the map (a
+        // device keeps the URL JIA gave it, so after a migration its posts reach the new
+        // owner here too).
+        let mut device_servers = String::new();
+        if options.device_servers {
+            let mut seen = vec![options.public_listen.as_str()];
+            for (index, cell) in options.cells.iter().enumerate() {
+                let first = !seen.contains(&cell.device_listen.as_str());
+                seen.push(&cell.device_listen);
+                let _ = write!(
+                    device_servers,
+                    "
+    server {{
+        listen {};
+        server_name {};
+        access_log off;
+
+        location /api/condition/ {{
+            proxy_pass http://$isu_cell;
+        }}
+
+        location / {{ return 404; }}
+    }}
+",
+                    self.listen(&cell.device_listen, first, false),
+                    self.device_server_name(index)
+                );
+            }
+        }
+        vec![
+            ("USER_DIRECTIVE", self.user_directive.clone()),
+            ("WORKER_PROCESSES", options.worker_processes.clone()),
+            ("EXTRA_TEMP_PATHS", extra_temp_paths),
+            ("PUBLIC_LISTEN", self.listen(&options.public_listen, true, true)),
+            ("PUBLIC_SERVER_NAME", options.public_server_name.clone()),
+            ("PUBLIC_ACCESS_LOG", public_access_log),
+            ("COORDINATOR", options.coordinator.clone()),
+            ("DEVICE_SERVERS", device_servers),
+            ("PLACEMENT_FILE", self.placement.clone()),
+            ("STATIC_DIR", self.static_dir.clone()),
+            ("RUN_DIR", run_dir.clone()),
+            ("TLS_SETTINGS", tls_settings),
+            ("PID_FILE", pid_file.to_owned()),
+        ]
+    }
+
+    fn render(&self, pid_file: &str) -> Result<String, NginxError> {
+        let template = std::fs::read_to_string(&self.options.template).map_err(io(&self.options.template))?;
+        fill_template(&template, &self.values(pid_file)).map_err(|unknown| {
+            invalid(format!(
+                "template has placeholders this renderer does not know: {unknown}"
+            ))
+        })
+    }
+}
+
+/// Replaces every `@KEY@` of `template` by its value; a placeholder alone on its line whose
+/// value is empty takes its line with it. Ends with exactly one newline. Unknown placeholders
+/// are returned as the error (space-separated, sorted).
+fn fill_template(template: &str, values: &[(&str, String)]) -> Result<String, String> {
+    let empty: Vec<String> = values
+        .iter()
+        .filter(|(_, value)| value.is_empty())
+        .map(|(key, _)| format!("@{key}@"))
+        .collect();
+    let mut text: String = template
+        .lines()
+        .filter(|line| !empty.iter().any(|placeholder| line.trim() == placeholder))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    // Each value is pasted once: a value is never searched for placeholders again.
+    let mut rendered = String::with_capacity(text.len() * 2);
+    let mut unknown = std::collections::BTreeSet::new();
+    while let Some(start) = text.find('@') {
+        rendered.push_str(&text[..start]);
+        let rest = &text[start + 1..];
+        let key_len = rest
+            .bytes()
+            .take_while(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
+            .count();
+        let is_placeholder = key_len > 0 && !rest.as_bytes()[0].is_ascii_digit() && rest[key_len..].starts_with('@');
+        if !is_placeholder {
+            rendered.push('@');
+            text = rest.to_owned();
+            continue;
+        }
+        let key = &rest[..key_len];
+        match values.iter().find(|(name, _)| *name == key) {
+            Some((_, value)) => rendered.push_str(value),
+            None => {
+                unknown.insert(format!("@{key}@"));
+            }
+        }
+        text = rest[key_len + 1..].to_owned();
+    }
+    rendered.push_str(&text);
+    if !unknown.is_empty() {
+        return Err(unknown.into_iter().collect::<Vec<_>>().join(" "));
+    }
+    let trimmed = rendered.trim_end_matches('\n');
+    Ok(format!("{trimmed}\n"))
+}
+
+/// A master started as root switches its workers to 'nobody' unless told otherwise, and
+/// 'nobody' may not read the repo or write the run dir: keep the invoking user. As non-root,
+/// nginx cannot switch user and would warn.
+fn local_user_directive() -> String {
+    let uid = nix::unistd::Uid::current();
+    let user = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |user| user.name);
+    if uid.is_root() {
+        let gid = nix::unistd::Gid::current();
+        let group = nix::unistd::Group::from_gid(gid)
+            .ok()
+            .flatten()
+            .map_or_else(|| gid.to_string(), |group| group.name);
+        format!("user {user} {group};")
+    } else {
+        format!("# user: not set, nginx runs as {user}")
+    }
+}
+
+/// `nginx -t` on `conf` with the run dir as prefix; the output when it fails.
+fn nginx_check(nginx_bin: &Path, run_dir: &Path, conf: &Path) -> Result<(), String> {
+    let mut command = Command::new(nginx_bin);
+    command
+        .arg("-t")
+        .arg("-q")
+        .arg("-p")
+        .arg(format!("{}/", run_dir.display()))
+        .arg("-c")
+        .arg(conf);
+    command.args(error_log_flag(nginx_bin, run_dir));
+    match command.output() {
+        Ok(output) if output.status.success() => Ok(()),
+        Ok(output) => Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )),
+        Err(error) => Err(format!("running {}: {error}", nginx_bin.display())),
+    }
+}
+
+/// `-e RUN_DIR/nginx-error.log` when nginx takes it (1.19.5+): it keeps nginx away from its
+/// compiled-in error log before it reads the configuration.
+pub fn error_log_flag(nginx_bin: &Path, run_dir: &Path) -> Vec<String> {
+    let help = Command::new(nginx_bin).arg("-h").output();
+    let takes_e = help.is_ok_and(|output| {
+        String::from_utf8_lossy(&output.stderr).contains("-e filename")
+            || String::from_utf8_lossy(&output.stdout).contains("-e filename")
+    });
+    if takes_e {
+        vec!["-e".to_owned(), format!("{}/nginx-error.log", run_dir.display())]
+    } else {
+        Vec::new()
+    }
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_owned()
+    } else {
+        std::env::current_dir().map_or_else(|_| path.to_owned(), |dir| dir.join(path))
+    }
+}
+
+/// Written beside and renamed over: nginx (or a reload) never reads half a file.
+fn write_atomically(path: &Path, text: &str) -> Result<(), NginxError> {
+    let file_name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temporary = path.with_file_name(format!("{file_name}.tmp.{}", std::process::id()));
+    std::fs::write(&temporary, text).map_err(io(&temporary))?;
+    std::fs::rename(&temporary, path).map_err(io(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_filled_once_and_empty_lines_go() {
+        let values = [("A", "x@B@".to_owned()), ("B", String::new()), ("C", "c".to_owned())];
+        assert_eq!(
+            fill_template("1 @A@ @C@\n  @B@  \nuser@host @C@@C@\n\n", &values).unwrap(),
+            "1 x@B@ c\nuser@host cc\n"
+        );
+        assert_eq!(
+            fill_template("@A@ @NOPE@ @ZED@ @NOPE@", &values).unwrap_err(),
+            "@NOPE@ @ZED@"
+        );
+    }
+
+    #[test]
+    fn cell_specs_parse_as_the_flag_says() {
+        let cell: CellSpec = "c-1=10.0.0.4:3000,0.0.0.0:443,c.example".parse().unwrap();
+        assert_eq!(cell.name, "c-1");
+        assert_eq!(cell.node, "10.0.0.4:3000");
+        assert_eq!(cell.device_listen, "0.0.0.0:443");
+        assert_eq!(cell.device_server_name.as_deref(), Some("c.example"));
+        let cell: CellSpec = "a=h:1,h:2".parse().unwrap();
+        assert_eq!(cell.device_server_name, None);
+        for bad in ["a=h:1", "A=h:1,h:2", "a=h:1,,x", "=h:1,h:2", "a=h:1,h:2,n,extra", "a"] {
+            assert!(bad.parse::<CellSpec>().is_err(), "{bad}");
+        }
+    }
+}

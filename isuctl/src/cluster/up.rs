@@ -1,0 +1,586 @@
+//! `cluster up`: checks, build, the nginx rendering, then the processes in order — workers,
+//! the coordinator (healthy before nginx starts), nginx, the JIA simulator — and the wait
+//! until every one answers; on failure the log tails and a stop of what was started.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::Parser as _;
+use deploy::supervise::Spawn;
+
+use super::{cluster_file, log, started, Cluster, Devices, Worker};
+use crate::local::{self, ClusterFile};
+use crate::output::{self, Format};
+use crate::{http, render, ExitStatus};
+
+/// The binaries `up` runs.
+struct Binaries {
+    coordinator: PathBuf,
+    worker: PathBuf,
+    bench: PathBuf,
+}
+
+/// What `up` starts with, resolved (absolute paths, the official files).
+struct Inputs {
+    dataset: Option<String>,
+    jwt_public_key: Option<PathBuf>,
+    default_icon: Option<PathBuf>,
+    static_dir: PathBuf,
+    jia_service_url: Option<String>,
+    official_dir: Option<PathBuf>,
+}
+
+pub(super) fn up(cluster: &Cluster, format: Format) -> anyhow::Result<()> {
+    let running = cluster.running_names();
+    if !running.is_empty() {
+        bail!(
+            "a cluster is already running from {} ({}); use 'cluster down' or 'cluster restart'",
+            cluster.run_dir.display(),
+            running.join(" ")
+        );
+    }
+    for name in Cluster::all_names() {
+        cluster.records.forget(&name);
+    }
+    ensure_nginx()?;
+    let inputs = inputs(cluster)?;
+    let binaries = build(cluster)?;
+    let workers = cluster.workers();
+
+    let mut addresses = vec![
+        cluster.coordinator_listen(),
+        cluster.public_url()["http://".len()..].to_owned(),
+    ];
+    addresses.extend(
+        workers
+            .iter()
+            .flat_map(|worker| [worker.listen.clone(), worker.device_listen.clone()]),
+    );
+    if cluster.options.jia {
+        addresses.push(cluster.jia_listen());
+    }
+    if let Some(address) = addresses.iter().find(|address| http::is_listening(address)) {
+        bail!("{address} is already in use by a process this tool did not start");
+    }
+
+    std::fs::create_dir_all(&cluster.run_dir).with_context(|| format!("creating {}", cluster.run_dir.display()))?;
+    let run_dir = std::fs::canonicalize(&cluster.run_dir)?;
+    let secret = write_secret(&run_dir)?;
+    let nginx_conf =
+        render_nginx(cluster, &run_dir, &inputs.static_dir, &workers).context("rendering nginx.conf failed")?;
+
+    if let Err(error) = start_all(cluster, &run_dir, &inputs, &binaries, &workers, &secret, &nginx_conf) {
+        return Err(fail(cluster, error));
+    }
+
+    // Through nginx to the coordinator: an end-to-end check, only advisory.
+    let trend = http::status(&format!("{}/api/trend", cluster.public_url()));
+    if trend != 200 {
+        log(format!(
+            "warning: GET {}/api/trend answered {trend:03}",
+            cluster.public_url()
+        ));
+    }
+    let file = cluster_file(cluster, &workers, cluster.options.jia);
+    write_cluster_files(&run_dir, &file, &workers)?;
+    if let Some(jia) = &file.jia_url {
+        log(format!("JIA simulator at {jia} (sign in at {jia}/)"));
+    }
+    log(format!(
+        "cluster is up: public {}, coordinator {}, workers {}, device servers ({}) {}; logs in {}",
+        file.public_url,
+        file.coordinator_url,
+        workers
+            .iter()
+            .map(|worker| worker.listen.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        match cluster.options.devices {
+            Devices::Direct => "direct",
+            Devices::Nginx => "nginx",
+        },
+        workers
+            .iter()
+            .map(|worker| worker.device_url.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        run_dir.display()
+    ));
+    output::emit(format, &file, |file| file.public_url.clone())
+}
+
+/// A start-up that failed: the log tails, then a stop of what was started (unless
+/// --keep-on-failure). The reason is already on stderr: exit 1 with nothing more.
+fn fail(cluster: &Cluster, error: anyhow::Error) -> anyhow::Error {
+    log(format!("up failed: {error:#}"));
+    show_log_tails(cluster);
+    if cluster.options.keep_on_failure {
+        log("processes left running (--keep-on-failure); stop them with 'cluster down'");
+    } else {
+        let _ = cluster.stop_all();
+    }
+    ExitStatus(1).into()
+}
+
+fn show_log_tails(cluster: &Cluster) {
+    let mut files = Vec::new();
+    for worker in cluster.workers() {
+        files.push(cluster.records.log_file(&worker.name));
+    }
+    files.push(cluster.records.log_file("coordinator"));
+    files.push(cluster.records.log_file("nginx"));
+    files.push(cluster.run_dir.join("nginx-error.log"));
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        if text.is_empty() {
+            continue;
+        }
+        eprintln!("----- tail of {}", file.display());
+        let lines: Vec<&str> = text.lines().collect();
+        for line in &lines[lines.len().saturating_sub(40)..] {
+            eprintln!("{line}");
+        }
+    }
+}
+
+fn ensure_nginx() -> anyhow::Result<()> {
+    if deploy::nginx::default_nginx_bin().is_file() {
+        return Ok(());
+    }
+    log("nginx missing: installing nginx-light");
+    let root = nix::unistd::Uid::effective().is_root();
+    let apt = |args: &[&str]| -> bool {
+        let mut command = if root {
+            Command::new("apt-get")
+        } else {
+            Command::new("sudo")
+        };
+        if !root {
+            command.arg("apt-get");
+        }
+        command
+            .args(args)
+            .stdout(Stdio::from(std::io::stderr()))
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if !root && Command::new("sudo").arg("--version").output().is_err() {
+        bail!("nginx is missing and installing it needs root (apt-get install -y nginx-light)");
+    }
+    if !(apt(&["update"]) && apt(&["install", "-y", "nginx-light"])) {
+        bail!("apt-get install nginx-light failed");
+    }
+    Ok(())
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_owned()
+    } else {
+        std::env::current_dir().map_or_else(|_| path.to_owned(), |dir| dir.join(path))
+    }
+}
+
+fn inputs(cluster: &Cluster) -> anyhow::Result<Inputs> {
+    let options = &cluster.options;
+    let mut dataset = options.dataset.clone().filter(|dataset| !dataset.is_empty());
+    let mut jwt_public_key = options.jwt_public_key.clone();
+    let mut default_icon = options.default_icon.clone();
+    let mut official_dir = None;
+    if options.official {
+        let dir = local::repo_root().join("../shared/data/isucon11-qualify");
+        for file in ["1_InitData.sql", "ec256-public.pem", "NoImage.jpg"] {
+            if !dir.join(file).is_file() {
+                bail!("--official: missing {}", dir.join(file).display());
+            }
+        }
+        let dir = std::fs::canonicalize(dir)?;
+        dataset = Some(dir.join("1_InitData.sql").display().to_string());
+        jwt_public_key = Some(dir.join("ec256-public.pem"));
+        default_icon = Some(dir.join("NoImage.jpg"));
+        official_dir = Some(dir);
+    }
+    if let Some(text) = &dataset {
+        if text != "generated" && !text.starts_with("generated:") {
+            let path = absolute(Path::new(text));
+            if !path.is_file() {
+                bail!("dataset not found: {}", path.display());
+            }
+            dataset = Some(path.display().to_string());
+        }
+    }
+    let jwt_public_key = jwt_public_key.map(|path| absolute(&path));
+    if let Some(path) = &jwt_public_key {
+        if !path.is_file() {
+            bail!("JWT public key not found: {}", path.display());
+        }
+    }
+    let default_icon = default_icon.map(|path| absolute(&path));
+    if let Some(path) = &default_icon {
+        if !path.is_file() {
+            bail!("default icon not found: {}", path.display());
+        }
+    }
+    let default_static_dir = local::repo_root().join("web/dist");
+    let static_dir = absolute(options.static_dir.as_deref().unwrap_or(&default_static_dir));
+    if static_dir == default_static_dir && !static_dir.join("index.html").is_file() {
+        if options.no_build {
+            bail!(
+                "the front end is not built ({}); run scripts/web build, or drop --no-build",
+                static_dir.display()
+            );
+        }
+        log("building the front end (scripts/web build)");
+        let status = Command::new(local::repo_root().join("scripts/web"))
+            .arg("build")
+            .stdout(Stdio::from(std::io::stderr()))
+            .status()
+            .context("running scripts/web build")?;
+        if !status.success() {
+            bail!("scripts/web build failed");
+        }
+    }
+    if !static_dir.is_dir() {
+        bail!("static dir not found: {}", static_dir.display());
+    }
+    let mut jia_service_url = options.jia_service_url.clone().filter(|url| !url.is_empty());
+    if options.jia && jia_service_url.is_none() {
+        jia_service_url = Some(format!("http://{}", cluster.jia_listen()));
+    }
+    Ok(Inputs {
+        dataset,
+        jwt_public_key,
+        default_icon,
+        static_dir,
+        jia_service_url,
+        official_dir,
+    })
+}
+
+/// Builds the node binaries (and the bench with --jia) unless --no-build; finds them.
+fn build(cluster: &Cluster) -> anyhow::Result<Binaries> {
+    let options = &cluster.options;
+    let profile = if options.debug { "debug" } else { "release" };
+    let repo = local::repo_root();
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo.join("target"), PathBuf::from);
+    let target_dir = if target_dir.is_absolute() {
+        target_dir
+    } else {
+        repo.join(target_dir)
+    };
+    if !options.no_build {
+        log(format!("building coordinator and worker ({profile})"));
+        let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cargo.current_dir(&repo).arg("build");
+        if !options.debug {
+            cargo.arg("--release");
+        }
+        cargo.args(["-p", "coordinator", "-p", "worker"]);
+        if options.jia {
+            cargo.args(["-p", "bench"]);
+        }
+        let status = cargo
+            .stdout(Stdio::from(std::io::stderr()))
+            .status()
+            .context("running cargo build")?;
+        if !status.success() {
+            bail!("cargo build failed");
+        }
+    }
+    let binary = |variable: &str, name: &str| {
+        std::env::var_os(variable).map_or_else(|| target_dir.join(profile).join(name), PathBuf::from)
+    };
+    let binaries = Binaries {
+        coordinator: binary("ISU_COORDINATOR_BIN", "coordinator"),
+        worker: binary("ISU_WORKER_BIN", "worker"),
+        bench: binary("ISU_BENCH_BIN", "bench"),
+    };
+    if options.jia && !super::is_executable(&binaries.bench) {
+        bail!(
+            "bench binary not found: {} (build it, or drop --no-build)",
+            binaries.bench.display()
+        );
+    }
+    for (what, path) in [("coordinator", &binaries.coordinator), ("worker", &binaries.worker)] {
+        if !super::is_executable(path) {
+            bail!(
+                "{what} binary not found: {} (build it, or drop --no-build)",
+                path.display()
+            );
+        }
+    }
+    Ok(binaries)
+}
+
+/// `ISU_CLUSTER_SECRET` or 24 random bytes in hex, written to `RUN_DIR/secret` (mode 600).
+fn write_secret(run_dir: &Path) -> anyhow::Result<String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let secret = match std::env::var("ISU_CLUSTER_SECRET") {
+        Ok(secret) if !secret.is_empty() => secret,
+        _ => hex::encode(rand::random::<[u8; 24]>()),
+    };
+    let path = run_dir.join("secret");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    writeln!(file, "{secret}")?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(secret)
+}
+
+/// The nginx rendering as `isuctl render nginx` does it with these flags (the environment's
+/// ISU_NGINX_* settings apply as there).
+fn render_nginx(cluster: &Cluster, run_dir: &Path, static_dir: &Path, workers: &[Worker]) -> anyhow::Result<PathBuf> {
+    #[derive(clap::Parser)]
+    struct Render {
+        #[command(flatten)]
+        args: render::NginxArgs,
+    }
+    let mut argv = vec![
+        "render".to_owned(),
+        "--run-dir".to_owned(),
+        run_dir.display().to_string(),
+        "--static-dir".to_owned(),
+        static_dir.display().to_string(),
+        "--public-listen".to_owned(),
+        cluster.public_url()["http://".len()..].to_owned(),
+        "--coordinator".to_owned(),
+        cluster.coordinator_listen(),
+        "--device-servers".to_owned(),
+        if cluster.options.devices == Devices::Nginx {
+            "on"
+        } else {
+            "off"
+        }
+        .to_owned(),
+    ];
+    for worker in workers {
+        argv.push("--cell".to_owned());
+        argv.push(format!("{}={},{}", worker.cell, worker.listen, worker.device_listen));
+    }
+    let render = Render::try_parse_from(argv).map_err(|error| anyhow::anyhow!("{error}"))?;
+    Ok(deploy::nginx::render_local(&render.args.options()?)?)
+}
+
+/// The coordinator signals nginx itself after each map rewrite: SIGHUP to the master that
+/// nginx's own pid file names.
+fn router_reload_args(run_dir: &Path) -> Vec<String> {
+    vec![
+        "--router-pid-file".to_owned(),
+        run_dir.join("nginx.pid").display().to_string(),
+    ]
+}
+
+fn start_all(
+    cluster: &Cluster,
+    run_dir: &Path,
+    inputs: &Inputs,
+    binaries: &Binaries,
+    workers: &[Worker],
+    secret: &str,
+    nginx_conf: &Path,
+) -> anyhow::Result<()> {
+    let options = &cluster.options;
+    let env = cluster.node_env(secret);
+    let start = |name: &str, command: Vec<String>| -> anyhow::Result<()> {
+        let mut spawn = Spawn::new(command, cluster.records.log_file(name));
+        spawn.env = env.clone();
+        spawn.cpus = options.cpus.clone();
+        let process = cluster.records.start(name, &spawn)?;
+        started(name, process);
+        Ok(())
+    };
+    let durable_args = |name: &str| -> Vec<String> {
+        if options.durable {
+            vec![
+                "--data-dir".to_owned(),
+                run_dir.join("data").join(name).display().to_string(),
+                "--fsync".to_owned(),
+                options.fsync.clone(),
+            ]
+        } else {
+            Vec::new()
+        }
+    };
+    let coordinator_url = format!("http://{}", cluster.coordinator_listen());
+    let mut worker_args = Vec::new();
+    for worker in workers {
+        let mut command = vec![
+            binaries.worker.display().to_string(),
+            "--cell".to_owned(),
+            worker.cell.to_owned(),
+            "--listen".to_owned(),
+            worker.listen.clone(),
+            "--coordinator-url".to_owned(),
+            coordinator_url.clone(),
+        ];
+        if options.devices == Devices::Direct {
+            command.extend(["--device-listen".to_owned(), worker.device_listen.clone()]);
+        }
+        command.extend(durable_args(&worker.name));
+        start(&worker.name, command)?;
+        worker_args.extend([
+            "--worker".to_owned(),
+            format!("{}=http://{},{}", worker.cell, worker.listen, worker.device_url),
+        ]);
+    }
+
+    let mut command = vec![
+        binaries.coordinator.display().to_string(),
+        "--listen".to_owned(),
+        cluster.coordinator_listen(),
+    ];
+    command.extend(worker_args);
+    command.extend([
+        "--static-dir".to_owned(),
+        inputs.static_dir.display().to_string(),
+        "--router-map".to_owned(),
+        run_dir.join("placement.conf").display().to_string(),
+    ]);
+    command.extend(router_reload_args(run_dir));
+    let optional = [
+        ("--dataset", inputs.dataset.clone()),
+        (
+            "--jwt-public-key",
+            inputs.jwt_public_key.as_ref().map(|path| path.display().to_string()),
+        ),
+        (
+            "--default-icon",
+            inputs.default_icon.as_ref().map(|path| path.display().to_string()),
+        ),
+        ("--jia-service-url", inputs.jia_service_url.clone()),
+    ];
+    for (flag, value) in optional {
+        if let Some(value) = value {
+            command.extend([flag.to_owned(), value]);
+        }
+    }
+    command.extend(durable_args("coordinator"));
+    start("coordinator", command)?;
+    // nginx starts once the coordinator has written its placement map (before it listens),
+    // so it loads that map at start: a reload right after the start would close the first
+    // clients' kept-alive connections as its old workers leave (a sign-in's connection
+    // reused for a registration at that instant fails before nginx reads the request).
+    cluster.wait_until_healthy("coordinator")?;
+
+    let nginx_bin = deploy::nginx::default_nginx_bin();
+    // One run's access log at a time (it grows by about 80 MB per minute of bench load).
+    let access_log = run_dir.join("nginx-access.log");
+    if access_log.exists() {
+        std::fs::rename(&access_log, run_dir.join("nginx-access.log.prev"))?;
+    }
+    let mut command = vec![
+        nginx_bin.display().to_string(),
+        "-p".to_owned(),
+        format!("{}/", run_dir.display()),
+        "-c".to_owned(),
+        nginx_conf.display().to_string(),
+    ];
+    command.extend(deploy::nginx::error_log_flag(&nginx_bin, run_dir));
+    start("nginx", command)?;
+    let mut names: Vec<String> = workers.iter().map(|worker| worker.name.clone()).collect();
+    names.extend(["coordinator".to_owned(), "nginx".to_owned()]);
+    if options.jia {
+        let mut command = vec![
+            binaries.bench.display().to_string(),
+            "jia".to_owned(),
+            "--listen".to_owned(),
+            cluster.jia_listen(),
+            "--app".to_owned(),
+            format!("{}/", cluster.public_url()),
+        ];
+        if let Some(dir) = &inputs.official_dir {
+            command.extend([
+                "--private-key".to_owned(),
+                dir.join("ec256-private.pem").display().to_string(),
+            ]);
+        }
+        start("jia", command)?;
+        names.push("jia".to_owned());
+    }
+
+    log(format!("waiting up to {}s for every node to be ready", options.timeout));
+    let deadline = Instant::now() + Duration::from_secs(options.timeout);
+    loop {
+        if let Some(name) = names.iter().find(|name| cluster.records.running(name).is_none()) {
+            bail!("{name} exited during start-up");
+        }
+        let mut pending = Vec::new();
+        let devices = match options.devices {
+            Devices::Direct => "direct",
+            Devices::Nginx => "nginx",
+        };
+        for worker in workers {
+            if http::status(&format!("http://{}/healthz", worker.listen)) != 200 {
+                pending.push(worker.name.clone());
+            }
+            if http::status(&format!("http://{}/", worker.device_listen)) == 0 {
+                pending.push(format!("{devices} device server {}", worker.cell));
+            }
+        }
+        if http::status(&format!("http://{}/healthz", cluster.coordinator_listen())) != 200 {
+            pending.push("coordinator".to_owned());
+        }
+        if http::status(&format!("{}/", cluster.public_url())) != 200 {
+            pending.push("nginx public server".to_owned());
+        }
+        if options.jia && http::status(&format!("http://{}/", cluster.jia_listen())) != 200 {
+            pending.push("jia".to_owned());
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("not ready after {}s: {}", options.timeout, pending.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `cluster.json`, and `cluster.env` with the same URLs for the scripts that source it.
+fn write_cluster_files(run_dir: &Path, file: &ClusterFile, workers: &[Worker]) -> anyhow::Result<()> {
+    let json = run_dir.join("cluster.json");
+    std::fs::write(&json, serde_json::to_string_pretty(file)? + "\n")
+        .with_context(|| format!("writing {}", json.display()))?;
+    let url = |index: usize| file.workers.get(index).map_or("", |worker| worker.url.as_str());
+    let device_url = |index: usize| file.workers.get(index).map_or("", |worker| worker.device_url.as_str());
+    let nodes: String = workers
+        .iter()
+        .map(|worker| format!("{}=http://{} ", worker.name, worker.listen))
+        .collect();
+    let mut env = format!(
+        "# Written by isuctl cluster up; the secret is in secret (mode 600).
+ISU_PUBLIC_URL={}
+ISU_COORDINATOR_URL={}
+ISU_WORKER_A_URL={}
+ISU_WORKER_B_URL={}
+ISU_WORKER_A_DEVICE_URL={}
+ISU_WORKER_B_DEVICE_URL={}
+ISU_WORKER_NODES=\"{nodes}\"
+ISU_RUN_DIR={}
+ISU_SECRET_FILE={}
+",
+        file.public_url,
+        file.coordinator_url,
+        url(0),
+        url(1),
+        device_url(0),
+        device_url(1),
+        run_dir.display(),
+        run_dir.join("secret").display()
+    );
+    if let Some(jia) = &file.jia_url {
+        env.push_str(&format!("ISU_JIA_URL={jia}\n"));
+    }
+    let path = run_dir.join("cluster.env");
+    std::fs::write(&path, env).with_context(|| format!("writing {}", path.display()))
+}

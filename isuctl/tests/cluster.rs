@@ -1,0 +1,400 @@
+//! `isuctl cluster` through its real interface: the built binary brings a two-worker cluster
+//! up on loopback addresses of its own (a random 127.x.y.0/24, a temporary run dir), reports
+//! it healthy, serves a public request through nginx, survives a worker killed and started
+//! again, refuses a second `up`, and leaves no process behind after `down`; a durable
+//! three-worker cluster replaces a worker in place.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use deploy::supervise::Process;
+
+/// One cluster's environment: its addresses, run dir and binaries.
+struct Sandbox {
+    dir: tempfile::TempDir,
+    host_prefix: String,
+    /// `down` when the test ends, however it ends.
+    up: bool,
+    /// Set for every command after the sandbox's own settings.
+    env: Vec<(&'static str, String)>,
+}
+
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_isuctl")).parent().unwrap().to_owned()
+}
+
+/// The node binaries the cluster runs, built once (debug) beside this test's isuctl.
+fn build_nodes() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(cargo)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap())
+        .args(["build", "--quiet", "-p", "coordinator", "-p", "worker"])
+        .status()
+        .expect("running cargo build");
+    assert!(status.success(), "building the node binaries failed");
+}
+
+/// A /24 of loopback nobody else uses: random (each test its own `salt`), and nothing
+/// listening on its addresses.
+fn free_prefix(salt: u32) -> String {
+    loop {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let seed = nanos ^ std::process::id().rotate_left(16) ^ salt.wrapping_mul(0x9e37_79b9);
+        let prefix = format!("127.{}.{}", 100 + seed % 150, 1 + (seed >> 8) % 250);
+        let taken = (2..=4).any(|host| {
+            [3000, 8080].iter().any(|port| {
+                let address = format!("{prefix}.{host}:{port}").parse().unwrap();
+                std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok()
+            })
+        });
+        if !taken {
+            return prefix;
+        }
+    }
+}
+
+impl Sandbox {
+    fn new(salt: u32) -> Sandbox {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("static")).unwrap();
+        std::fs::write(
+            dir.path().join("static/index.html"),
+            "<!doctype html><title>isuctl test</title>",
+        )
+        .unwrap();
+        Sandbox {
+            dir,
+            host_prefix: free_prefix(salt),
+            up: false,
+            env: Vec::new(),
+        }
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.dir.path().join("run")
+    }
+
+    /// Runs `isuctl ARGS` to its end (at most `limit`), with this sandbox's environment.
+    fn isuctl(&self, args: &[&str], limit: Duration) -> Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_isuctl"));
+        command
+            .args(args)
+            .env("ISU_RUN_DIR", self.run_dir())
+            .env("ISU_COORDINATOR_HOST", format!("{}.2", self.host_prefix))
+            .env("ISU_WORKER_A_HOST", format!("{}.3", self.host_prefix))
+            .env("ISU_WORKER_B_HOST", format!("{}.4", self.host_prefix))
+            .env("ISU_COORDINATOR_BIN", target_dir().join("coordinator"))
+            .env("ISU_WORKER_BIN", target_dir().join("worker"))
+            .env("ISU_STATIC_DIR", self.dir.path().join("static"))
+            .env("ISU_STOP_TIMEOUT", "10")
+            .env("RUST_LIB_BACKTRACE", "0")
+            .env_remove("ISU_CLUSTER_SECRET")
+            .env_remove("ISU_WORKER_COUNT")
+            .envs(self.env.iter().map(|(key, value)| (key, value)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("running isuctl");
+        let deadline = Instant::now() + limit;
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let output = child.wait_with_output().unwrap();
+                panic!(
+                    "isuctl {args:?} ran longer than {limit:?}; stderr:\n{}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    fn status(&self) -> (Option<i32>, serde_json::Value) {
+        let output = self.isuctl(&["--json", "cluster", "status"], Duration::from_secs(30));
+        let value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|error| panic!("status --json: {error}: {}", String::from_utf8_lossy(&output.stdout)));
+        (output.status.code(), value)
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if self.up {
+            let _ = self.isuctl(&["cluster", "down"], Duration::from_secs(60));
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// GET over plain HTTP/1.1 with a short limit: (status, body).
+fn get(url: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let answer = text(&answer);
+    let status = answer.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body).to_owned();
+    (status, body)
+}
+
+fn process_named<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|process| process["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {status}"))
+}
+
+#[test]
+fn up_status_request_kill_start_refuse_and_down() {
+    build_nodes();
+    let mut sandbox = Sandbox::new(1);
+    let prefix = sandbox.host_prefix.clone();
+
+    let output = sandbox.isuctl(
+        &["cluster", "up", "--debug", "--no-build", "--timeout", "90"],
+        Duration::from_secs(150),
+    );
+    sandbox.up = true;
+    assert!(output.status.success(), "up failed:\n{}", text(&output.stderr));
+    let public_url = format!("http://{prefix}.2:8080");
+    assert_eq!(
+        text(&output.stdout).lines().last(),
+        Some(public_url.as_str()),
+        "up prints the public URL last"
+    );
+
+    // cluster.json describes what runs; the secret is private.
+    let cluster: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(sandbox.run_dir().join("cluster.json")).unwrap()).unwrap();
+    assert_eq!(cluster["public_url"], public_url.as_str());
+    assert_eq!(cluster["coordinator_url"], format!("http://{prefix}.2:3000").as_str());
+    assert_eq!(cluster["workers"][1]["cell"], "b");
+    assert_eq!(cluster["workers"][1]["url"], format!("http://{prefix}.4:3000").as_str());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(sandbox.run_dir().join("secret"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // Every process alive and healthy.
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(0), "{status:#}");
+    let names: Vec<&str> = status
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["worker-a", "worker-b", "coordinator", "nginx"]);
+    for process in status.as_array().unwrap() {
+        assert_eq!(process["alive"], true, "{process}");
+        assert_eq!(process["healthy"], true, "{process}");
+        assert_eq!(process["health"]["status"], 200, "{process}");
+    }
+    let pids: Vec<(String, Process)> = names
+        .iter()
+        .map(|name| {
+            let pid = process_named(&status, name)["pid"].as_u64().unwrap() as u32;
+            (name.to_string(), Process::of(pid))
+        })
+        .collect();
+
+    // Public requests through nginx: the front end and the coordinator's API.
+    let (code, body) = get(&format!("{public_url}/"));
+    assert_eq!(code, 200);
+    assert!(body.contains("isuctl test"), "{body}");
+    assert_eq!(get(&format!("{public_url}/api/trend")).0, 200);
+    assert_eq!(
+        get(&format!("{public_url}/healthz")).0,
+        404,
+        "internal routes stay internal"
+    );
+
+    // A crashed worker shows in status (exit 1), and starts again with its recorded command line.
+    let output = sandbox.isuctl(&["cluster", "kill", "worker-a"], Duration::from_secs(30));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(1));
+    assert_eq!(process_named(&status, "worker-a")["alive"], false);
+    assert_eq!(process_named(&status, "worker-b")["healthy"], true);
+    let output = sandbox.isuctl(&["--json", "cluster", "start", "worker-a"], Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("worker-a is healthy again"));
+    let started: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(0), "{status:#}");
+    let new_worker_a = Process::of(process_named(&status, "worker-a")["pid"].as_u64().unwrap() as u32);
+    assert_eq!(started[0]["name"], "worker-a");
+    assert_eq!(started[0]["pid"], new_worker_a.pid);
+    let output = sandbox.isuctl(&["cluster", "logs", "worker-a", "-n", "3"], Duration::from_secs(10));
+    assert!(output.status.success());
+    // The last 3 lines of its log, which ends with the restarted worker listening.
+    let tail = text(&output.stdout);
+    assert_eq!(tail.lines().count(), 3, "{tail}");
+    assert!(tail.contains("listening"), "{tail}");
+    assert_eq!(
+        sandbox
+            .isuctl(&["cluster", "logs", "nobody"], Duration::from_secs(10))
+            .status
+            .code(),
+        Some(1)
+    );
+    assert!(
+        sandbox
+            .isuctl(&["cluster", "kill", "nobody"], Duration::from_secs(10))
+            .status
+            .code()
+            == Some(1)
+    );
+
+    // A second up from the same run dir is refused and changes nothing.
+    let output = sandbox.isuctl(&["cluster", "up", "--debug", "--no-build"], Duration::from_secs(30));
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("a cluster is already running"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(sandbox.status().0, Some(0));
+
+    // down: every recorded process gone, nothing left on record.
+    let output = sandbox.isuctl(&["--json", "cluster", "down"], Duration::from_secs(60));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    sandbox.up = false;
+    let stopped: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let stopped: Vec<&str> = stopped
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|action| action["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(stopped, ["nginx", "coordinator", "worker-b", "worker-a"], "stop order");
+    for (name, process) in pids
+        .iter()
+        .chain([&("worker-a (started again)".to_owned(), new_worker_a)])
+    {
+        assert!(
+            process.wait_for_exit(Duration::from_secs(5)),
+            "{name} (pid {}) still runs",
+            process.pid
+        );
+    }
+    assert!(!sandbox.run_dir().join("cluster.json").exists());
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(3), "nothing runs: {status}");
+    assert!(status
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|process| process["alive"] == false));
+}
+
+/// A durable cluster of three workers (the third on the coordinator host's /24): a worker
+/// replaced in place keeps serving and the new process is on record; the coordinator cannot
+/// be replaced; the router reloads on demand.
+#[test]
+fn a_durable_worker_is_replaced_in_place() {
+    build_nodes();
+    let mut sandbox = Sandbox::new(2);
+    let prefix = sandbox.host_prefix.clone();
+    let output = sandbox.isuctl(
+        &[
+            "cluster",
+            "--workers",
+            "3",
+            "--durable",
+            "--fsync",
+            "never",
+            "--devices",
+            "nginx",
+            "--cpus",
+            "0",
+            "up",
+            "--debug",
+            "--no-build",
+            "--timeout",
+            "90",
+        ],
+        Duration::from_secs(150),
+    );
+    sandbox.up = true;
+    assert!(output.status.success(), "up failed:\n{}", text(&output.stderr));
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(0), "{status:#}");
+    assert_eq!(
+        process_named(&status, "worker-c")["health"]["url"],
+        format!("http://{prefix}.5:3000/healthz").as_str()
+    );
+    let old = Process::of(process_named(&status, "worker-b")["pid"].as_u64().unwrap() as u32);
+    // --devices nginx: nginx's device server answers on the worker's device address.
+    assert_eq!(get(&format!("http://{prefix}.5:8080/")).0, 404);
+    // --cpus: every process pinned, the recorded command line with it.
+    let command = std::fs::read_to_string(sandbox.run_dir().join("worker-b.cmd")).unwrap();
+    assert!(command.starts_with("taskset\0-c\0\x30\0"), "{command:?}");
+    let allowed = std::fs::read_to_string(format!("/proc/{}/status", old.pid)).unwrap();
+    assert!(allowed.lines().any(|line| line == "Cpus_allowed_list:\t0"), "{allowed}");
+
+    let output = sandbox.isuctl(&["cluster", "replace", "worker-b"], Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        old.wait_for_exit(Duration::from_secs(10)),
+        "the old worker-b drained and left"
+    );
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(0), "{status:#}");
+    let new_pid = process_named(&status, "worker-b")["pid"].as_u64().unwrap() as u32;
+    assert_ne!(new_pid, old.pid);
+    assert!(text(&output.stderr).contains(&format!("worker-b replaced: pid {} -> {new_pid}", old.pid)));
+
+    let output = sandbox.isuctl(&["cluster", "replace", "coordinator"], Duration::from_secs(10));
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stderr).contains("replace takes a worker"));
+    let output = sandbox.isuctl(&["cluster", "reload-router"], Duration::from_secs(30));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("SIGHUP sent to nginx"));
+    assert_eq!(get(&format!("http://{prefix}.2:8080/api/trend")).0, 200);
+}
+
+/// A node that cannot start: `up` fails with the log tails and leaves nothing running.
+#[test]
+fn a_failed_up_stops_what_it_started() {
+    build_nodes();
+    let mut sandbox = Sandbox::new(3);
+    // The coordinator waits for workers that exit at once.
+    sandbox.env.push(("ISU_WORKER_BIN", "/bin/false".to_owned()));
+    let output = sandbox.isuctl(
+        &["cluster", "up", "--debug", "--no-build", "--timeout", "3"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("up failed: coordinator not healthy after 3s"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("----- tail of"), "{stderr}");
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(3), "nothing runs: {status}");
+    assert!(!sandbox.run_dir().join("cluster.json").exists());
+}
