@@ -9,8 +9,11 @@
 
 pub mod bench;
 pub mod cells;
+pub mod cells_api;
 pub mod cluster;
 pub mod deploy;
+pub mod exit;
+pub mod gate;
 pub mod hosts;
 pub mod local;
 pub mod output;

@@ -6,7 +6,13 @@ use clap::Parser;
 fn main() {
     let cli = isuctl::Cli::parse();
     if let Err(error) = isuctl::run(cli) {
-        eprintln!("isuctl: {error:#}");
-        std::process::exit(1);
+        let (code, quiet) = match error.downcast_ref::<isuctl::exit::Exit>() {
+            Some(exit) => (exit.code, exit.message.is_empty()),
+            None => (1, false),
+        };
+        if !quiet {
+            eprintln!("isuctl: {error:#}");
+        }
+        std::process::exit(code);
     }
 }
