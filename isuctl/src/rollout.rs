@@ -726,12 +726,12 @@ mod tests {
 
     #[test]
     fn the_binary_is_read_from_a_recorded_command_line() {
-        let plain = b"/repo/target/release/worker\0--listen\0127.0.0.3:3000\0";
+        let plain = b"/repo/target/release/worker\x00--listen\x00127.0.0.3:3000\x00";
         assert_eq!(
             binary_in_command_line(plain),
             Some(PathBuf::from("/repo/target/release/worker"))
         );
-        let pinned = b"taskset\0-c\01\0/repo/target/release/worker\0--listen\0";
+        let pinned = b"taskset\x00-c\x001\x00/repo/target/release/worker\x00--listen\x00";
         assert_eq!(
             binary_in_command_line(pinned),
             Some(PathBuf::from("/repo/target/release/worker"))
