@@ -4,6 +4,8 @@
 //! its migrations flipped and prints the coordinator's answer (`--json`: as it came).
 //! Exit status: 0 on success, 1 when the coordinator refused or a migration rolled back.
 
+use std::io::Write;
+
 use anyhow::Context;
 use rand::Rng;
 use shared::placement_map::{CellId, PlacementMap};
@@ -134,14 +136,21 @@ fn watch(api: &CellsApi, seconds: f64, every: f64, format: Format) -> anyhow::Re
             },
             Err(error) => format!("{error:#}"),
         };
-        match format {
+        let mut stdout = std::io::stdout().lock();
+        let written = match format {
             // One summary a line, for a program to follow.
-            Format::Json => println!("{shown}"),
-            Format::Human => println!(
+            Format::Json => writeln!(stdout, "{shown}"),
+            Format::Human => writeln!(
+                stdout,
                 "\x1b[H\x1b[2J{}  (every {every}s; Ctrl-C to stop)\n{shown}",
                 clock_of_day()
             ),
+        };
+        if written.and_then(|()| stdout.flush()).is_err() {
+            // Whoever read the output is gone (a closed pipe): nothing left to watch for.
+            return Ok(());
         }
+        drop(stdout);
         std::thread::sleep(std::time::Duration::from_secs_f64(every));
     }
 }
