@@ -9,149 +9,36 @@
 //!    error, and errors only on the broken graph reads of cell a's ISUs.
 //!
 //! The latency gate gets 500 ms of slack: the bench and the cluster share a few noisy cores,
-//! and this test is about the error gate. The cluster is started by the cluster command on
-//! loopback addresses of its own (127.X.Y.2-4), with the debug binaries `cargo test` built
-//! beside this test (`cargo build --workspace --bins` when run alone), nginx on the path.
+//! and this test is about the error gate. The cluster: `support::LocalCluster`.
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod support;
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use isuctl::local::cluster_command;
 use isuctl::rollout::recorded_binary;
 use shared::protocol::cells::CellsSummary;
+use support::{built_binary, free_loopback_subnet, scratch, text, LocalCluster};
 
 /// The whole test must end well within CI's bound.
 const BUDGET: Duration = Duration::from_secs(240);
 /// The load runs through both rollouts.
 const BENCH_SECONDS: u64 = 50;
 
-/// target/<profile>/NAME, beside this test's directory (`target/<profile>/deps`).
-fn built_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    let path = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test executable lives in target/<profile>/deps")
-        .join(name);
-    assert!(
-        path.is_file(),
-        "{name} binary not found at {}: run `cargo build --workspace --bins` first",
-        path.display()
-    );
-    path
-}
-
-/// Loopback addresses no other cluster on this machine uses: 127.X.Y.{2,3,4} with ports
-/// 3000, 8080 and the bench's JIA (5050) free on each.
-fn free_loopback_subnet() -> [Ipv4Addr; 3] {
-    let seed = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
-    for attempt in 0..50u64 {
-        let mixed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(attempt * 1442695040888963407);
-        let (x, y) = (100 + (mixed >> 33) % 100, 1 + (mixed >> 17) % 250);
-        let hosts = [2, 3, 4].map(|last| Ipv4Addr::new(127, x as u8, y as u8, last));
-        let free = hosts.iter().all(|host| {
-            [3000, 8080, 5050]
-                .iter()
-                .all(|port| TcpListener::bind((*host, *port)).is_ok())
-        });
-        if free {
-            return hosts;
-        }
-    }
-    panic!("no free loopback subnet found");
-}
-
-/// A durable local cluster in a run directory of its own; stopped when dropped.
-struct LocalCluster {
-    run_dir: PathBuf,
-    env: Vec<(String, String)>,
-}
-
-impl LocalCluster {
-    fn up(run_dir: &Path, hosts: &[Ipv4Addr; 3]) -> LocalCluster {
-        let static_dir = run_dir.join("static");
-        std::fs::create_dir_all(&static_dir).unwrap();
-        std::fs::write(
-            static_dir.join("index.html"),
-            "<!doctype html><title>ISUCONDITION</title>\n",
-        )
-        .unwrap();
-        let env = vec![
-            ("ISU_RUN_DIR".to_owned(), run_dir.join("cluster").display().to_string()),
-            ("ISU_COORDINATOR_HOST".to_owned(), hosts[0].to_string()),
-            ("ISU_WORKER_A_HOST".to_owned(), hosts[1].to_string()),
-            ("ISU_WORKER_B_HOST".to_owned(), hosts[2].to_string()),
-            ("ISU_STATIC_DIR".to_owned(), static_dir.display().to_string()),
-            (
-                "ISU_COORDINATOR_BIN".to_owned(),
-                built_binary("coordinator").display().to_string(),
-            ),
-            (
-                "ISU_WORKER_BIN".to_owned(),
-                built_binary("worker").display().to_string(),
-            ),
-            (
-                "ISU_CLUSTER_SECRET".to_owned(),
-                "rollout-test-secret-0123456789".to_owned(),
-            ),
-        ];
-        let cluster = LocalCluster {
-            run_dir: run_dir.join("cluster"),
-            env,
-        };
-        // Durable (a replaced worker hands its data over through its log), without fsync: this
-        // test is about the handover, not power loss, and an fsync on a disk busy with builds
-        // can outlast the bench's 1 s device-post timeout.
-        let up = cluster.cluster(&["up", "--durable", "--fsync", "never", "--no-build"]);
-        assert!(
-            up.status.success(),
-            "cluster up failed:\n{}",
-            String::from_utf8_lossy(&up.stderr)
-        );
-        cluster
-    }
-
-    fn cluster(&self, args: &[&str]) -> Output {
-        cluster_command()
-            .envs(self.env.iter().map(|(key, value)| (key, value)))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("the cluster command runs")
-    }
-
-    fn isuctl(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_isuctl"))
-            .envs(self.env.iter().map(|(key, value)| (key, value)))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("isuctl runs")
-    }
-
-    /// Cell `cell`'s public requests a second over one second (0 when it cannot be read).
-    fn load_on(&self, cell: &str) -> f64 {
-        let output = self.isuctl(&["--json", "cells", "status", "--seconds", "1"]);
-        let Ok(summary) = serde_json::from_slice::<CellsSummary>(&output.stdout) else {
-            return 0.0;
-        };
-        summary
-            .cells
-            .iter()
-            .find(|each| each.name == cell)
-            .and_then(|each| each.figures.as_ref())
-            .map_or(0.0, |figures| figures.requests_per_second)
-    }
-}
-
-impl Drop for LocalCluster {
-    fn drop(&mut self) {
-        let _ = self.cluster(&["down"]);
-    }
+/// Cell `cell`'s public requests a second over one second (0 when it cannot be read).
+fn load_on(cluster: &LocalCluster, cell: &str) -> f64 {
+    let output = cluster.isuctl(&["--json", "cells", "status", "--seconds", "1"]);
+    let Ok(summary) = serde_json::from_slice::<CellsSummary>(&output.stdout) else {
+        return 0.0;
+    };
+    summary
+        .cells
+        .iter()
+        .find(|each| each.name == cell)
+        .and_then(|each| each.figures.as_ref())
+        .map_or(0.0, |figures| figures.requests_per_second)
 }
 
 /// The bench against the cluster, reading and posting all along (stopped if the test fails).
@@ -215,22 +102,14 @@ impl Drop for Bench {
     }
 }
 
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
 #[test]
 fn a_working_build_passes_its_gates_and_a_broken_one_is_rolled_back_in_its_first_wave() {
     let started = Instant::now();
-    let scratch = std::env::temp_dir().join(format!("isuctl-rollout-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
-    std::fs::create_dir_all(&scratch).unwrap();
+    let scratch = scratch("rollout");
     let hosts = free_loopback_subnet();
-    let cluster = LocalCluster::up(&scratch, &hosts);
+    // Durable (a replaced worker hands its data over through its log); no fsync: this test is
+    // about the handover, not about power loss.
+    let cluster = LocalCluster::up(&scratch, &hosts, &["--durable", "--fsync", "never"]);
     let worker = built_binary("worker");
     let broken = scratch.join("worker-broken");
     std::fs::write(
@@ -250,7 +129,7 @@ fn a_working_build_passes_its_gates_and_a_broken_one_is_rolled_back_in_its_first
     let load_deadline = Instant::now() + Duration::from_secs(30);
     let mut load = 0.0;
     while Instant::now() < load_deadline && load <= 5.0 {
-        load = cluster.load_on("a");
+        load = load_on(&cluster, "a");
     }
     assert!(load > 5.0, "the bench's load never reached cell a ({load} requests/s)");
 
