@@ -24,7 +24,8 @@ use serde::Serialize;
 
 use crate::local::{self, Addresses, ClusterFile, RunDir};
 use crate::output::{self, Format};
-use crate::{http, ExitStatus};
+use crate::exit::Exit;
+use crate::http;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = ENVIRONMENT)]
@@ -490,7 +491,7 @@ impl Cluster {
         }
         let status = tail.args(&files).status().context("running tail")?;
         if !status.success() {
-            return Err(ExitStatus(status.code().unwrap_or(1)).into());
+            return Err(Exit::quiet(status.code().unwrap_or(1)).into());
         }
         Ok(())
     }
@@ -785,10 +786,10 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             let processes = cluster.status();
             output::emit(format, &processes, |processes| status_table(processes))?;
             if !processes.iter().any(|process| process.alive) {
-                return Err(ExitStatus(3).into());
+                return Err(Exit::quiet(3).into());
             }
             if !processes.iter().all(|process| process.healthy) {
-                return Err(ExitStatus(1).into());
+                return Err(Exit::quiet(1).into());
             }
             Ok(())
         }

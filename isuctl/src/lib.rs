@@ -9,8 +9,11 @@
 
 pub mod bench;
 pub mod cells;
+pub mod cells_api;
 pub mod cluster;
 pub mod deploy;
+pub mod exit;
+pub mod gate;
 pub mod hosts;
 pub mod http;
 pub mod local;
@@ -59,13 +62,6 @@ pub enum Command {
     /// The front end: build, unit tests, browser tests.
     Web(web::Args),
 }
-
-/// An exit status a command promises besides 0 and 1 (`cluster status`: 3 when nothing
-/// runs), or 1 when the command has already said why on stderr: `main` exits with it and
-/// prints nothing more.
-#[derive(Debug, thiserror::Error)]
-#[error("exit status {0}")]
-pub struct ExitStatus(pub i32);
 
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {

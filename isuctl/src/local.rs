@@ -57,6 +57,11 @@ impl RunDir {
     /// The description of the running cluster, or an error telling how to start one.
     pub fn cluster(&self) -> anyhow::Result<ClusterFile> {
         let path = self.cluster_file_path();
+        if !path.exists() {
+            if let Some(cluster) = self.cluster_env() {
+                return Ok(cluster);
+            }
+        }
         let text = std::fs::read_to_string(&path).map_err(|error| {
             anyhow::anyhow!(
                 "no cluster in {} ({error}): start one with `isuctl cluster up`",
@@ -64,6 +69,37 @@ impl RunDir {
             )
         })?;
         serde_json::from_str(&text).map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))
+    }
+
+    /// Until `isuctl cluster up` writes `cluster.json`: the `cluster.env` of `scripts/cluster
+    /// up` (`KEY=value` lines; the workers in `ISU_WORKER_NODES`, `worker-a=URL ...`).
+    fn cluster_env(&self) -> Option<ClusterFile> {
+        let text = std::fs::read_to_string(self.path.join("cluster.env")).ok()?;
+        let value = |key: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
+                .map(|value| value.trim_matches('"').to_owned())
+        };
+        let workers = value("ISU_WORKER_NODES")?
+            .split_whitespace()
+            .filter_map(|node| {
+                let (name, url) = node.split_once('=')?;
+                let cell = name.strip_prefix("worker-")?.to_owned();
+                let device_url = value(&format!("ISU_WORKER_{}_DEVICE_URL", cell.to_uppercase())).unwrap_or_default();
+                Some(WorkerEntry {
+                    cell,
+                    url: url.to_owned(),
+                    device_url,
+                })
+            })
+            .collect();
+        Some(ClusterFile {
+            public_url: value("ISU_PUBLIC_URL")?,
+            coordinator_url: value("ISU_COORDINATOR_URL")?,
+            workers,
+            jia_url: value("ISU_JIA_URL"),
+            durable: self.path.join("data").is_dir(),
+        })
     }
 
     /// The cluster secret (`secret`, mode 600).

@@ -6,10 +6,13 @@ use clap::Parser;
 fn main() {
     let cli = isuctl::Cli::parse();
     if let Err(error) = isuctl::run(cli) {
-        if let Some(isuctl::ExitStatus(code)) = error.downcast_ref() {
-            std::process::exit(*code);
+        let (code, quiet) = match error.downcast_ref::<isuctl::exit::Exit>() {
+            Some(exit) => (exit.code, exit.message.is_empty()),
+            None => (1, false),
+        };
+        if !quiet {
+            eprintln!("isuctl: {error:#}");
         }
-        eprintln!("isuctl: {error:#}");
-        std::process::exit(1);
+        std::process::exit(code);
     }
 }

@@ -86,6 +86,20 @@ pub enum Phase {
     RolledBack,
 }
 
+/// For people (the cells table): `cloning`, `flipped at map v7`, ...
+impl std::fmt::Display for Phase {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Phase::Planned => formatter.write_str("planned"),
+            Phase::Cloning => formatter.write_str("cloning"),
+            Phase::CaughtUp => formatter.write_str("caught up"),
+            Phase::Flipped { map_version } => write!(formatter, "flipped at map v{map_version}"),
+            Phase::Forgotten => formatter.write_str("forgotten"),
+            Phase::RolledBack => formatter.write_str("rolled back"),
+        }
+    }
+}
+
 /// What happened to a migration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {

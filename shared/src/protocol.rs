@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::Flags;
 
+pub mod cells;
+
 /// Header carrying the cluster secret (`Authorization: Bearer <secret>` is accepted too,
 /// so a Prometheus scraper can read `/metrics`).
 pub const SECRET_HEADER: &str = "x-cluster-secret";
@@ -29,7 +31,7 @@ pub const WORKER_RESEND_LATEST: &str = "/internal/latest/resend";
 pub const WORKER_PLACEMENT: &str = "/internal/placement";
 /// Coordinator: the current placement map (GET) and operations on it (cells API).
 pub const COORDINATOR_PLACEMENT: &str = "/internal/placement";
-/// Coordinator: the map as a text table, one line per cell.
+/// Coordinator: every cell's share of the map and recent figures ([`cells::CellsSummary`]).
 pub const COORDINATOR_CELLS: &str = "/internal/cells";
 /// Coordinator: migrate a slot or a pinned ISU (`{"slot"|"isu", "to"}`).
 pub const COORDINATOR_MIGRATE: &str = "/internal/cells/migrate";

@@ -1,9 +1,10 @@
 //! The cells API (internal, cluster secret required): the placement map and the operations
-//! that move ISUs between cells. `scripts/cells` is its command-line front.
+//! that move ISUs between cells. `isuctl cells` is its command-line front; the bodies are
+//! `shared::protocol::cells`.
 //!
 //! - `GET  /internal/placement`: the map and the migrations in progress;
-//! - `GET  /internal/cells[?seconds=S]`: a text table, one line per cell: the map's share and
-//!   what the cell did over S seconds (two scrapes of its `/metrics`);
+//! - `GET  /internal/cells[?seconds=S]`: per cell, the map's share and what the cell did over
+//!   S seconds (two scrapes of its `/metrics`), and the migrations in progress (JSON);
 //! - `POST /internal/cells/migrate` `{"slot": "0b", "to": "c"}` or `{"isu": UUID, "to": "c"}`;
 //! - `POST /internal/cells/drain` `{"cell": "a"}`: every slot and pin of the cell elsewhere;
 //! - `POST /internal/cells/rebalance` `{}`: the fewest slot moves that even out every cell.
@@ -18,15 +19,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::json;
 use shared::migration::Subject;
 use shared::placement_map::CellId;
+use shared::protocol::cells::{
+    CellFigures, CellSummary, CellsAnswer, CellsSummary, DrainRequest, Latency, MigrateRequest, MigrationInProgress,
+    MigrationReport, PlacementAnswer,
+};
 use shared::protocol::{
     COORDINATOR_CELLS, COORDINATOR_DRAIN, COORDINATOR_MIGRATE, COORDINATOR_PLACEMENT, COORDINATOR_REBALANCE,
 };
 
 use super::ClusterPeer;
-use crate::state::migration::{CellsError, MigrationReport};
+use crate::state::migration::CellsError;
 use crate::AppState;
 
 pub fn router() -> Router<AppState> {
@@ -40,12 +44,12 @@ pub fn router() -> Router<AppState> {
 
 async fn placement(_: ClusterPeer, State(app): State<AppState>) -> Response {
     let map = app.state.placement.map();
-    let migrations: Vec<_> = app.state.placement.migrations.lock().values().cloned().collect();
-    Json(json!({
-        "map": &*map,
-        "slot_counts": map.slot_counts(),
-        "migrations": migrations,
-    }))
+    let migrations = app.state.placement.migrations.lock().values().cloned().collect();
+    Json(PlacementAnswer {
+        slot_counts: map.slot_counts(),
+        map: (*map).clone(),
+        migrations,
+    })
     .into_response()
 }
 
@@ -55,24 +59,29 @@ struct SummaryQuery {
     seconds: Option<f64>,
 }
 
-/// What one cell did between two scrapes of its `/metrics` (`None`: it did not answer).
-struct CellFigures {
-    conditions: f64,
-    requests_per_second: f64,
-    error_ratio: Option<f64>,
-    p99: Option<f64>,
-    push_lag_p99: Option<f64>,
-    shaped: f64,
-    map_version: u64,
-}
-
 /// Public API routes only: the scrapes and the cluster's own calls are not the cell's load.
 fn public_route(labels: &str) -> bool {
     shared::prom_text::label(labels, "route").is_some_and(|route| route.starts_with("/api/"))
 }
 
+/// A histogram's quantile between two scrapes, as a [`Latency`] (`None`: no observation).
+fn latency_between(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Option<Latency> {
+    let seconds = shared::prom_text::quantile_between(before, after, q)?;
+    let last_bound = after
+        .iter()
+        .map(|(bound, _)| *bound)
+        .filter(|bound| bound.is_finite())
+        .fold(0.0, f64::max);
+    Some(Latency::from_seconds(seconds, last_bound))
+}
+
+/// A counter or gauge as a whole count (an empty sum is `-0.0`, which printed as `-0`).
+fn count(value: f64) -> u64 {
+    value.max(0.0).round() as u64
+}
+
 fn figures(before: &str, after: &str, seconds: f64, map_version: u64) -> CellFigures {
-    use shared::prom_text::{buckets, label, parse, quantile_between, sum};
+    use shared::prom_text::{buckets, label, parse, sum};
     let (before, after) = (parse(before), parse(after));
     let delta = |keep: &dyn Fn(&str) -> bool| {
         sum(&after, "http_requests_total", keep) - sum(&before, "http_requests_total", keep)
@@ -85,12 +94,12 @@ fn figures(before: &str, after: &str, seconds: f64, map_version: u64) -> CellFig
         |samples: &[shared::prom_text::Sample]| buckets(samples, "http_request_duration_seconds", public_route);
     let lag = |samples: &[shared::prom_text::Sample]| buckets(samples, "latest_push_lag_seconds", |_| true);
     CellFigures {
-        conditions: sum(&after, "conditions_stored_total", |_| true),
-        requests_per_second: requests / seconds,
+        conditions: count(sum(&after, "conditions_stored_total", |_| true)),
+        requests_per_second: requests.max(0.0) / seconds,
         error_ratio: (requests > 0.0).then(|| errors / requests),
-        p99: quantile_between(&latency(&before), &latency(&after), 0.99),
-        push_lag_p99: quantile_between(&lag(&before), &lag(&after), 0.99),
-        shaped: sum(&after, "ingest_shaped_isus", |_| true),
+        p99: latency_between(&latency(&before), &latency(&after), 0.99),
+        push_lag_p99: latency_between(&lag(&before), &lag(&after), 0.99),
+        shaped_isus: count(sum(&after, "ingest_shaped_isus", |_| true)),
         map_version,
     }
 }
@@ -105,15 +114,16 @@ async fn scrape(app: &AppState) -> Vec<Option<(String, u64)>> {
     futures_util::future::join_all(scrapes).await
 }
 
-/// `GET /internal/cells[?seconds=S]`: a table per cell — slots, pins, ISUs, conditions,
-/// public requests a second, their error ratio (5xx) and p99, the latest push's p99 lag,
-/// shaped ISUs and the worker's map version — from two scrapes S seconds apart (default 1,
-/// taken between 0.1 and 30; not a finite number: 400).
+/// `GET /internal/cells[?seconds=S]`: per cell — slots, pins, ISUs, conditions, public
+/// requests a second, their error ratio (5xx) and p99, the latest push's p99 lag, shaped
+/// ISUs and the worker's map version — from two scrapes S seconds apart (default 1, taken
+/// between 0.1 and 30; not a finite number: 400), and the migrations in progress
+/// ([`CellsSummary`], JSON; `isuctl cells status` renders it as a table).
 async fn summary(
     _: ClusterPeer,
     State(app): State<AppState>,
     Query(query): Query<SummaryQuery>,
-) -> Result<String, (StatusCode, &'static str)> {
+) -> Result<Json<CellsSummary>, (StatusCode, &'static str)> {
     let seconds = match query.seconds {
         None => 1.0,
         Some(seconds) if seconds.is_finite() => seconds.clamp(0.1, 30.0),
@@ -125,104 +135,57 @@ async fn summary(
     let map = app.state.placement.map();
     let counts = map.slot_counts();
     let isus = app.state.generation().isus_per_cell(&map);
-    let mut text = format!(
-        "placement map version {} ({} cells, {} pins); rates over {seconds:.1} s\n{:<8} {:<5} {:>5} {:>4} {:>6} {:>11} {:>8} {:>7} {:>8} {:>9} {:>6} {:>4}  {:<28} {}\n",
-        map.version(),
-        map.cells().len(),
-        map.pins().len(),
-        "CELL",
-        "STATE",
-        "SLOTS",
-        "PINS",
-        "ISUS",
-        "CONDITIONS",
-        "REQ/S",
-        "ERR%",
-        "P99 ms",
-        "PUSH p99",
-        "SHAPED",
-        "MAP",
-        "INTERNAL URL",
-        "DEVICE URL"
-    );
-    let ms = |value: Option<f64>| match value {
-        Some(seconds) if seconds.is_infinite() => ">2500".to_owned(),
-        Some(seconds) => format!("{:.1}", seconds * 1000.0),
-        None => "-".to_owned(),
-    };
-    for (id, cell) in map.cells().iter().enumerate() {
-        let measured = match (&before.get(id).cloned().flatten(), &after.get(id).cloned().flatten()) {
-            (Some((earlier, _)), Some((later, version))) => Some(figures(earlier, later, seconds, *version)),
-            _ => None,
-        };
-        let columns = match &measured {
-            Some(figures) => format!(
-                "{:<5} {:>5} {:>4} {:>6} {:>11.0} {:>8.1} {:>7} {:>8} {:>9} {:>6.0} {:>4}",
-                "up",
-                counts[id],
-                map.pins_of(id as CellId).len(),
-                isus[id],
-                figures.conditions,
-                figures.requests_per_second,
-                figures
-                    .error_ratio
-                    .map_or("-".to_owned(), |ratio| format!("{:.2}", ratio * 100.0)),
-                ms(figures.p99),
-                ms(figures.push_lag_p99),
-                figures.shaped,
-                figures.map_version,
-            ),
-            None => format!(
-                "{:<5} {:>5} {:>4} {:>6} {:>11} {:>8} {:>7} {:>8} {:>9} {:>6} {:>4}",
-                "DOWN",
-                counts[id],
-                map.pins_of(id as CellId).len(),
-                isus[id],
-                "-",
-                "-",
-                "-",
-                "-",
-                "-",
-                "-",
-                "-"
-            ),
-        };
-        text.push_str(&format!(
-            "{:<8} {columns}  {:<28} {}\n",
-            cell.name, cell.internal_url, cell.device_url
-        ));
-    }
-    for migration in app.state.placement.migrations.lock().values() {
-        text.push_str(&format!(
-            "migration {}: {} {} → {} ({:?})\n",
-            migration.id,
-            migration.subject,
-            map.cells()[usize::from(migration.from)].name,
-            map.cells()[usize::from(migration.to)].name,
-            migration.phase
-        ));
-    }
-    Ok(text)
-}
-
-#[derive(Deserialize)]
-struct MigrateRequest {
-    slot: Option<String>,
-    isu: Option<String>,
-    to: String,
-}
-
-#[derive(Deserialize)]
-struct DrainRequest {
-    cell: String,
+    let cells = map
+        .cells()
+        .iter()
+        .enumerate()
+        .map(|(id, cell)| {
+            let figures = match (before.get(id).cloned().flatten(), after.get(id).cloned().flatten()) {
+                (Some((earlier, _)), Some((later, version))) => Some(figures(&earlier, &later, seconds, version)),
+                _ => None,
+            };
+            CellSummary {
+                name: cell.name.clone(),
+                slots: counts[id],
+                pins: map.pins_of(id as CellId).len(),
+                isus: isus[id],
+                internal_url: cell.internal_url.clone(),
+                device_url: cell.device_url.clone(),
+                figures,
+            }
+        })
+        .collect();
+    let name = |id: CellId| map.cells()[usize::from(id)].name.clone();
+    let migrations = app
+        .state
+        .placement
+        .migrations
+        .lock()
+        .values()
+        .map(|migration| MigrationInProgress {
+            id: migration.id,
+            subject: migration.subject.clone(),
+            from: name(migration.from),
+            to: name(migration.to),
+            phase: migration.phase,
+        })
+        .collect();
+    Ok(Json(CellsSummary {
+        map_version: map.version(),
+        pins: map.pins().len(),
+        seconds,
+        cells,
+        migrations,
+    }))
 }
 
 fn refused(message: impl Into<String>) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(json!({ "error": message.into(), "migrations": [] })),
-    )
-        .into_response()
+    let body = CellsAnswer {
+        error: Some(message.into()),
+        migrations: Vec::new(),
+        map_version: None,
+    };
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
 }
 
 fn cell_named(app: &AppState, name: &str) -> Result<CellId, String> {
@@ -234,9 +197,14 @@ fn cell_named(app: &AppState, name: &str) -> Result<CellId, String> {
 }
 
 fn answer(app: &AppState, done: Vec<MigrationReport>, error: Option<CellsError>) -> Response {
-    let map_version = app.state.placement.map().version();
+    let map_version = Some(app.state.placement.map().version());
     match error {
-        None => Json(json!({ "migrations": done, "map_version": map_version })).into_response(),
+        None => Json(CellsAnswer {
+            error: None,
+            migrations: done,
+            map_version,
+        })
+        .into_response(),
         Some(error) => {
             let status = match error {
                 CellsError::Refused(_) | CellsError::Placement(_) | CellsError::Machine(_) => StatusCode::BAD_REQUEST,
@@ -245,7 +213,11 @@ fn answer(app: &AppState, done: Vec<MigrationReport>, error: Option<CellsError>)
                 CellsError::Log(_) => StatusCode::INTERNAL_SERVER_ERROR,
             };
             tracing::warn!(%error, "cells operation failed");
-            let body = json!({ "error": error.to_string(), "migrations": done, "map_version": map_version });
+            let body = CellsAnswer {
+                error: Some(error.to_string()),
+                migrations: done,
+                map_version,
+            };
             (status, Json(body)).into_response()
         }
     }

@@ -22,7 +22,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use shared::migration::{Event, Migration, MigrationError, Recovery, Subject};
 use shared::placement_map::{CellId, PlacementError, PlacementMap, SlotMove};
 use shared::protocol::{ActivateIsus, ExportSubject, ForgetSubject, IsuRef};
@@ -48,19 +47,8 @@ pub enum CellsError {
     Log(#[from] shared::wal::WalError),
 }
 
-/// What one migration did.
-#[derive(Debug, Clone, Serialize)]
-pub struct MigrationReport {
-    pub id: u64,
-    pub subject: String,
-    pub from: String,
-    pub to: String,
-    pub isus: usize,
-    pub conditions: usize,
-    /// From the plan to the flip (the forget follows after the grace period).
-    pub millis: u64,
-    pub map_version: u64,
-}
+/// What one migration did (the cells API answers with it).
+pub use shared::protocol::cells::MigrationReport;
 
 impl State {
     /// Moves `subject` to cell `to` (see the module documentation); `None` when it is

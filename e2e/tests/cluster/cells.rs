@@ -355,34 +355,39 @@ async fn cells_table(cluster: &Cluster, seconds: &str) -> (StatusCode, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cells_table_shows_what_each_cell_does_and_a_cell_that_is_down() {
+    use shared::protocol::cells::{CellSummary, CellsSummary};
     let mut cluster = spawn_cluster_with(three_cells()).await;
     let alice = cluster.sign_in("alice").await;
     let on_b = cluster.known_uuid('1', 0x91);
     alice.register(&on_b, "busy", None).await.json(201);
     let devices = Devices::start(&[(on_b.clone(), cluster.device_servers[1].clone())]);
-    let columns = |text: &str, cell: &str| -> Vec<String> {
-        text.lines()
-            .find(|line| line.split_whitespace().next() == Some(cell))
-            .unwrap_or_else(|| panic!("no line for cell {cell}:\n{text}"))
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect()
+    let cell = |summary: &CellsSummary, name: &str| -> CellSummary {
+        summary
+            .cells
+            .iter()
+            .find(|cell| cell.name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no cell {name}: {summary:?}"))
     };
     let (status, text) = cells_table(&cluster, "0.5").await;
     assert_eq!(status, StatusCode::OK);
-    // CELL STATE SLOTS PINS ISUS CONDITIONS REQ/S ERR% P99 PUSH SHAPED MAP URL URL
-    let b = columns(&text, "b");
-    assert_eq!(b[1], "up", "{text}");
-    assert_eq!(b[2], "80", "{text}");
-    assert!(b[4].parse::<u64>().unwrap() >= 1, "b has ISUs: {text}");
-    assert!(b[5].parse::<f64>().unwrap() > 0.0, "b stored conditions: {text}");
-    assert!(b[6].parse::<f64>().unwrap() > 10.0, "b takes device posts: {text}");
-    assert_eq!(b[7], "0.00", "no 5xx: {text}");
-    assert_ne!(b[8], "-", "a p99: {text}");
-    let c = columns(&text, "c");
-    assert_eq!(c[6].parse::<f64>().unwrap(), 0.0, "c takes nothing: {text}");
-    assert_eq!(c[7], "-", "no request, no ratio: {text}");
-    assert!(text.starts_with("placement map version 1 (3 cells, 0 pins)"), "{text}");
+    let summary: CellsSummary = serde_json::from_str(&text).expect("the cells summary in JSON");
+    let b = cell(&summary, "b");
+    assert_eq!(b.slots, 80, "{text}");
+    assert!(b.isus >= 1, "b has ISUs: {text}");
+    let figures = b.figures.expect("b is up");
+    assert!(figures.conditions > 0, "b stored conditions: {text}");
+    assert!(figures.requests_per_second > 10.0, "b takes device posts: {text}");
+    assert_eq!(figures.error_ratio, Some(0.0), "no 5xx: {text}");
+    assert!(figures.p99.is_some(), "a p99: {text}");
+    let c = cell(&summary, "c").figures.expect("c is up");
+    assert_eq!(c.requests_per_second, 0.0, "c takes nothing: {text}");
+    assert_eq!(c.error_ratio, None, "no request, no ratio: {text}");
+    assert_eq!(
+        (summary.map_version, summary.cells.len(), summary.pins),
+        (1, 3, 0),
+        "{text}"
+    );
     // A span that is not a finite number is refused (it once panicked the handler).
     for seconds in ["NaN", "inf", "-inf"] {
         let (status, text) = cells_table(&cluster, seconds).await;
@@ -393,8 +398,9 @@ async fn the_cells_table_shows_what_each_cell_does_and_a_cell_that_is_down() {
     cluster.kill_node(2);
     let (status, text) = cells_table(&cluster, "0.5").await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(columns(&text, "c")[1], "DOWN", "{text}");
-    assert_eq!(columns(&text, "b")[1], "up", "{text}");
+    let summary: CellsSummary = serde_json::from_str(&text).expect("the cells summary in JSON");
+    assert!(!cell(&summary, "c").is_up(), "{text}");
+    assert!(cell(&summary, "b").is_up(), "{text}");
     let (_, refused, _) = devices.stop().await;
     assert_eq!(refused, 0);
 }

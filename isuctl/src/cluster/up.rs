@@ -13,7 +13,8 @@ use deploy::supervise::Spawn;
 use super::{cluster_file, log, started, Cluster, Devices, Worker};
 use crate::local::{self, ClusterFile};
 use crate::output::{self, Format};
-use crate::{http, render, ExitStatus};
+use crate::exit::Exit;
+use crate::{http, render};
 
 /// The binaries `up` runs.
 struct Binaries {
@@ -121,7 +122,7 @@ fn fail(cluster: &Cluster, error: anyhow::Error) -> anyhow::Error {
     } else {
         let _ = cluster.stop_all();
     }
-    ExitStatus(1).into()
+    Exit::quiet(1).into()
 }
 
 fn show_log_tails(cluster: &Cluster) {
