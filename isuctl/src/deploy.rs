@@ -200,7 +200,9 @@ fn rendered_lines(rendered: &deploy::deployment::Rendered) -> String {
 /// inventory bundles it and it is not built yet.
 fn build_for(inventory: &Path) -> anyhow::Result<()> {
     let root = crate::local::repo_root();
-    crate::external::build_release(&root, &["coordinator", "worker"])?;
+    // deploy as before (when it was the binary run here): the same feature set of the shared
+    // dependencies, so release binaries already built are reused.
+    crate::external::build_release(&root, &["coordinator", "worker", "deploy"])?;
     let text = std::fs::read_to_string(inventory).with_context(|| format!("reading {}", inventory.display()))?;
     let bundles_web = text.lines().any(|line| {
         line.trim_start()
