@@ -5,7 +5,7 @@
 //! The script installs only files that differ and restarts or reloads only the units those
 //! files belong to, so a second run changes nothing.
 
-use std::io::Write as _;
+use std::io::{BufRead as _, Write as _};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -23,8 +23,15 @@ const REMOTE_COMMAND: &str = "set -e; umask 077; stage=$(mktemp -d /tmp/isu-depl
 
 /// Applies `out/<host>/` to one host through `remote`: a command whose `{host}` becomes the
 /// destination (`ssh -o BatchMode=yes {host}`), with the remote command appended as one
-/// argument.
-pub fn apply_host(out: &Path, host: &str, destination: &str, remote: &[String]) -> anyhow::Result<()> {
+/// argument. Each line the remote side prints on stdout goes to `on_line` as it comes (its
+/// stderr is the caller's).
+pub fn apply_host(
+    out: &Path,
+    host: &str,
+    destination: &str,
+    remote: &[String],
+    mut on_line: impl FnMut(&str),
+) -> anyhow::Result<()> {
     let dir = out.join(host);
     let tar = Command::new("tar")
         .arg("-C")
@@ -45,12 +52,21 @@ pub fn apply_host(out: &Path, host: &str, destination: &str, remote: &[String]) 
         .args(prefix)
         .arg(REMOTE_COMMAND)
         .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {program}"))?;
-    child.stdin.take().expect("piped").write_all(&tar.stdout)?;
+    // The tar stream is written from a thread: the remote side may print before it has
+    // read all of it, and a full stdout pipe must not stall the upload.
+    let mut stdin = child.stdin.take().expect("piped");
+    let upload = std::thread::spawn(move || stdin.write_all(&tar.stdout));
+    for line in std::io::BufReader::new(child.stdout.take().expect("piped")).lines() {
+        on_line(&line?);
+    }
+    let uploaded = upload.join().expect("the upload thread does not panic");
     let status = child.wait()?;
     if !status.success() {
         bail!("applying to {host} ({destination}) failed: {status}");
     }
+    uploaded.with_context(|| format!("sending the files to {host}"))?;
     Ok(())
 }

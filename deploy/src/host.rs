@@ -509,7 +509,7 @@ enum Ended {
 /// Stops a service's process as the local cluster stops a node (the shared supervisor:
 /// SIGTERM, SIGKILL after 5 s), then reaps it.
 fn terminate(child: &mut Child) {
-    let process = deploy::supervise::Process::of(child.id());
+    let process = crate::supervise::Process::of(child.id());
     process.stop(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(5), false);
     let _ = child.kill();
     let _ = child.wait();

@@ -1,8 +1,19 @@
-//! The deploy crate's library: what the operations tool (`isuctl`) and `isu-deploy` share.
+//! The cluster on hosts, as a library: what the operations tool (`isuctl deploy`, `isuctl
+//! hosts`, `isuctl cluster`) runs.
 //!
-//! `nginx` renders the nginx front's configuration (for the local cluster or another host);
-//! `supervise` starts, records, finds and stops detached processes (the local cluster's
-//! nodes, `run-host`'s services).
+//! Layout: `inventory` (the TOML file, checked as a whole), `render` (every host's files as
+//! they will lie on the host), `nginx` (the nginx front's configuration, for the local cluster
+//! or another host, with the placement include from `shared::router`), `deployment` (an
+//! inventory file rendered into a directory and applied: the secret, the output directory,
+//! which hosts), `apply` (one host over SSH, only what changed restarted), `supervise` (starts,
+//! records, finds and stops detached processes: the local cluster's nodes, `run-host`'s
+//! services), `host` (`run-host`: one rendered host's units without systemd, for the
+//! network-namespace hosts of `isuctl hosts`).
 
+pub mod apply;
+pub mod deployment;
+pub mod host;
+pub mod inventory;
 pub mod nginx;
+pub mod render;
 pub mod supervise;

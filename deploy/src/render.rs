@@ -474,14 +474,14 @@ fn lines(items: impl IntoIterator<Item = impl std::fmt::Display>) -> String {
 fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<String> {
     let cells = inventory
         .workers()
-        .map(|worker| deploy::nginx::CellSpec {
+        .map(|worker| crate::nginx::CellSpec {
             name: worker.cell.clone().expect("checked"),
             node: internal(inventory, worker),
             device_listen: socket(worker.public_address, inventory.public_port()),
             device_server_name: Some(worker.server_name.clone()),
         })
         .collect();
-    let options = deploy::nginx::Options {
+    let options = crate::nginx::Options {
         run_dir: nginx_run_dir(inventory),
         template: context.nginx_template.to_owned(),
         out: None,
@@ -495,14 +495,14 @@ fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow
         worker_processes: "auto".to_owned(),
         device_servers: false,
         access_log: false,
-        tls: inventory.tls.as_ref().map(|tls| deploy::nginx::Tls {
+        tls: inventory.tls.as_ref().map(|tls| crate::nginx::Tls {
             cert: tls.cert.clone(),
             key: tls.key.clone(),
         }),
         check: false,
         nginx_bin: inventory.nginx_bin.clone(),
     };
-    let text = deploy::nginx::render_for_host(&options, &inventory.nginx_user)
+    let text = crate::nginx::render_for_host(&options, &inventory.nginx_user)
         .with_context(|| format!("rendering nginx.conf for host {}", host.name))?;
     Ok(format!("{HEADER}\n{text}"))
 }

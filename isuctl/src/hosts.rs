@@ -1,10 +1,1055 @@
-//! `isuctl hosts`: not yet ported from `scripts/hosts`.
+//! `isuctl hosts`: the cluster on real network hosts made on this machine (`scripts/hosts`
+//! runs it).
+//!
+//! One network namespace per host, joined by netlab (a userspace router: this kernel has no
+//! netem), running the very files `isuctl deploy render` makes for real hosts, with TLS from
+//! a private CA made here:
+//!
+//! ```text
+//! isucondition-1  coordinator + nginx   public 10.77.0.1   internal 10.78.0.1
+//! isucondition-2  worker, cell a        public 10.77.0.2   internal 10.78.0.2
+//! isucondition-3  worker, cell b        public 10.77.0.3   internal 10.78.0.3
+//! isucondition-4  worker, cell c        (with --workers 3)
+//! bench           the bench and JIA     public 10.77.0.100 (no internal address)
+//! ```
+//!
+//! Each host runs `isuctl deploy run-host` over its rendered units in its namespace, with its
+//! own directories bound where a real host has them (`hosts::plan` says which): its state,
+//! its configuration, the certificates, and on the coordinator host the front end the render
+//! bundled, so nginx's user reads it from the host's tree and never from the checkout.
+//! `hosts::checks` is `isuctl hosts test`. The state of a running set of hosts (what `up`
+//! made and started) is `run/hosts/state.json`; `down` undoes exactly that.
 
-use crate::output::Format;
+pub mod checks;
+pub mod metrics;
+pub mod plan;
 
+use std::io::{BufRead as _, Write as _};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use serde::{Deserialize, Serialize};
+
+use crate::external::{output_checked, run_checked};
+use crate::output::{self, Format};
+use plan::{HostPlan, Paths, DOMAIN};
+
+/// The deployment on network-namespace hosts of this machine (needs root, iproute2, nginx,
+/// openssl, curl).
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(after_help = "Environment: ISU_HOSTS_DIR (default run/hosts), ISU_HOSTS_BENCH_SECONDS (test's runs, 20).")]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: HostsCommand,
+}
 
-pub fn run(_args: Args, _format: Format) -> anyhow::Result<()> {
-    anyhow::bail!("isuctl hosts: not yet ported; use scripts/hosts")
+#[derive(Debug, clap::Subcommand)]
+pub enum HostsCommand {
+    /// Make the hosts and start the cluster on them (namespaces isu-h1..4 and isu-hb, each
+    /// with an /etc/hosts naming isucondition-N.t.isucon.dev; TLS on every public listener
+    /// with certificates of a private CA made here, run/hosts/tls/ca.pem).
+    Up(UpArgs),
+    /// Stop everything up started, delete the namespaces.
+    Down,
+    /// The hosts and their processes.
+    Status,
+    /// Run the bench on the bench host against https://isucondition-1.t.isucon.dev (report in
+    /// run/hosts/bench/).
+    Bench(BenchArgs),
+    /// netlab's control: cut A B | heal A B | impair A B|all delay=50ms loss=1% | clear |
+    /// stats | rules (hosts: isucondition-1..4, bench).
+    Net {
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Run a command on a host (its namespace and its mounts).
+    Exec {
+        /// isucondition-1..4 or bench.
+        host: String,
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Up, then every check, then down; fails unless every check holds: the bench over TLS
+    /// passes with 0 errors; internal routes are unreachable from the bench host; a 10 s cut
+    /// between the coordinator and worker host a under load (cell b's ISUs see no failure,
+    /// device posts to a are accepted meanwhile, a's latest conditions reach the coordinator
+    /// after the heal, nothing acknowledged is lost); 50 ms latency and 1 % loss between all
+    /// hosts: the bench still passes.
+    Test(TestArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct UpArgs {
+    /// Worker hosts (cells).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
+    pub workers: u8,
+    /// TLS on the public listeners.
+    #[arg(long, value_enum, default_value_t = Tls::On)]
+    pub tls: Tls,
+    /// Do not build the release binaries first.
+    #[arg(long)]
+    pub no_build: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tls {
+    On,
+    Off,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// The cluster's processes on CPU 0, the bench and netlab on CPU 1, so the report's
+    /// cluster CPU is the cluster's alone.
+    #[arg(long)]
+    pub pin: bool,
+    /// The bench's own options (see bench --help).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub bench_args: Vec<String>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TestArgs {
+    /// Worker hosts (cells).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
+    pub workers: u8,
+    /// Do not build the release binaries first.
+    #[arg(long)]
+    pub no_build: bool,
+}
+
+pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
+    let hosts = Hosts::from_env()?;
+    match args.command {
+        HostsCommand::Up(up) => {
+            let report = hosts.up(&up)?;
+            output::emit(format, &report, |report| {
+                format!(
+                    "hosts: up: {} workers, TLS {}; {} from the bench host (isuctl hosts bench)",
+                    report.workers,
+                    if report.tls == Tls::On { "on" } else { "off" },
+                    report.url
+                )
+            })
+        }
+        HostsCommand::Down => {
+            hosts.down()?;
+            output::emit(format, &serde_json::json!({ "down": true }), |_| {
+                "hosts: down".to_owned()
+            })
+        }
+        HostsCommand::Status => hosts.status(format),
+        HostsCommand::Bench(bench) => {
+            let status = hosts.bench(&bench, None)?;
+            exit_like(status)
+        }
+        HostsCommand::Net { command } => {
+            let said = hosts.net(&command.join(" "))?;
+            output::emit(format, &said, |said| {
+                if said.is_empty() {
+                    "ok".to_owned()
+                } else {
+                    said.join("\n")
+                }
+            })
+        }
+        HostsCommand::Exec { host, command } => {
+            let status = hosts.exec(&host, &command)?;
+            exit_like(status)
+        }
+        HostsCommand::Test(test) => checks::run(&hosts, &test, format),
+    }
+}
+
+/// Ends this process with `status`'s code when it is not success (a command run for the user).
+fn exit_like(status: std::process::ExitStatus) -> anyhow::Result<()> {
+    if status.success() {
+        return Ok(());
+    }
+    std::process::exit(status.code().unwrap_or(1));
+}
+
+/// What `up` made and started, kept in `state.json` as it goes, so `down` undoes exactly
+/// that even after a failed `up`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct State {
+    pub workers: u8,
+    pub tls: Option<Tls>,
+    /// Network namespaces made (and their /etc/netns/<name> directories).
+    pub netns: Vec<String>,
+    /// Directories made on this machine for bind targets, outermost first.
+    pub made: Vec<PathBuf>,
+    /// Processes started, in order: `netlab` and each host's run-host (which leads its own
+    /// process group).
+    pub processes: Vec<Started>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Started {
+    pub name: String,
+    pub pid: u32,
+    /// Its executable: a recorded PID is ours only while it still runs this (after a reboot
+    /// or a crash the number may be someone else's).
+    pub exe: PathBuf,
+}
+
+/// What `up` reports.
+#[derive(Debug, Serialize)]
+pub struct UpReport {
+    pub workers: u8,
+    pub tls: Tls,
+    pub url: String,
+    pub hosts: Vec<String>,
+}
+
+/// The hosts of this checkout: where their state lies and how to reach them.
+pub struct Hosts {
+    pub paths: Paths,
+    /// This checkout.
+    pub repo: PathBuf,
+}
+
+impl Hosts {
+    /// `$ISU_HOSTS_DIR`, else `<repo>/run/hosts`.
+    pub fn from_env() -> anyhow::Result<Hosts> {
+        let repo = crate::local::repo_root();
+        let state = match std::env::var_os("ISU_HOSTS_DIR") {
+            Some(dir) => std::path::absolute(PathBuf::from(dir))?,
+            None => repo.join("run/hosts"),
+        };
+        let release = repo.join("target/release");
+        let built = repo.join("web/dist");
+        let web = if built.join("index.html").is_file() {
+            built
+        } else {
+            state.join("web-unbuilt")
+        };
+        Ok(Hosts {
+            paths: Paths { state, release, web },
+            repo,
+        })
+    }
+
+    fn state_file(&self) -> PathBuf {
+        self.paths.state.join("state.json")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.paths.state.join("netlab.sock")
+    }
+
+    /// The state of the hosts that are up, or none.
+    pub fn state(&self) -> anyhow::Result<Option<State>> {
+        let path = self.state_file();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(
+                serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?,
+            )),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    fn save(&self, state: &State) -> anyhow::Result<()> {
+        let path = self.state_file();
+        let temporary = path.with_extension("json.new");
+        std::fs::write(&temporary, serde_json::to_vec_pretty(state)?)?;
+        std::fs::rename(&temporary, &path)?;
+        Ok(())
+    }
+
+    /// The running hosts' state, or an error telling how to start them.
+    fn up_state(&self) -> anyhow::Result<State> {
+        self.state()?.context("not up (isuctl hosts up)")
+    }
+
+    /// The hosts of the running cluster (all of them when nothing is up: every name is valid).
+    fn plan(&self) -> anyhow::Result<Vec<HostPlan>> {
+        let workers = self.state()?.map_or(3, |state| state.workers);
+        Ok(plan::hosts(usize::from(workers)))
+    }
+
+    fn scheme(&self) -> anyhow::Result<&'static str> {
+        Ok(match self.up_state()?.tls {
+            Some(Tls::On) => "https",
+            _ => "http",
+        })
+    }
+
+    pub fn site(&self) -> anyhow::Result<String> {
+        Ok(format!("{}://isucondition-1.{DOMAIN}", self.scheme()?))
+    }
+
+    pub fn up(&self, args: &UpArgs) -> anyhow::Result<UpReport> {
+        require_root()?;
+        which("curl")?;
+        if self.state_file().exists() {
+            bail!("already up ({}); isuctl hosts down first", self.state_file().display());
+        }
+        if !args.no_build {
+            // deploy is not run, but built with the rest as always: the same feature set of
+            // the shared dependencies, so the release binaries already built are reused.
+            crate::external::build_release(&self.repo, &["coordinator", "worker", "bench", "netlab", "deploy"])?;
+        }
+        let paths = &self.paths;
+        let hosts = plan::hosts(usize::from(args.workers));
+        for host in &hosts {
+            if netns_exists(&host.netns)? {
+                bail!(
+                    "namespace {ns} exists (left by an earlier run? ip netns del {ns})",
+                    ns = host.netns
+                );
+            }
+        }
+        for dir in ["rendered", "roots", "logs"] {
+            let dir = paths.state.join(dir);
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+            }
+        }
+        std::fs::create_dir_all(paths.state.join("logs"))?;
+        make_certificates(&paths.tls())?;
+        self.stage_unbuilt_front_end()?;
+        let inventory = paths.state.join("inventory.toml");
+        std::fs::write(&inventory, plan::inventory(&hosts, args.tls == Tls::On, paths))?;
+        let mut state = State {
+            workers: args.workers,
+            tls: Some(args.tls),
+            ..State::default()
+        };
+        self.save(&state)?;
+        let nginx_template = self.repo.join("nginx/nginx.conf.template");
+        deploy::deployment::render(&inventory, Some(&paths.state.join("rendered")), &nginx_template)?;
+        // The front end as a real host has it: readable by nginx's user.
+        let web = paths
+            .rendered("isucondition-1")
+            .join(plan::WEB_DIR.trim_start_matches('/'));
+        make_world_readable(&web)?;
+
+        let etc_hosts = plan::etc_hosts(&hosts);
+        for host in &hosts {
+            run_checked(Command::new("ip").args(["netns", "add", &host.netns]))?;
+            state.netns.push(host.netns.clone());
+            self.save(&state)?;
+            run_checked(Command::new("ip").args(["netns", "exec", &host.netns, "ip", "link", "set", "lo", "up"]))?;
+            let dir = Path::new("/etc/netns").join(&host.netns);
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("hosts"), &etc_hosts)?;
+        }
+        for point in plan::mount_points(&hosts, paths) {
+            for dir in plan::missing_directories(&point, Path::exists) {
+                std::fs::create_dir(&dir).with_context(|| format!("making {}", dir.display()))?;
+                state.made.push(dir);
+                self.save(&state)?;
+            }
+        }
+
+        let netlab = paths.release.join("netlab");
+        let mut command = Command::new(&netlab);
+        command.arg("run").arg("--control").arg(self.socket());
+        for port in plan::netlab_ports(&hosts) {
+            command.arg("--port").arg(port.to_string());
+        }
+        let logs = paths.state.join("logs");
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(logs.join("netlab.out"))?)
+            .stderr(std::fs::File::create(logs.join("netlab.log"))?)
+            .spawn()
+            .with_context(|| format!("starting {}", netlab.display()))?;
+        state.processes.push(Started {
+            name: "netlab".to_owned(),
+            pid: child.id(),
+            exe: netlab.clone(),
+        });
+        self.save(&state)?;
+        wait_for("netlab", 10, &paths.state, || {
+            std::fs::read_to_string(logs.join("netlab.out")).is_ok_and(|text| text.lines().any(|l| l == "ready"))
+        })?;
+
+        let exe = std::env::current_exe().context("finding this program")?;
+        for host in hosts.iter().filter(|host| host.is_cluster_host()) {
+            let pid = self.start_host(host, &exe)?;
+            state.processes.push(Started {
+                name: host.name.clone(),
+                pid,
+                exe: exe.clone(),
+            });
+            self.save(&state)?;
+        }
+        let scheme = if args.tls == Tls::On { "https" } else { "http" };
+        for host in hosts.iter().filter(|host| host.is_cluster_host()) {
+            let internal = host.internal_address.expect("a cluster host has one");
+            wait_for(&format!("node on {}", host.name), 60, &paths.state, || {
+                self.curl_status(&host.netns, &format!("http://{internal}:3000/healthz"), &[]) == "200"
+            })?;
+            if host.role != plan::Role::Coordinator {
+                wait_for(&format!("device server of {}", host.name), 30, &paths.state, || {
+                    self.curl_status("isu-hb", &format!("{scheme}://{}/", host.server_name()), &[]) != "000"
+                })?;
+            }
+        }
+        let url = format!("{scheme}://isucondition-1.{DOMAIN}");
+        wait_for("nginx on isucondition-1", 30, &paths.state, || {
+            self.curl_status("isu-hb", &format!("{url}/"), &[]) == "200"
+        })?;
+        Ok(UpReport {
+            workers: args.workers,
+            tls: args.tls,
+            url,
+            hosts: hosts.iter().map(|host| host.name.clone()).collect(),
+        })
+    }
+
+    /// Without a built front end (`scripts/web build`), the site serves the source
+    /// `index.html` alone: enough for its checks, said once.
+    fn stage_unbuilt_front_end(&self) -> anyhow::Result<()> {
+        if self.paths.web.join("index.html").is_file() && !self.paths.web.starts_with(&self.paths.state) {
+            return Ok(());
+        }
+        eprintln!("hosts: the front end is not built (scripts/web build): serving web/index.html alone");
+        std::fs::create_dir_all(&self.paths.web)?;
+        std::fs::copy(self.repo.join("web/index.html"), self.paths.web.join("index.html"))?;
+        Ok(())
+    }
+
+    /// Starts one host: `run-host` over its rendered units, in its namespace, with its
+    /// directories bound (in a mount namespace of its own), leading its own process group.
+    fn start_host(&self, host: &HostPlan, exe: &Path) -> anyhow::Result<u32> {
+        let paths = &self.paths;
+        let root = paths.root(&host.name);
+        let logs = paths.logs(&host.name);
+        std::fs::create_dir_all(root.join("var-lib"))?;
+        std::fs::create_dir_all(root.join("credentials"))?;
+        std::fs::create_dir_all(&logs)?;
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &host.netns])
+            .arg(exe)
+            .args(["deploy", "run-host", "--units"])
+            .arg(paths.rendered(&host.name).join("etc/systemd/system"))
+            .arg("--log-dir")
+            .arg(&logs)
+            .arg("--credentials")
+            .arg(root.join("credentials"));
+        for bind in plan::binds(host, paths) {
+            command.arg("--bind").arg(bind.to_string());
+        }
+        let out = std::fs::File::create(logs.join("run-host.out"))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {}", host.name))?;
+        Ok(child.id())
+    }
+
+    /// Stops what `up` started (the hosts first, so their nodes stop cleanly, the network
+    /// last) and deletes what it made.
+    pub fn down(&self) -> anyhow::Result<()> {
+        let Some(mut state) = self.state()? else {
+            return Ok(());
+        };
+        state.processes.retain(still_ours);
+        self.save(&state)?;
+        for started in state.processes.iter().rev() {
+            signal(started.pid as i32, nix::sys::signal::Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && state.processes.iter().any(|started| alive(started.pid)) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for started in &state.processes {
+            signal(started.pid as i32, nix::sys::signal::Signal::SIGKILL);
+            if started.name != "netlab" {
+                // A host's run-host leads its own process group: nothing it started is left.
+                signal(-(started.pid as i32), nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+        state.processes.clear();
+        self.save(&state)?;
+        for netns in &state.netns {
+            let _ = Command::new("ip")
+                .args(["netns", "del", netns])
+                .stderr(Stdio::null())
+                .status();
+            let _ = std::fs::remove_dir_all(Path::new("/etc/netns").join(netns));
+        }
+        for dir in state.made.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+        for file in [self.socket(), self.paths.state.join("secret-header"), self.state_file()] {
+            let _ = std::fs::remove_file(file);
+        }
+        Ok(())
+    }
+
+    pub fn status(&self, format: Format) -> anyhow::Result<()> {
+        #[derive(Serialize)]
+        struct Status {
+            up: bool,
+            workers: Option<u8>,
+            tls: Option<Tls>,
+            processes: Vec<ProcessStatus>,
+            nodes: Vec<(String, u32)>,
+        }
+        #[derive(Serialize)]
+        struct ProcessStatus {
+            name: String,
+            pid: u32,
+            running: bool,
+        }
+        let Some(state) = self.state()? else {
+            let down = Status {
+                up: false,
+                workers: None,
+                tls: None,
+                processes: Vec::new(),
+                nodes: Vec::new(),
+            };
+            output::emit(format, &down, |_| "hosts: down".to_owned())?;
+            std::process::exit(1);
+        };
+        let status = Status {
+            up: true,
+            workers: Some(state.workers),
+            tls: state.tls,
+            processes: state
+                .processes
+                .iter()
+                .map(|started| ProcessStatus {
+                    name: started.name.clone(),
+                    pid: started.pid,
+                    running: alive(started.pid),
+                })
+                .collect(),
+            nodes: node_pids(&state),
+        };
+        output::emit(format, &status, |status| {
+            let mut lines = vec![format!(
+                "hosts: up ({} workers, TLS {})",
+                state.workers,
+                if status.tls == Some(Tls::On) { "on" } else { "off" }
+            )];
+            for process in &status.processes {
+                lines.push(if process.running {
+                    format!("  {}: running (pid {})", process.name, process.pid)
+                } else {
+                    format!("  {}: gone", process.name)
+                });
+            }
+            lines.extend(status.nodes.iter().map(|(name, pid)| format!("  node {name}={pid}")));
+            lines.join("\n")
+        })
+    }
+
+    /// Runs the bench on the bench host (its output to `output` when given, else ours).
+    pub fn bench(&self, args: &BenchArgs, output: Option<&Path>) -> anyhow::Result<std::process::ExitStatus> {
+        let state = self.up_state()?;
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", "isu-hb"]);
+        // `--pin` may come among the bench's options too, as the script took it.
+        let pin = args.pin || args.bench_args.iter().any(|arg| arg == "--pin");
+        let bench_args = args.bench_args.iter().filter(|arg| *arg != "--pin");
+        if pin {
+            // As if the bench had its own machine: the cluster (nodes, nginx) on CPU 0, the
+            // bench and netlab (the network, no host's cost) on CPU 1.
+            for started in &state.processes {
+                pin_tree(started.pid, if started.name == "netlab" { 1 } else { 0 });
+            }
+            command.args(["taskset", "-c", "1"]);
+        }
+        let out = self.paths.state.join("bench").join(time_stamp());
+        std::fs::create_dir_all(&out)?;
+        command
+            .arg(self.paths.release.join("bench"))
+            .arg("--target")
+            .arg(self.site()?)
+            .arg("--jia-listen")
+            .arg(format!("{}:5000", plan::BENCH_ADDRESS))
+            .arg("--ca-cert")
+            .arg(self.paths.tls().join("ca.pem"))
+            .arg("--out")
+            .arg(&out);
+        for (name, pid) in node_pids(&state) {
+            command.arg("--process").arg(format!("{name}={pid}"));
+        }
+        command.args(bench_args);
+        if let Some(output) = output {
+            let file = std::fs::File::create(output)?;
+            command.stdout(file.try_clone()?).stderr(file);
+        }
+        command.stdin(Stdio::null());
+        command.status().context("running the bench on the bench host")
+    }
+
+    /// One netlab control command; its answer's lines.
+    pub fn net(&self, command: &str) -> anyhow::Result<Vec<String>> {
+        self.up_state()?;
+        match netlab::control::request(&self.socket(), command)? {
+            Ok(lines) => Ok(lines),
+            Err(message) => bail!("netlab: {message}"),
+        }
+    }
+
+    /// Runs a command on a host (its namespace; each call its own mounts).
+    pub fn exec(&self, host: &str, command: &[String]) -> anyhow::Result<std::process::ExitStatus> {
+        let plan = self.plan()?;
+        let host = plan::find(&plan, host)?;
+        Command::new("ip")
+            .args(["netns", "exec", &host.netns])
+            .args(command)
+            .status()
+            .context("running ip netns exec")
+    }
+
+    /// The HTTP status `url` answers from namespace `netns` ("000": no answer), through curl
+    /// with the hosts' CA.
+    pub fn curl_status(&self, netns: &str, url: &str, extra: &[&str]) -> String {
+        let output = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                netns,
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+            ])
+            .args(["--max-time", "3", "--cacert"])
+            .arg(self.paths.tls().join("ca.pem"))
+            .args(extra)
+            .arg(url)
+            .stderr(Stdio::null())
+            .output();
+        match output {
+            Ok(output) if !output.stdout.is_empty() => String::from_utf8_lossy(&output.stdout).into_owned(),
+            _ => "000".to_owned(),
+        }
+    }
+
+    /// A curl header file with the secret (mode 600): the secret never appears in argv.
+    pub fn secret_header(&self) -> anyhow::Result<String> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let file = self.paths.state.join("secret-header");
+        if !file.is_file() {
+            let secret = std::fs::read_to_string(self.paths.state.join("secret"))?;
+            let mut handle = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&file)?;
+            writeln!(handle, "X-Cluster-Secret: {}", secret.trim())?;
+        }
+        Ok(format!("@{}", file.display()))
+    }
+
+    /// A host's node's `/metrics`, read on the host itself (internal address).
+    pub fn metrics_text(&self, host: &str) -> anyhow::Result<String> {
+        let plan = self.plan()?;
+        let host = plan::find(&plan, host)?;
+        let internal = host.internal_address.context("the bench host has no node")?;
+        let output = Command::new("ip")
+            .args(["netns", "exec", &host.netns, "curl", "-s", "--max-time", "3", "-H"])
+            .arg(self.secret_header()?)
+            .arg(format!("http://{internal}:3000/metrics"))
+            .output()?;
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
+/// `YYYYmmdd-HHMMSS` (local time), for a bench run's directory.
+fn time_stamp() -> String {
+    let output = Command::new("date").arg("+%Y%m%d-%H%M%S").output();
+    match output {
+        Ok(output) if output.status.success() => String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+        _ => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs().to_string())
+            .unwrap_or_default(),
+    }
+}
+
+fn require_root() -> anyhow::Result<()> {
+    if !nix::unistd::Uid::effective().is_root() {
+        bail!("needs root (network namespaces)");
+    }
+    which("ip").context("needs iproute2 (apt-get install -y iproute2)")
+}
+
+/// An error unless `program` is on the PATH.
+fn which(program: &str) -> anyhow::Result<()> {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()));
+    anyhow::ensure!(found, "needs {program}");
+    Ok(())
+}
+
+fn netns_exists(name: &str) -> anyhow::Result<bool> {
+    let output = output_checked(Command::new("ip").args(["netns", "list"]))?;
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .any(|line| line.split_whitespace().next() == Some(name)))
+}
+
+/// Polls `ready` every 200 ms for up to `seconds`.
+fn wait_for(what: &str, seconds: u64, state: &Path, mut ready: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !ready() {
+        if Instant::now() >= deadline {
+            bail!(
+                "{what}: not ready after {seconds}s (logs in {})",
+                state.join("logs").display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
+/// One certificate for every name up to three workers (like the contest's wildcard), signed
+/// by a CA made here; kept while it is valid for another day.
+fn make_certificates(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let cert = dir.join("cert.pem");
+    let names: Vec<String> = (1..=4)
+        .map(|index| format!("DNS:isucondition-{index}.{DOMAIN}"))
+        .collect();
+    if cert.is_file() {
+        let valid = Command::new("openssl")
+            .args(["x509", "-noout", "-checkend", "86400", "-in"])
+            .arg(&cert)
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        let names_all = Command::new("openssl")
+            .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+            .arg(&cert)
+            .output()
+            .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).contains(&format!("isucondition-4.{DOMAIN}")));
+        if valid && names_all {
+            return Ok(());
+        }
+    }
+    which("openssl")?;
+    let path = |name: &str| dir.join(name);
+    output_checked(
+        Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+            ])
+            .args(["-nodes", "-days", "30", "-keyout"])
+            .arg(path("ca-key.pem"))
+            .arg("-out")
+            .arg(path("ca.pem"))
+            .args(["-subj", "/CN=isucondition hosts test CA"])
+            .args(["-addext", "basicConstraints=critical,CA:TRUE"])
+            .args(["-addext", "keyUsage=critical,keyCertSign"]),
+    )?;
+    output_checked(
+        Command::new("openssl")
+            .args([
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+            ])
+            .arg(path("key.pem"))
+            .arg("-out")
+            .arg(path("cert.csr"))
+            .args(["-subj", &format!("/CN=isucondition-1.{DOMAIN}")]),
+    )?;
+    std::fs::write(
+        path("ext.cnf"),
+        format!(
+            "subjectAltName={}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+            names.join(",")
+        ),
+    )?;
+    output_checked(
+        Command::new("openssl")
+            .args(["x509", "-req", "-in"])
+            .arg(path("cert.csr"))
+            .arg("-CA")
+            .arg(path("ca.pem"))
+            .arg("-CAkey")
+            .arg(path("ca-key.pem"))
+            .args(["-CAcreateserial", "-days", "30", "-out"])
+            .arg(&cert)
+            .arg("-extfile")
+            .arg(path("ext.cnf")),
+    )?;
+    use std::os::unix::fs::PermissionsExt as _;
+    for key in ["key.pem", "ca-key.pem"] {
+        std::fs::set_permissions(path(key), std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
+}
+
+/// Directories 755 and files 644 under `dir`: what nginx's user needs of the front end,
+/// whatever umask rendered it.
+fn make_world_readable(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("{}: the front end was not rendered", dir.display()))?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            make_world_readable(&entry.path())?;
+        } else {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o644))?;
+        }
+    }
+    Ok(())
+}
+
+fn still_ours(started: &Started) -> bool {
+    std::fs::read_link(format!("/proc/{}/exe", started.pid)).is_ok_and(|exe| {
+        // A binary rebuilt while it runs shows as "<path> (deleted)".
+        exe.to_string_lossy().starts_with(&*started.exe.to_string_lossy())
+    })
+}
+
+fn alive(pid: u32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok() && !is_zombie(pid)
+}
+
+/// A child of ours that ended but is not yet reaped still answers signal 0.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn signal(pid: i32, signal: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+}
+
+/// NAME=PID of every node process (the children of each host's run-host), for the bench's
+/// CPU figures: `coordinator`, `worker-<cell>`, `nginx`.
+fn node_pids(state: &State) -> Vec<(String, u32)> {
+    let hosts = plan::hosts(usize::from(state.workers));
+    let processes = all_processes();
+    let mut nodes = Vec::new();
+    for started in state.processes.iter().filter(|started| started.name != "netlab") {
+        let cell = hosts
+            .iter()
+            .find(|host| host.name == started.name)
+            .and_then(|host| match &host.role {
+                plan::Role::Worker { cell } => Some(cell.clone()),
+                _ => None,
+            });
+        for (pid, _, args) in processes.iter().filter(|(_, parent, _)| *parent == started.pid) {
+            if let Some(name) = node_name(args, cell.as_deref()) {
+                nodes.push((name, *pid));
+            }
+        }
+    }
+    nodes
+}
+
+/// Which node a process is, by its command line.
+fn node_name(args: &str, cell: Option<&str>) -> Option<String> {
+    if args.contains("/coordinator ") {
+        Some("coordinator".to_owned())
+    } else if args.contains("/worker ") {
+        Some(format!("worker-{}", cell.unwrap_or("?")))
+    } else if (args.contains("nginx") && args.contains("master")) || args.contains("nginx -p") {
+        Some("nginx".to_owned())
+    } else {
+        None
+    }
+}
+
+/// (pid, parent pid, command line) of every process.
+fn all_processes() -> Vec<(u32, u32, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let parent = parent_pid(&stat)?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            Some((pid, parent, args))
+        })
+        .collect()
+}
+
+/// The parent pid in a `/proc/<pid>/stat` line (its fourth field; the second, the command
+/// name in parentheses, may hold spaces).
+fn parent_pid(stat: &str) -> Option<u32> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every thread of `pid` and of its descendants onto CPU `cpu`.
+fn pin_tree(pid: u32, cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(cpu).is_err() {
+        return;
+    }
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.flatten() {
+            if let Some(tid) = task.file_name().to_str().and_then(|tid| tid.parse::<i32>().ok()) {
+                let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set);
+            }
+        }
+    }
+    for (child, _, _) in all_processes().into_iter().filter(|(_, parent, _)| *parent == pid) {
+        pin_tree(child, cpu);
+    }
+}
+
+/// Reads the lines of a file that start with one of `prefixes` (the bench's summary lines).
+pub fn lines_starting(path: &Path, prefixes: &[&str]) -> Vec<String> {
+    let Ok(file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    std::io::BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .filter(|line| prefixes.iter().any(|prefix| line.starts_with(prefix)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn parse(args: &[&str]) -> Result<HostsCommand, clap::Error> {
+        let cli = crate::Cli::try_parse_from(["isuctl", "hosts"].iter().chain(args))?;
+        match cli.command {
+            crate::Command::Hosts(args) => Ok(args.command),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn options_are_checked_as_the_script_checked_them() {
+        let HostsCommand::Up(up) = parse(&["up"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!((up.workers, up.tls, up.no_build), (2, Tls::On, false));
+        let HostsCommand::Up(up) = parse(&["up", "--workers", "3", "--tls", "off", "--no-build"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!((up.workers, up.tls, up.no_build), (3, Tls::Off, true));
+        for bad in [
+            &["up", "--workers", "4"][..],
+            &["up", "--workers", "1"],
+            &["up", "--tls", "maybe"],
+            &["up", "--colour"],
+            &["test", "--workers", "5"],
+            &["net"],
+            &["exec", "bench"],
+            &["frobnicate"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} is refused");
+        }
+        let HostsCommand::Test(test) = parse(&["test", "--workers", "3"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(test.workers, 3);
+    }
+
+    #[test]
+    fn pass_through_arguments_keep_their_dashes() {
+        let HostsCommand::Bench(bench) = parse(&["bench", "--pin", "--duration", "5s", "--no-growth"]).unwrap() else {
+            panic!()
+        };
+        assert!(bench.pin);
+        assert_eq!(bench.bench_args, ["--duration", "5s", "--no-growth"]);
+        let HostsCommand::Net { command } = parse(&["net", "impair", "all", "delay=50ms", "loss=1%"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(command.join(" "), "impair all delay=50ms loss=1%");
+        let HostsCommand::Exec { host, command } = parse(&["exec", "bench", "ip", "-br", "addr"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(host, "bench");
+        assert_eq!(command, ["ip", "-br", "addr"]);
+    }
+
+    #[test]
+    fn nodes_are_told_apart_by_their_command_lines() {
+        assert_eq!(
+            node_name("/r/target/release/coordinator --data-dir /var/lib/x ", None).as_deref(),
+            Some("coordinator")
+        );
+        assert_eq!(
+            node_name("/r/target/release/worker --data-dir /x ", Some("b")).as_deref(),
+            Some("worker-b")
+        );
+        assert_eq!(
+            node_name(
+                "nginx: master process /usr/sbin/nginx -p /var/lib/isucondition/nginx/ ",
+                None
+            )
+            .as_deref(),
+            Some("nginx")
+        );
+        assert_eq!(node_name("/bin/sh -c for i in ", None), None);
+        assert_eq!(parent_pid("42 (a) b) S 7 42 42 0"), Some(7), "a command name with ') '");
+        assert_eq!(parent_pid("garbage"), None);
+    }
+
+    #[test]
+    fn the_state_file_round_trips_and_down_of_nothing_is_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = Hosts {
+            paths: Paths {
+                state: dir.path().to_owned(),
+                release: dir.path().join("release"),
+                web: dir.path().join("web"),
+            },
+            repo: dir.path().to_owned(),
+        };
+        assert!(hosts.state().unwrap().is_none());
+        hosts.down().unwrap();
+        assert!(hosts.net("stats").unwrap_err().to_string().contains("not up"));
+        let state = State {
+            workers: 3,
+            tls: Some(Tls::Off),
+            netns: Vec::new(),
+            made: vec![dir.path().join("made")],
+            processes: vec![Started {
+                name: "netlab".into(),
+                pid: u32::MAX - 1,
+                exe: "/nonexistent/netlab".into(),
+            }],
+        };
+        std::fs::create_dir(dir.path().join("made")).unwrap();
+        hosts.save(&state).unwrap();
+        let read = hosts.state().unwrap().unwrap();
+        assert_eq!((read.workers, read.tls), (3, Some(Tls::Off)));
+        assert_eq!(hosts.site().unwrap(), "http://isucondition-1.t.isucon.dev");
+        hosts.down().unwrap();
+        assert!(hosts.state().unwrap().is_none());
+        assert!(!dir.path().join("made").exists(), "what up made is removed");
+    }
 }

@@ -9,12 +9,8 @@
 //! namespace gets a TUN interface whose far end is this process, and this
 //! process decides what happens to each packet.
 //!
-//! Modules: [`router`] (devices and forwarding), [`rules`] (the rule table),
-//! [`control`] (the Unix-socket control protocol).
-
-mod control;
-mod router;
-mod rules;
+//! The modules are the library's (`netlab::router`, `netlab::rules`,
+//! `netlab::control`).
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -26,7 +22,8 @@ use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::{SigSet, Signal};
 use tracing_subscriber::EnvFilter;
 
-use crate::router::{PortSpec, Router};
+use netlab::control;
+use netlab::router::{PortSpec, Router};
 
 /// Userspace IP router between network namespaces, with controllable delay,
 /// loss and partitions.

@@ -1,13 +1,14 @@
-//! `isu-deploy render` and `apply` through the real binary: the contest inventory renders
+//! `isuctl deploy render` and `apply` through the real binary: the contest inventory renders
 //! units that `systemd-analyze verify` accepts and secrets with mode 600; `apply` (through a
 //! local shell instead of ssh, into a scratch root, with a recording `systemctl`) installs
-//! everything once, changes nothing the second time, and restarts only what a change touches.
+//! everything once, changes nothing the second time, and restarts only what a change touches;
+//! `--json` reports what was rendered and applied.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const DEPLOY: &str = env!("CARGO_BIN_EXE_isu-deploy");
+const ISUCTL: &str = env!("CARGO_BIN_EXE_isuctl");
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
@@ -33,14 +34,21 @@ fn inventory(dir: &Path, fsync: &str) -> PathBuf {
     path
 }
 
+/// `isuctl deploy ARGS --no-build` (the tests bring their own binaries).
+fn deploy() -> Command {
+    let mut command = Command::new(ISUCTL);
+    command.arg("deploy");
+    command
+}
+
 fn run(args: &[&str]) -> String {
-    let output = Command::new(DEPLOY).args(args).output().unwrap();
+    let output = deploy().args(args).arg("--no-build").output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(output.status.success(), "isu-deploy {args:?} failed:\n{text}");
+    assert!(output.status.success(), "isuctl deploy {args:?} failed:\n{text}");
     text
 }
 
@@ -125,8 +133,8 @@ fn rendered_units_verify_and_secrets_are_private() {
 fn a_bad_inventory_is_refused_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();
     let inventory = inventory(dir.path(), "sometimes");
-    let output = Command::new(DEPLOY)
-        .args(["render", inventory.to_str().unwrap(), "--out"])
+    let output = deploy()
+        .args(["render", "--no-build", inventory.to_str().unwrap(), "--out"])
         .arg(dir.path().join("out"))
         .output()
         .unwrap();
@@ -143,7 +151,7 @@ fn owner_of(path: &Path) -> String {
     format!("{}:{}", metadata.uid(), metadata.gid())
 }
 
-/// `isu-deploy apply INVENTORY` into `dir/root/<destination>/` through a local shell with
+/// `isuctl deploy apply INVENTORY` into `dir/root/<destination>/` through a local shell with
 /// `systemctl` as the systemctl, `extra` appended; whether it succeeded, what it said
 /// (stdout + stderr) and the systemctl calls it made.
 fn apply_locally(dir: &Path, inventory: &Path, systemctl: &Path, extra: &[&str]) -> (bool, String, String) {
@@ -154,8 +162,8 @@ fn apply_locally(dir: &Path, inventory: &Path, systemctl: &Path, extra: &[&str])
         systemctl.display(),
         owner_of(dir)
     );
-    let output = Command::new(DEPLOY)
-        .arg("apply")
+    let output = deploy()
+        .args(["apply", "--no-build"])
         .arg(inventory)
         .arg("--out")
         .arg(dir.join("out"))
@@ -202,7 +210,7 @@ fn apply_installs_once_then_changes_nothing_then_only_what_changed() {
         let text = std::fs::read_to_string(&inventory).unwrap();
         std::fs::write(&inventory, format!("replaces = [\"nginx.service\"]\n{text}")).unwrap();
         let (ok, said, calls) = apply_locally(dir.path(), &inventory, &systemctl, &[]);
-        assert!(ok, "isu-deploy apply failed:\n{said}");
+        assert!(ok, "isuctl deploy apply failed:\n{said}");
         (said, calls)
     };
 
@@ -303,4 +311,84 @@ fn an_apply_cut_short_is_finished_by_the_next_one() {
     );
     let (_, said, _) = apply("always", &good);
     assert!(said.contains("isucondition-2: unchanged"), "{said}");
+}
+
+#[test]
+fn json_reports_what_was_rendered_and_applied_and_the_scripts_form_is_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = inventory(dir.path(), "10ms");
+    let systemctl = fake_systemctl(dir.path());
+    let remote = format!(
+        "env ISU_DEPLOY_ROOT={}/{{host}} ISU_DEPLOY_SYSTEMCTL={} ISU_DEPLOY_OWNER={} sh -c",
+        dir.path().join("root").display(),
+        systemctl.display(),
+        owner_of(dir.path())
+    );
+    let out = dir.path().join("out");
+    // scripts/deploy's form: INVENTORY --apply, no subcommand.
+    let output = deploy()
+        .arg(&inventory)
+        .args([
+            "--apply",
+            "--no-build",
+            "--hosts",
+            "isucondition-2",
+            "--remote",
+            &remote,
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("stdout is the JSON report only");
+    let hosts = report["rendered"]["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 3);
+    assert_eq!(hosts[1]["name"], "isucondition-2");
+    assert!(hosts[1]["files"].as_u64().unwrap() >= 3, "{report}");
+    assert!(report["rendered"]["new_secret"].is_string(), "{report}");
+    let applied = report["applied"].as_array().unwrap();
+    assert_eq!(applied.len(), 1, "--hosts: one host");
+    assert_eq!(applied[0]["host"], "isucondition-2");
+    let said: Vec<&str> = applied[0]["said"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        said.contains(&"isucondition-2: installed /etc/isucondition/worker.env"),
+        "{said:?}"
+    );
+    assert!(
+        stderr.contains("isucondition-2: applying over"),
+        "progress goes to stderr: {stderr}"
+    );
+
+    let output = deploy()
+        .arg(&inventory)
+        .args([
+            "--apply",
+            "--no-build",
+            "--hosts",
+            "isucondition-9",
+            "--remote",
+            &remote,
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("no host \"isucondition-9\""), "{said}");
+    let output = deploy()
+        .arg(dir.path().join("absent.toml"))
+        .arg("--no-build")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no inventory at"));
 }

@@ -1,0 +1,101 @@
+//! Reading a node's Prometheus text and the bench's JSON report for the hosts test's checks:
+//! sums of samples, the latest-condition pushes that waited, failures by cell.
+
+use std::collections::BTreeMap;
+
+/// The sum of every sample whose name (with its labels) starts with `prefix`.
+pub fn sum(text: &str, prefix: &str) -> f64 {
+    samples(text)
+        .filter(|(name, _)| name.starts_with(prefix))
+        .map(|(_, value)| value)
+        .sum()
+}
+
+/// Latest-condition pushes that waited more than 2.5 s: the `+Inf` bucket less the `2.5` one
+/// of `latest_push_lag_seconds`.
+pub fn slow_pushes(text: &str) -> f64 {
+    let bucket = |le: &str| {
+        samples(text)
+            .filter(|(name, _)| name.starts_with("latest_push_lag_seconds_bucket") && name.contains(le))
+            .map(|(_, value)| value)
+            .sum::<f64>()
+    };
+    bucket("le=\"+Inf\"") - bucket("le=\"2.5\"")
+}
+
+/// (name with labels, value) of each sample line.
+fn samples(text: &str) -> impl Iterator<Item = (&str, f64)> {
+    text.lines().filter(|line| !line.starts_with('#')).filter_map(|line| {
+        let mut words = line.split_whitespace();
+        let name = words.next()?;
+        let value = words.next()?.parse().ok()?;
+        Some((name, value))
+    })
+}
+
+/// Failed requests by cell under the default map, from the bench's `failures_by_isu_digit`
+/// (an ISU's first hex digit → failures; `none` for requests naming no ISU): the ISUs of the
+/// cell at index `i` of `cells` are those whose first digit is `i` mod `cells`. Returns
+/// (failures of cell 0, failures of every other cell, failures naming no ISU).
+pub fn failures_by_cell(failures_by_digit: &BTreeMap<String, u64>, cells: u32) -> anyhow::Result<(u64, u64, u64)> {
+    let (mut first, mut others, mut none) = (0, 0, 0);
+    for (key, count) in failures_by_digit {
+        if key == "none" {
+            none += count;
+            continue;
+        }
+        let digit = u32::from_str_radix(key, 16)
+            .map_err(|_| anyhow::anyhow!("failures_by_isu_digit: {key:?} is not a hex digit"))?;
+        if digit % cells == 0 {
+            first += count;
+        } else {
+            others += count;
+        }
+    }
+    Ok((first, others, none))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "\
+# HELP conditions_stored_total Conditions stored.
+# TYPE conditions_stored_total counter
+conditions_stored_total{cell=\"a\"} 120
+conditions_stored_total_other 5
+latest_push_lag_seconds_bucket{le=\"0.5\"} 10
+latest_push_lag_seconds_bucket{le=\"2.5\"} 12
+latest_push_lag_seconds_bucket{le=\"+Inf\"} 15
+latest_push_lag_seconds_count 15
+broken line
+";
+
+    #[test]
+    fn sums_match_by_prefix_as_the_old_checks_did() {
+        assert_eq!(sum(TEXT, "conditions_stored_total"), 125.0);
+        assert_eq!(sum(TEXT, "latest_push_lag_seconds_count"), 15.0);
+        assert_eq!(sum(TEXT, "absent"), 0.0);
+        assert_eq!(sum("", "x"), 0.0);
+    }
+
+    #[test]
+    fn slow_pushes_are_those_past_two_and_a_half_seconds() {
+        assert_eq!(slow_pushes(TEXT), 3.0);
+        assert_eq!(slow_pushes(""), 0.0);
+    }
+
+    #[test]
+    fn failures_split_by_the_default_map() {
+        let failures: BTreeMap<String, u64> = [("0", 4), ("2", 1), ("3", 7), ("f", 2), ("none", 9)]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        // Two cells: even digits are cell a's.
+        assert_eq!(failures_by_cell(&failures, 2).unwrap(), (5, 9, 9));
+        // Three cells: 0, 3, 6, 9, c, f are cell a's.
+        assert_eq!(failures_by_cell(&failures, 3).unwrap(), (13, 1, 9));
+        let bad: BTreeMap<String, u64> = [("zz".to_owned(), 1)].into_iter().collect();
+        assert!(failures_by_cell(&bad, 2).is_err());
+    }
+}
