@@ -348,9 +348,20 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     let mut bench = bench_command(&plan, &repo, &run_dir, &description, &out)?;
     bench.args(["--json".as_ref(), report.as_os_str()]);
 
-    let migrator = options
-        .migrate_every
-        .map(|seconds| Migrator::start(&run_dir, out.join("migrations.log"), Duration::from_secs_f64(seconds)));
+    let migrator = options.migrate_every.map(|seconds| {
+        let cluster = run_dir.clone();
+        let random_move = move || {
+            let mut command = local::cells_command();
+            command.arg("random").env("ISU_RUN_DIR", &cluster.path);
+            command
+        };
+        Migrator::start(
+            random_move,
+            out.join("migrations.log"),
+            FIRST_MIGRATION_AFTER,
+            Duration::from_secs_f64(seconds),
+        )
+    });
     let (status, score) = run_teeing(bench, format, &interrupt)?;
     let migrations = migrator.map(Migrator::stop);
 
@@ -384,7 +395,6 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         cluster_started: !running,
         cluster_left_running: left_running,
     };
-    drop(cluster);
     match format {
         Format::Human => {
             print!("{said}");
@@ -397,6 +407,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             output::emit(format, &result, |_| String::new())?;
         }
     }
+    drop(cluster);
     anyhow::ensure!(result.passed, "the run did not pass");
     Ok(())
 }
@@ -560,17 +571,22 @@ struct Migrator {
 }
 
 impl Migrator {
-    fn start(run_dir: &RunDir, log: PathBuf, every: Duration) -> Migrator {
+    /// `migrate` is the command of one migration (`cells random` against the cluster).
+    fn start(
+        migrate: impl Fn() -> Command + Send + 'static,
+        log: PathBuf,
+        first_after: Duration,
+        every: Duration,
+    ) -> Migrator {
         let (stop, stopped) = mpsc::channel::<()>();
-        let run_dir = run_dir.clone();
         let thread = std::thread::spawn(move || {
             let mut migrations = Migrations {
                 log: log.clone(),
                 ..Migrations::default()
             };
-            let mut wait = FIRST_MIGRATION_AFTER;
+            let mut wait = first_after;
             while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
-                let moved = move_random_slot(&run_dir, &log);
+                let moved = run_logged(migrate(), &log);
                 let line = if moved { "ok" } else { "FAILED" };
                 if moved {
                     migrations.done += 1;
@@ -594,16 +610,15 @@ impl Migrator {
     }
 }
 
-fn move_random_slot(run_dir: &RunDir, log: &Path) -> bool {
+/// Runs `command` with its output appended to `log`; whether it succeeded.
+fn run_logged(mut command: Command, log: &Path) -> bool {
     let Ok(file) = OpenOptions::new().create(true).append(true).open(log) else {
         return false;
     };
     let Ok(errors) = file.try_clone() else {
         return false;
     };
-    local::cells_command()
-        .arg("random")
-        .env("ISU_RUN_DIR", &run_dir.path)
+    command
         .stdout(file)
         .stderr(errors)
         .status()
@@ -724,6 +739,42 @@ mod tests {
         assert!(error.to_string().contains("2 CPUs"), "{error}");
         let error = Plan::new(&parse("--official").unwrap(), Vec::new(), 2, Path::new("/nonexistent")).unwrap_err();
         assert!(error.to_string().contains("initialize.json"), "{error}");
+    }
+
+    #[test]
+    fn the_migrator_counts_and_logs_each_move_until_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("migrations.log");
+        let flag = dir.path().join("fail-now");
+        let script = format!("echo moving; test ! -e {}", flag.display());
+        let migrator = Migrator::start(
+            move || {
+                let mut command = Command::new("sh");
+                command.args(["-c", &script]);
+                command
+            },
+            log.clone(),
+            Duration::ZERO,
+            Duration::from_millis(20),
+        );
+        std::thread::sleep(Duration::from_millis(150));
+        std::fs::write(&flag, "").unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+        let migrations = migrator.stop();
+
+        assert!(migrations.done >= 2 && migrations.failed >= 2, "{migrations:?}");
+        let text = std::fs::read_to_string(&log).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len() as u32, 2 * (migrations.done + migrations.failed), "{text}");
+        assert_eq!(
+            lines.iter().filter(|line| line.starts_with("ok ")).count() as u32,
+            migrations.done
+        );
+        assert_eq!(
+            lines.iter().filter(|line| line.starts_with("FAILED ")).count() as u32,
+            migrations.failed
+        );
+        assert!(lines.iter().step_by(2).all(|line| *line == "moving"), "{text}");
     }
 
     #[test]
