@@ -89,19 +89,23 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     match args.command {
         WebCommand::Build => output::emit(format, &web.build()?, render_build),
         WebCommand::Test => web.test(),
-        WebCommand::E2e => {
-            web.build()?;
-            output::emit(format, &web.e2e()?, render_e2e)
-        }
+        WebCommand::E2e => output::emit(format, &web.e2e(Then::Build)?, render_e2e),
         WebCommand::All => {
             let build = web.build()?;
             if format == Format::Human {
                 eprintln!("{}", render_build(&build));
             }
             web.test()?;
-            output::emit(format, &web.e2e()?, render_e2e)
+            output::emit(format, &web.e2e(Then::UseTheBuild)?, render_e2e)
         }
     }
+}
+
+/// What `e2e` does once chromium is there: build web/dist, or use the one `all` just built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Build,
+    UseTheBuild,
 }
 
 struct Web {
@@ -147,8 +151,11 @@ impl Web {
         run_command(self.npx(&["vitest", "run"]), "vitest run")
     }
 
-    fn e2e(&self) -> anyhow::Result<E2e> {
+    fn e2e(&self, then: Then) -> anyhow::Result<E2e> {
         ensure_chromium()?;
+        if then == Then::Build {
+            self.build()?;
+        }
         let dist = self.dir.join("dist");
         anyhow::ensure!(dist.join("index.html").is_file(), "web: web/dist is not built");
         let run_dir = RunDir::new(local::repo_root().join(E2E_RUN_DIR));
