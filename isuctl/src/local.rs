@@ -31,6 +31,29 @@ pub struct WorkerEntry {
     pub device_url: String,
 }
 
+impl ClusterFile {
+    /// Every node of the cluster with its internal URL: `coordinator`, then `worker-<cell>`
+    /// for each cell in order.
+    pub fn nodes(&self) -> Vec<Node> {
+        let coordinator = Node {
+            name: "coordinator".to_owned(),
+            url: self.coordinator_url.clone(),
+        };
+        let workers = self.workers.iter().map(|worker| Node {
+            name: format!("worker-{}", worker.cell),
+            url: worker.url.clone(),
+        });
+        std::iter::once(coordinator).chain(workers).collect()
+    }
+}
+
+/// One node of the cluster: its name (`coordinator`, `worker-a`, ...) and internal URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    pub url: String,
+}
+
 /// A local cluster's run directory (default `<repo>/run/cluster`, or `$ISU_RUN_DIR`).
 #[derive(Debug, Clone)]
 pub struct RunDir {
@@ -57,54 +80,24 @@ impl RunDir {
     /// The description of the running cluster, or an error telling how to start one.
     pub fn cluster(&self) -> anyhow::Result<ClusterFile> {
         let path = self.cluster_file_path();
-        if !path.exists() {
-            if let Some(cluster) = self.cluster_env() {
-                return Ok(cluster);
-            }
-        }
-        let text = std::fs::read_to_string(&path).map_err(|error| {
-            anyhow::anyhow!(
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(error) => anyhow::bail!(
                 "no cluster in {} ({error}): start one with `isuctl cluster up`",
                 self.path.display()
-            )
-        })?;
+            ),
+        };
         serde_json::from_str(&text).map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))
     }
 
-    /// Until `isuctl cluster up` writes `cluster.json`: the `cluster.env` of `scripts/cluster
-    /// up` (`KEY=value` lines; the workers in `ISU_WORKER_NODES`, `worker-a=URL ...`).
-    fn cluster_env(&self) -> Option<ClusterFile> {
-        let text = std::fs::read_to_string(self.path.join("cluster.env")).ok()?;
-        let value = |key: &str| {
-            text.lines()
-                .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
-                .map(|value| value.trim_matches('"').to_owned())
-        };
-        let workers = value("ISU_WORKER_NODES")?
-            .split_whitespace()
-            .filter_map(|node| {
-                let (name, url) = node.split_once('=')?;
-                let cell = name.strip_prefix("worker-")?.to_owned();
-                let device_url = value(&format!("ISU_WORKER_{}_DEVICE_URL", cell.to_uppercase())).unwrap_or_default();
-                Some(WorkerEntry {
-                    cell,
-                    url: url.to_owned(),
-                    device_url,
-                })
-            })
-            .collect();
-        Some(ClusterFile {
-            public_url: value("ISU_PUBLIC_URL")?,
-            coordinator_url: value("ISU_COORDINATOR_URL")?,
-            workers,
-            jia_url: value("ISU_JIA_URL"),
-            durable: self.path.join("data").is_dir(),
-        })
+    /// The cluster secret's file (`secret`, mode 600), for commands that take a secret file.
+    pub fn secret_path(&self) -> PathBuf {
+        self.path.join("secret")
     }
 
     /// The cluster secret (`secret`, mode 600).
     pub fn secret(&self) -> anyhow::Result<String> {
-        let path = self.path.join("secret");
+        let path = self.secret_path();
         let text = std::fs::read_to_string(&path)
             .map_err(|error| anyhow::anyhow!("reading the cluster secret {}: {error}", path.display()))?;
         Ok(text.trim().to_owned())
@@ -200,6 +193,48 @@ impl Addresses {
     }
 }
 
+/// How one command runs a `cells …` command against the local cluster (`cells random`, ...).
+pub fn cells_command() -> std::process::Command {
+    let mut command = match std::env::current_exe() {
+        Ok(exe) => std::process::Command::new(exe),
+        Err(_) => std::process::Command::new("isuctl"),
+    };
+    command.arg("cells");
+    command
+}
+
+/// A folder name for one run, `YYYYMMDD-HHMMSS` in UTC (`run/bench/<it>`, `run/profiles/<it>`).
+pub fn timestamp() -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    timestamp_of(seconds)
+}
+
+/// [`timestamp`] of a Unix time (Howard Hinnant's `civil_from_days` for the date).
+fn timestamp_of(unix_seconds: u64) -> String {
+    let (days, second_of_day) = ((unix_seconds / 86_400) as i64, unix_seconds % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        second_of_day / 3600,
+        second_of_day / 60 % 60,
+        second_of_day % 60
+    )
+}
+
 /// The checkout this tool was built from (where `scripts/`, `nginx/` and `web/` are).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -241,5 +276,12 @@ mod tests {
         assert_eq!(cell_name(15), "p");
         assert_eq!(cell_index("c"), Some(2));
         assert_eq!(cell_index("q"), None);
+    }
+
+    #[test]
+    fn timestamps_are_utc_dates_and_times() {
+        assert_eq!(timestamp_of(0), "19700101-000000");
+        assert_eq!(timestamp_of(951_782_400), "20000229-000000");
+        assert_eq!(timestamp_of(1_796_270_399), "20261203-035959");
     }
 }

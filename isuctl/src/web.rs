@@ -1,10 +1,428 @@
-//! `isuctl web`: not yet ported from `scripts/web`.
+//! `isuctl web` (`scripts/web`): the project's own front end in `web/` (TypeScript, Preact,
+//! uPlot, built by Vite): build it, run its unit tests, and run its browser tests in headless
+//! Debian Chromium against a local cluster of their own.
 
-use crate::output::Format;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::local::{self, RunDir};
+use crate::output::{self, Format};
+
+/// Where the browser tests' cluster runs, on addresses of its own so it never meets the
+/// cluster of `scripts/bench` or of a person.
+const E2E_RUN_DIR: &str = "run/web-e2e";
+const E2E_HOSTS: [(&str, &str); 3] = [
+    ("ISU_COORDINATOR_HOST", "127.0.0.52"),
+    ("ISU_WORKER_A_HOST", "127.0.0.53"),
+    ("ISU_WORKER_B_HOST", "127.0.0.54"),
+];
+/// Grace between SIGTERM and SIGKILL for a bounded command (as `timeout --kill-after=10`).
+const KILL_AFTER: Duration = Duration::from_secs(10);
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+#[command(after_help = "Environment:\n  \
+    VITE_JIA_URL            JIA sign-in base URL baked into the build (default: same host as the page, port 5000)\n  \
+    ISU_WEB_E2E_TIMEOUT     seconds the browser tests may take (default 600)\n  \
+    ISU_WEB_PERF_LOADS      page loads measured for time to first render (default 7)\n  \
+    ISU_NO_BUILD=1          e2e: let `cluster up` skip its cargo build")]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: WebCommand,
+}
 
-pub fn run(_args: Args, _format: Format) -> anyhow::Result<()> {
-    anyhow::bail!("isuctl web: not yet ported; use scripts/web")
+#[derive(Debug, clap::Subcommand)]
+pub enum WebCommand {
+    /// npm ci when web/node_modules is missing or older than the lock file, type-check, then
+    /// build into web/dist (what `cluster up` serves); prints every built file's size, raw
+    /// and gzipped.
+    Build,
+    /// Type-check and run the unit and component tests (Vitest, happy-dom).
+    Test,
+    /// Browser tests: installs Debian's chromium with apt-get when /usr/bin/chromium is
+    /// missing (no browser is ever downloaded), builds, starts a cluster of its own with the
+    /// JIA simulator on 127.0.0.52-54 (run dir run/web-e2e), runs the tests in headless
+    /// Chromium through playwright-core, and always stops that cluster. Screenshots go to
+    /// run/web-e2e/screenshots/, time-to-first-render figures to run/web-e2e/first-render.json.
+    E2e,
+    /// build, test, e2e.
+    All,
+}
+
+/// One file of web/dist and its size.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BuiltFile {
+    /// Relative to web/dist.
+    pub file: String,
+    pub bytes: u64,
+    /// Gzipped at the best level (flate2: within 1 % of `gzip -9`, which scripts/web used).
+    pub gzip_bytes: u64,
+}
+
+/// What `web build` wrote.
+#[derive(Debug, Serialize)]
+pub struct Build {
+    pub dist: PathBuf,
+    pub files: Vec<BuiltFile>,
+    pub total_bytes: u64,
+    pub total_gzip_bytes: u64,
+}
+
+/// What `web e2e` left behind.
+#[derive(Debug, Serialize)]
+pub struct E2e {
+    pub base_url: String,
+    pub screenshots: PathBuf,
+    pub screenshot_count: usize,
+    pub first_render: PathBuf,
+}
+
+pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
+    let web = Web {
+        dir: local::repo_root().join("web"),
+    };
+    match args.command {
+        WebCommand::Build => output::emit(format, &web.build()?, render_build),
+        WebCommand::Test => web.test(),
+        WebCommand::E2e => output::emit(format, &web.e2e(Then::Build)?, render_e2e),
+        WebCommand::All => {
+            let build = web.build()?;
+            if format == Format::Human {
+                eprintln!("{}", render_build(&build));
+            }
+            web.test()?;
+            output::emit(format, &web.e2e(Then::UseTheBuild)?, render_e2e)
+        }
+    }
+}
+
+/// What `e2e` does once chromium is there: build web/dist, or use the one `all` just built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Build,
+    UseTheBuild,
+}
+
+struct Web {
+    dir: PathBuf,
+}
+
+impl Web {
+    fn npx(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("npx");
+        command.args(args).current_dir(&self.dir);
+        command
+    }
+
+    /// `npm ci` when node_modules is missing or stale.
+    fn ensure_dependencies(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(local_program("npm"), "web: npm not found: install Node.js 20+ and npm");
+        let installed = modified(&self.dir.join("node_modules/.package-lock.json"));
+        let inputs = [
+            modified(&self.dir.join("package-lock.json")),
+            modified(&self.dir.join("package.json")),
+        ];
+        if dependencies_stale(installed, &inputs) {
+            eprintln!("web: installing dependencies (npm ci)");
+            let mut npm = Command::new("npm");
+            npm.args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+                .current_dir(&self.dir);
+            run_to_stderr(npm, "npm ci")?;
+        }
+        Ok(())
+    }
+
+    fn build(&self) -> anyhow::Result<Build> {
+        self.ensure_dependencies()?;
+        eprintln!("web: building web/dist");
+        run_to_stderr(self.npx(&["tsc", "--noEmit"]), "tsc --noEmit")?;
+        run_to_stderr(self.npx(&["vite", "build", "--logLevel", "warn"]), "vite build")?;
+        built_files(&self.dir.join("dist"))
+    }
+
+    fn test(&self) -> anyhow::Result<()> {
+        self.ensure_dependencies()?;
+        run_command(self.npx(&["tsc", "--noEmit"]), "tsc --noEmit")?;
+        run_command(self.npx(&["vitest", "run"]), "vitest run")
+    }
+
+    fn e2e(&self, then: Then) -> anyhow::Result<E2e> {
+        ensure_chromium()?;
+        if then == Then::Build {
+            self.build()?;
+        }
+        let dist = self.dir.join("dist");
+        anyhow::ensure!(dist.join("index.html").is_file(), "web: web/dist is not built");
+        let run_dir = RunDir::new(local::repo_root().join(E2E_RUN_DIR));
+        let cluster = |args: &[&str]| {
+            let mut command = local::cluster_command();
+            command.args(args).env("ISU_RUN_DIR", &run_dir.path).envs(E2E_HOSTS);
+            command
+        };
+        // A cluster left over from an interrupted run would hold the addresses.
+        let _ = run_to_stderr(cluster(&["down"]), "cluster down");
+        let _down = Finally(|| {
+            let _ = run_to_stderr(cluster(&["down"]), "cluster down");
+        });
+        let screenshots = run_dir.path.join("screenshots");
+        if screenshots.exists() {
+            std::fs::remove_dir_all(&screenshots).with_context(|| format!("removing {}", screenshots.display()))?;
+        }
+        std::fs::create_dir_all(&screenshots).with_context(|| format!("creating {}", screenshots.display()))?;
+        let static_dir = dist.display().to_string();
+        let up = cluster(&["up", "--static-dir", &static_dir, "--jia"])
+            .stderr(Stdio::inherit())
+            .output()
+            .context("running cluster up")?;
+        anyhow::ensure!(up.status.success(), "web: cluster up failed ({})", up.status);
+        let base_url = String::from_utf8_lossy(&up.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_owned();
+        let jia_url = run_dir.cluster()?.jia_url.unwrap_or_default();
+        anyhow::ensure!(
+            !base_url.is_empty() && !jia_url.is_empty(),
+            "web: the cluster did not report its URLs"
+        );
+        eprintln!("web: browser tests against {base_url} (JIA {jia_url})");
+        let first_render = run_dir.path.join("first-render.json");
+        let mut tests = self.npx(&["vitest", "run", "--config", "vitest.e2e.config.ts"]);
+        tests
+            .env("ISU_WEB_BASE_URL", &base_url)
+            .env("ISU_WEB_JIA_URL", &jia_url)
+            .env("ISU_WEB_SCREENSHOTS", &screenshots)
+            .env("ISU_WEB_METRICS", &first_render);
+        let limit = match std::env::var("ISU_WEB_E2E_TIMEOUT") {
+            Ok(text) => text
+                .parse()
+                .map(Duration::from_secs)
+                .map_err(|_| anyhow::anyhow!("web: ISU_WEB_E2E_TIMEOUT={text:?} is not a number of seconds"))?,
+            Err(_) => Duration::from_secs(600),
+        };
+        run_bounded(tests, "the browser tests", limit)?;
+        let screenshot_count = std::fs::read_dir(&screenshots)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "png"))
+                    .count()
+            })
+            .unwrap_or(0);
+        eprintln!("web: screenshots: {screenshot_count} in {}", screenshots.display());
+        Ok(E2e {
+            base_url,
+            screenshots,
+            screenshot_count,
+            first_render,
+        })
+    }
+}
+
+/// Runs `body` when dropped: the e2e cluster is stopped however the tests end.
+struct Finally<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Finally<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+/// Whether `npm ci` must run: node_modules was never installed, or the lock file or the
+/// manifest changed since (npm ci leaves node_modules/.package-lock.json behind, newer than
+/// the lock it installed).
+fn dependencies_stale(installed: Option<SystemTime>, inputs: &[Option<SystemTime>]) -> bool {
+    let Some(installed) = installed else {
+        return true;
+    };
+    inputs.iter().flatten().any(|input| *input > installed)
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|metadata| metadata.modified()).ok()
+}
+
+/// Every file under `dist`, sorted, with its raw and gzipped size.
+pub fn built_files(dist: &Path) -> anyhow::Result<Build> {
+    let mut paths = Vec::new();
+    let mut pending = vec![dist.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                paths.push(path);
+            }
+        }
+    }
+    paths.sort();
+    let mut files = Vec::new();
+    for path in paths {
+        let content = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        encoder.write_all(&content)?;
+        let gzip_bytes = encoder.finish()?.len() as u64;
+        let file = path.strip_prefix(dist).unwrap_or(&path).display().to_string();
+        files.push(BuiltFile {
+            file,
+            bytes: content.len() as u64,
+            gzip_bytes,
+        });
+    }
+    Ok(Build {
+        dist: dist.to_owned(),
+        total_bytes: files.iter().map(|file| file.bytes).sum(),
+        total_gzip_bytes: files.iter().map(|file| file.gzip_bytes).sum(),
+        files,
+    })
+}
+
+fn render_build(build: &Build) -> String {
+    let mut text = format!("{:<44} {:>10} {:>10}\n", "web/dist file", "bytes", "gzip");
+    for file in &build.files {
+        text.push_str(&format!(
+            "{:<44} {:>10} {:>10}\n",
+            file.file, file.bytes, file.gzip_bytes
+        ));
+    }
+    text.push_str(&format!(
+        "{:<44} {:>10} {:>10}",
+        "total", build.total_bytes, build.total_gzip_bytes
+    ));
+    text
+}
+
+fn render_e2e(e2e: &E2e) -> String {
+    format!(
+        "browser tests passed against {}: {} screenshots in {}, first render in {}",
+        e2e.base_url,
+        e2e.screenshot_count,
+        e2e.screenshots.display(),
+        e2e.first_render.display()
+    )
+}
+
+/// Debian's chromium, installed with apt-get (through sudo unless root) when missing.
+fn ensure_chromium() -> anyhow::Result<()> {
+    let chromium = Path::new("/usr/bin/chromium");
+    if chromium.is_file() {
+        return Ok(());
+    }
+    eprintln!("web: installing Debian's chromium (apt-get)");
+    anyhow::ensure!(
+        local_program("apt-get"),
+        "web: /usr/bin/chromium is missing and apt-get is not available"
+    );
+    let as_root = nix::unistd::Uid::effective().is_root();
+    let apt = |args: &[&str]| {
+        let mut command = if as_root {
+            Command::new("apt-get")
+        } else {
+            Command::new("sudo")
+        };
+        if !as_root {
+            command.arg("apt-get");
+        }
+        command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        command
+    };
+    run_bounded(apt(&["update", "-qq"]), "apt-get update", Duration::from_secs(600))?;
+    let mut install = apt(&["install", "-y", "-qq", "chromium"]);
+    install.stdout(Stdio::null());
+    run_bounded(install, "apt-get install chromium", Duration::from_secs(900))?;
+    anyhow::ensure!(chromium.is_file(), "web: chromium did not install to /usr/bin/chromium");
+    Ok(())
+}
+
+fn local_program(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// Runs `command` with its output on this process's stderr (stdout stays for the result).
+fn run_to_stderr(mut command: Command, what: &str) -> anyhow::Result<()> {
+    let errors = std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned()?;
+    command.stdout(Stdio::from(errors));
+    run_command(command, what)
+}
+
+fn run_command(mut command: Command, what: &str) -> anyhow::Result<()> {
+    let status = command.status().with_context(|| format!("web: running {what}"))?;
+    anyhow::ensure!(status.success(), "web: {what} failed ({status})");
+    Ok(())
+}
+
+/// Runs `command` in a process group of its own and ends the whole group (SIGTERM, then
+/// SIGKILL after [`KILL_AFTER`]) when it outlives `limit`: npx's node children go with it.
+fn run_bounded(mut command: Command, what: &str, limit: Duration) -> anyhow::Result<()> {
+    let mut child = command
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("web: running {what}"))?;
+    let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
+    let started = Instant::now();
+    let mut terminated: Option<Instant> = None;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            anyhow::ensure!(terminated.is_none(), "web: {what} took more than {} s", limit.as_secs());
+            anyhow::ensure!(status.success(), "web: {what} failed ({status})");
+            return Ok(());
+        }
+        match terminated {
+            None if started.elapsed() > limit => {
+                let _ = nix::sys::signal::kill(group, nix::sys::signal::SIGTERM);
+                terminated = Some(Instant::now());
+            }
+            Some(at) if at.elapsed() > KILL_AFTER => {
+                let _ = nix::sys::signal::kill(group, nix::sys::signal::SIGKILL);
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dependencies_are_installed_when_missing_or_older_than_the_lock() {
+        let then = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let later = then + Duration::from_secs(1);
+        assert!(dependencies_stale(None, &[Some(then)]));
+        assert!(dependencies_stale(Some(then), &[Some(later), Some(then)]));
+        assert!(!dependencies_stale(Some(later), &[Some(then), None]));
+    }
+
+    #[test]
+    fn built_files_are_listed_sorted_with_their_gzip_size() {
+        let dist = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dist.path().join("assets")).unwrap();
+        std::fs::write(dist.path().join("index.html"), "<html>".repeat(100)).unwrap();
+        std::fs::write(dist.path().join("assets/app.js"), "x").unwrap();
+        let build = built_files(dist.path()).unwrap();
+        let names: Vec<_> = build.files.iter().map(|file| file.file.as_str()).collect();
+        assert_eq!(names, ["assets/app.js", "index.html"]);
+        assert_eq!(build.files[1].bytes, 600);
+        assert!(build.files[1].gzip_bytes < 100, "{:?}", build.files[1]);
+        assert_eq!(build.total_bytes, 601);
+        assert!(render_build(&build).ends_with(&format!("{:>10} {:>10}", 601, build.total_gzip_bytes)));
+    }
+
+    #[test]
+    fn a_command_past_its_limit_is_ended_with_its_children() {
+        let mut sleeper = Command::new("sh");
+        sleeper.args(["-c", "sleep 30 & sleep 30"]);
+        let started = Instant::now();
+        let error = run_bounded(sleeper, "the sleeper", Duration::from_millis(300)).unwrap_err();
+        assert!(error.to_string().contains("took more than"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
 }
