@@ -40,7 +40,11 @@ pub fn default_out(inventory: &Path) -> PathBuf {
 
 /// Loads and checks `inventory_path`, then renders every host into `out` (default:
 /// [`default_out`]), making the cluster secret on first use.
-pub fn render(inventory_path: &Path, out: Option<&Path>, nginx_template: &Path) -> anyhow::Result<(Inventory, Rendered)> {
+pub fn render(
+    inventory_path: &Path,
+    out: Option<&Path>,
+    nginx_template: &Path,
+) -> anyhow::Result<(Inventory, Rendered)> {
     let inventory = Inventory::load(inventory_path)?;
     let base = inventory_path.parent().unwrap_or(Path::new(".")).to_owned();
     let secret_path = base.join(&inventory.secret_file);

@@ -121,32 +121,34 @@ struct RenderRequest<'a> {
     cells: Vec<String>,
 }
 
-/// Renders the project's nginx configuration into `run_dir` and returns its path. The one
-/// place the sandbox renders it: today through `scripts/render-nginx`, the renderer
-/// `scripts/cluster` and the deployment use.
+/// Renders the project's nginx configuration into `run_dir` and returns its path: the one
+/// place the sandbox renders it, through the renderer `isuctl cluster` and the deployment use
+/// (`deploy::nginx`), checked with `nginx -t`.
 fn render_config(request: &RenderRequest) -> PathBuf {
-    let mut render = Command::new(repository_root().join("scripts/render-nginx"));
-    render
-        .arg("--run-dir")
-        .arg(request.run_dir)
-        .arg("--static-dir")
-        .arg(request.static_dir)
-        .args(["--public-listen", &request.public_listen])
-        .args(["--coordinator", &request.coordinator]);
-    for cell in &request.cells {
-        render.args(["--cell", cell]);
-    }
-    let rendered = render
-        .args(["--worker-processes", "1", "--access-log", "off"])
-        .env("ISU_NGINX_BIN", request.nginx)
-        .output()
-        .expect("running scripts/render-nginx");
-    assert!(
-        rendered.status.success(),
-        "render-nginx failed: {}",
-        String::from_utf8_lossy(&rendered.stderr)
-    );
-    PathBuf::from(String::from_utf8(rendered.stdout).expect("a UTF-8 path").trim())
+    let cells = request
+        .cells
+        .iter()
+        .map(|cell| cell.parse().expect("a cell spec the sandbox made"))
+        .collect();
+    let options = deploy::nginx::Options {
+        run_dir: request.run_dir.to_owned(),
+        template: repository_root().join("nginx/nginx.conf.template"),
+        out: None,
+        static_dir: request.static_dir.to_owned(),
+        public_listen: request.public_listen.clone(),
+        public_server_name: "isucondition-1.t.isucon.dev".to_owned(),
+        coordinator: request.coordinator.clone(),
+        cells,
+        placement: None,
+        reset_placement: false,
+        worker_processes: "1".to_owned(),
+        device_servers: true,
+        access_log: false,
+        tls: None,
+        check: true,
+        nginx_bin: request.nginx.to_owned(),
+    };
+    deploy::nginx::render_local(&options).unwrap_or_else(|error| panic!("rendering nginx.conf: {error}"))
 }
 
 /// The checkout this crate is built from.

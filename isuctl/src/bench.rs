@@ -297,9 +297,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         anyhow::ensure!(found_on_path("taskset"), "bench: --pin needs taskset (util-linux)");
     }
     anyhow::ensure!(found_on_path("cargo"), "bench: cargo is required (https://rustup.rs)");
-    let built = Command::new("cargo")
-        .args(["build", "--release", "-q", "-p", "bench"])
-        .current_dir(&repo)
+    let built = crate::external::cargo_build(&repo, true, &["bench"])
         .status()
         .context("running cargo build")?;
     anyhow::ensure!(built.success(), "bench: cargo build --release -p bench failed");

@@ -22,10 +22,10 @@ use deploy::supervise::{Process, Records, Spawn, Stopped};
 use nix::sys::signal::Signal;
 use serde::Serialize;
 
-use crate::local::{self, Addresses, ClusterFile, RunDir};
-use crate::output::{self, Format};
 use crate::exit::Exit;
 use crate::http;
+use crate::local::{self, Addresses, ClusterFile, RunDir};
+use crate::output::{self, Format};
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = ENVIRONMENT)]

@@ -39,15 +39,19 @@ pub fn output_checked(command: &mut Command) -> anyhow::Result<Output> {
     Ok(output)
 }
 
-/// `cargo build --release -q -p PACKAGE...` in the checkout `repo`.
+/// `cargo build [--release] -q -p PACKAGE...` in the checkout `repo`: the one way this tool
+/// builds the workspace's binaries.
 ///
 /// Without the variables `cargo run` gives this program (`CARGO_MANIFEST_DIR`,
 /// `CARGO_PKG_*`, ...): build scripts that track them (ring's does) would see another value
 /// than in a build from a shell, and every release binary would be rebuilt each time one
 /// is built the other way.
-pub fn build_release(repo: &std::path::Path, packages: &[&str]) -> anyhow::Result<()> {
-    let mut command = Command::new("cargo");
-    command.current_dir(repo).args(["build", "--release", "-q"]);
+pub fn cargo_build(repo: &std::path::Path, release: bool, packages: &[&str]) -> Command {
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    command.current_dir(repo).args(["build", "-q"]);
+    if release {
+        command.arg("--release");
+    }
     for (key, _) in std::env::vars_os() {
         if key.to_str().is_some_and(is_set_by_cargo_run) {
             command.env_remove(key);
@@ -56,7 +60,12 @@ pub fn build_release(repo: &std::path::Path, packages: &[&str]) -> anyhow::Resul
     for package in packages {
         command.args(["-p", package]);
     }
-    run_checked(&mut command)
+    command
+}
+
+/// [`cargo_build`] of release binaries, its output shown only when it fails.
+pub fn build_release(repo: &std::path::Path, packages: &[&str]) -> anyhow::Result<()> {
+    run_checked(&mut cargo_build(repo, true, packages))
 }
 
 /// Whether `cargo run` sets this variable for the program it runs (rather than the user for

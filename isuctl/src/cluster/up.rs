@@ -11,9 +11,9 @@ use clap::Parser as _;
 use deploy::supervise::Spawn;
 
 use super::{cluster_file, log, started, Cluster, Devices, Worker};
+use crate::exit::Exit;
 use crate::local::{self, ClusterFile};
 use crate::output::{self, Format};
-use crate::exit::Exit;
 use crate::{http, render};
 
 /// The binaries `up` runs.
@@ -275,15 +275,11 @@ fn build(cluster: &Cluster) -> anyhow::Result<Binaries> {
     };
     if !options.no_build {
         log(format!("building coordinator and worker ({profile})"));
-        let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        cargo.current_dir(&repo).arg("build");
-        if !options.debug {
-            cargo.arg("--release");
-        }
-        cargo.args(["-p", "coordinator", "-p", "worker"]);
+        let mut packages = vec!["coordinator", "worker"];
         if options.jia {
-            cargo.args(["-p", "bench"]);
+            packages.push("bench");
         }
+        let mut cargo = crate::external::cargo_build(&repo, !options.debug, &packages);
         let status = cargo
             .stdout(Stdio::from(std::io::stderr()))
             .status()
