@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{self, Signal};
+use nix::sys::signal;
+pub use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 /// Why a process could not be started or its record read.

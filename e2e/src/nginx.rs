@@ -3,10 +3,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::ports::free_ports;
-use crate::process::{children_of, is_alive, signal, tail};
+use deploy::supervise::{self, Process, Signal};
+
+use crate::process::tail;
 use crate::sandbox::{Cluster, CELL_NAMES};
 use crate::scratch::ScratchDir;
 use crate::wait::wait_until;
@@ -71,7 +73,7 @@ impl Nginx {
             .ok()
             .and_then(|text| text.trim().parse::<u32>().ok())
         {
-            if !pids.contains(&pid) && is_alive(pid) {
+            if !pids.contains(&pid) && supervise::is_alive(pid) {
                 pids.push(pid);
             }
         }
@@ -89,22 +91,11 @@ impl Nginx {
 }
 
 impl Drop for Nginx {
+    /// Stops nginx as the local cluster does (the one supervisor): SIGTERM to each master,
+    /// SIGKILL to it and its workers after 5 s.
     fn drop(&mut self) {
-        let masters = self.master_pids();
-        let mut workers = Vec::new();
-        for pid in &masters {
-            workers.extend(children_of(*pid));
-            signal(*pid, "TERM");
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while masters.iter().any(|pid| is_alive(*pid)) && Instant::now() < deadline {
-            let _ = self.child.try_wait();
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for pid in masters.iter().chain(&workers) {
-            if is_alive(*pid) {
-                signal(*pid, "KILL");
-            }
+        for pid in self.master_pids() {
+            Process::of(pid).stop(Signal::SIGTERM, Duration::from_secs(5), true);
         }
         let _ = self.child.wait();
     }
