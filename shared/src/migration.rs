@@ -1,5 +1,5 @@
 //! The live migration of a slot or a pinned ISU between cells, as a pure state machine:
-//! clone → flip → redirect → forget (`../shared/design/CELLS.md`).
+//! clone → flip → redirect → forget (`docs/cells.md`, "Live migration").
 //!
 //! ```text
 //! Planned ─start─► Cloning ─caught up─► CaughtUp ─flip (map v+1)─► Flipped ─grace─► Forgotten

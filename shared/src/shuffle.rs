@@ -1,4 +1,4 @@
-//! Shuffle sharding of ingest lanes (`../shared/design/CELLS.md`, lanes): each ISU gets a
+//! Shuffle sharding of ingest lanes (`docs/cells.md`, "Inside a cell: quota and lanes"): each ISU gets a
 //! stable set of `k` distinct lanes out of `n`, picked by a seeded hash of its UUID, and
 //! uses the least loaded of them. An ISU that jams its lanes jams only its own `k`; another
 //! ISU is cut off only if all its `k` lanes are among them, which for a random assignment is

@@ -1,5 +1,5 @@
 //! Per-ISU counting in fixed memory: a count-min sketch with conservative update, and two
-//! of them alternating over fixed windows (`../shared/design/CELLS.md`, quota).
+//! of them alternating over fixed windows (`docs/cells.md`, "Inside a cell: quota and lanes").
 //!
 //! A count-min sketch keeps `rows` rows of `width` counters; a key adds to one counter per
 //! row (chosen by hashing) and its estimate is the smallest of them. It never underestimates,

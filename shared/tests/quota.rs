@@ -1,5 +1,5 @@
 //! The per-ISU quota's sketch and the lanes' shuffle sharding, as properties and as the
-//! figures the README quotes (false positives among 100,000 ISUs; exposure to a poisonous
+//! figures `docs/benchmarks.md` quotes (false positives among 100,000 ISUs; exposure to a poisonous
 //! ISU's lanes).
 
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! Device posts inside a cell: a per-ISU quota and shuffle-sharded ingest lanes, so one
-//! noisy or poisonous ISU does not hurt the others (`../shared/design/CELLS.md`). This is
+//! noisy or poisonous ISU does not hurt the others (`docs/cells.md`, "Inside a cell: quota and lanes"). This is
 //! the mechanism; a batch is taken through it, in order, by the write path (`write_path.rs`).
 //!
 //! - **Quota**: every batch counts its conditions for its ISU in a count-min sketch over two

@@ -1,4 +1,4 @@
-//! A worker's part in a live migration (`../shared/design/CELLS.md`):
+//! A worker's part in a live migration (`docs/cells.md`, "Live migration"):
 //!
 //! - as the **source** (`WORKER_EXPORT`): it registers the export first, so from then on
 //!   every batch it accepts for the subject is also sent to the target before the device

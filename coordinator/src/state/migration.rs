@@ -1,5 +1,5 @@
 //! Live migration of a slot or a pinned ISU between cells, driven by the coordinator:
-//! clone → flip → redirect → forget (`../shared/design/CELLS.md`, `shared::migration`).
+//! clone → flip → redirect → forget (`docs/cells.md`, "Live migration"; `shared::migration`).
 //!
 //! One migration runs at a time. Each step is logged before the next one starts, and the
 //! map is logged before anyone sees it, so after a crash of any node the coordinator finds
