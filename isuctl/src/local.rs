@@ -205,33 +205,19 @@ pub fn cells_command() -> std::process::Command {
 
 /// A folder name for one run, `YYYYMMDD-HHMMSS` in UTC (`run/bench/<it>`, `run/profiles/<it>`).
 pub fn timestamp() -> String {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    timestamp_of(seconds)
+    timestamp_of(time::OffsetDateTime::now_utc())
 }
 
-/// [`timestamp`] of a Unix time (Howard Hinnant's `civil_from_days` for the date).
-fn timestamp_of(unix_seconds: u64) -> String {
-    let (days, second_of_day) = ((unix_seconds / 86_400) as i64, unix_seconds % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
+/// [`timestamp`] of one instant.
+fn timestamp_of(at: time::OffsetDateTime) -> String {
     format!(
-        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
-        second_of_day / 3600,
-        second_of_day / 60 % 60,
-        second_of_day % 60
+        "{:04}{:02}{:02}-{:02}{:02}{:02}",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
     )
 }
 
@@ -280,8 +266,9 @@ mod tests {
 
     #[test]
     fn timestamps_are_utc_dates_and_times() {
-        assert_eq!(timestamp_of(0), "19700101-000000");
-        assert_eq!(timestamp_of(951_782_400), "20000229-000000");
-        assert_eq!(timestamp_of(1_796_270_399), "20261203-035959");
+        let at = |unix: i64| time::OffsetDateTime::from_unix_timestamp(unix).unwrap();
+        assert_eq!(timestamp_of(at(0)), "19700101-000000");
+        assert_eq!(timestamp_of(at(951_782_400)), "20000229-000000");
+        assert_eq!(timestamp_of(at(1_796_270_399)), "20261203-035959");
     }
 }

@@ -93,6 +93,25 @@ pub struct WaveReport {
     pub rollback_error: Option<String>,
 }
 
+impl WaveReport {
+    /// A wave about to start on `node`: nothing measured, judged or changed yet.
+    fn new(wave: usize, cell: Option<&str>, node: &str) -> WaveReport {
+        WaveReport {
+            wave,
+            cell: cell.map(str::to_owned),
+            node: node.to_owned(),
+            old_binary: PathBuf::new(),
+            before: None,
+            after: None,
+            replaced_in_seconds: None,
+            verdict: None,
+            error: None,
+            rolled_back: false,
+            rollback_error: None,
+        }
+    }
+}
+
 /// How the rollout ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -191,19 +210,7 @@ fn worker_wave(
     rollout_started: Instant,
 ) -> WaveReport {
     let node = format!("worker-{cell}");
-    let mut report = WaveReport {
-        wave,
-        cell: Some(cell.to_owned()),
-        node: node.clone(),
-        old_binary: PathBuf::new(),
-        before: None,
-        after: None,
-        replaced_in_seconds: None,
-        verdict: None,
-        error: None,
-        rolled_back: false,
-        rollback_error: None,
-    };
+    let mut report = WaveReport::new(wave, Some(cell), &node);
     // Before anything changes: what the node runs and how the cell does.
     let baseline = ops.binary_of(&node).and_then(|old| {
         report.old_binary = old;
@@ -290,19 +297,7 @@ fn worker_wave(
 
 fn coordinator_wave(wave: usize, binary: &Path, ops: &mut impl Operations, say: &mut dyn FnMut(String)) -> WaveReport {
     let node = "coordinator";
-    let mut report = WaveReport {
-        wave,
-        cell: None,
-        node: node.to_owned(),
-        old_binary: PathBuf::new(),
-        before: None,
-        after: None,
-        replaced_in_seconds: None,
-        verdict: None,
-        error: None,
-        rolled_back: false,
-        rollback_error: None,
-    };
+    let mut report = WaveReport::new(wave, None, node);
     match ops.binary_of(node) {
         Ok(old) => report.old_binary = old,
         Err(error) => {
