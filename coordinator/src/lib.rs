@@ -13,7 +13,7 @@
 //! - [`routes`]: public API, frontend, internal and debug routes;
 //! - [`error`]: the error type mapped to the API's statuses and messages.
 //!
-//! The modules use each other in one direction only (`tests/module_graph.rs` checks that no
+//! The modules use each other in one direction only (`e2e/tests/structure.rs` checks that no
 //! import cycle exists): `config`, `error`, `jia_client`, `journal`, `router_signal` and
 //! `worker_client` use no other module; `user_sync` uses `worker_client`; [`state`] uses those; this crate root,
 //! which holds the handlers' [`AppState`], uses `config` and `state`; [`routes`] use the

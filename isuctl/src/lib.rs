@@ -51,7 +51,8 @@ pub enum Command {
     Cells(cells::Args),
     /// Wave rollout of new binaries over a running durable cluster, gated per wave.
     Rollout(rollout::Args),
-    /// Render configuration (nginx, systemd units) without running anything.
+    /// Render the nginx configuration without running anything (a deployment's systemd units:
+    /// `deploy render`).
     Render(render::Args),
     /// Render and install the cluster on real hosts from an inventory.
     Deploy(deploy::Args),

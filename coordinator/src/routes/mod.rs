@@ -4,7 +4,7 @@
 //! - `auth`, `isu`, `trend`, `internal`, `cells`, `frontend`: the areas;
 //! - `session`: the signed-in user extractor; `json`: JSON responses.
 //!
-//! They use each other in one direction only (checked by `tests/module_graph.rs`): `all`
+//! They use each other in one direction only (checked by `e2e/tests/structure.rs`): `all`
 //! uses the areas, the areas use `session` and `json`, and this module uses none of them
 //! (its one item, [`ClusterPeer`], is what `cells` names the guard by). Every area uses the
 //! crate root's [`AppState`](crate::AppState), which uses no route.

@@ -7,7 +7,7 @@
 //! - [`placement`]: the placement map, the router's copy of it and the slot gate;
 //! - [`migration`]: live migration of slots and pins between cells.
 //!
-//! They use each other in one direction only (checked by `tests/module_graph.rs`): `model`
+//! They use each other in one direction only (checked by `e2e/tests/structure.rs`): `model`
 //! uses none of them; `trend` uses `model`; `generation` uses `model` and `trend`;
 //! `placement` uses none of them. This module, which holds [`State`], uses those four; the
 //! protocols on [`State`] (`registration`, `worker_sync`, `migration`) use it and the ones
