@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
-use isuctl::local::cluster_command;
-
 /// target/<profile>/NAME, beside this test's directory (`target/<profile>/deps`).
 pub fn built_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
@@ -104,12 +102,9 @@ impl LocalCluster {
 
     /// The cluster command on this cluster.
     pub fn cluster(&self, args: &[&str]) -> Output {
-        cluster_command()
-            .envs(self.env.iter().map(|(key, value)| (key, value)))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("the cluster command runs")
+        let mut all = vec!["cluster"];
+        all.extend_from_slice(args);
+        self.isuctl(&all)
     }
 
     /// isuctl on this cluster (found through ISU_RUN_DIR, as a person's shell would).
