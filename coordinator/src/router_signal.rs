@@ -7,7 +7,7 @@
 //! process never gets that process a signal (SIGHUP kills a process that does not catch it).
 //! nginx installs its signal handlers before it writes its pid file, but a supervisor may
 //! record the PID it spawned in the same file first (`scripts/cluster` does): an nginx that
-//! does not catch SIGHUP yet is waited for, up to [`STARTING_WAIT`]. A PID that is not
+//! does not catch SIGHUP yet is waited for, up to `STARTING_WAIT` (10 s). A PID that is not
 //! nginx yet (the supervisor's fork before it executes nginx) is not signalled: that nginx
 //! reads the map, already rewritten, when it starts.
 
@@ -18,7 +18,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 /// How long an nginx that does not catch SIGHUP yet (still starting) is waited for.
-pub const STARTING_WAIT: Duration = Duration::from_secs(10);
+const STARTING_WAIT: Duration = Duration::from_secs(10);
 
 /// How often a starting nginx is looked at again.
 const STARTING_POLL: Duration = Duration::from_millis(20);

@@ -621,15 +621,9 @@ fn absolute(path: &Path) -> PathBuf {
     }
 }
 
-/// Written beside and renamed over: nginx (or a reload) never reads half a file.
+/// [`shared::write_atomically`], with the path in the error.
 fn write_atomically(path: &Path, text: &str) -> Result<(), NginxError> {
-    let file_name = path
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temporary = path.with_file_name(format!("{file_name}.tmp.{}", std::process::id()));
-    std::fs::write(&temporary, text).map_err(io(&temporary))?;
-    std::fs::rename(&temporary, path).map_err(io(path))
+    shared::write_atomically(path, text.as_bytes()).map_err(io(path))
 }
 
 #[cfg(test)]

@@ -266,15 +266,20 @@ impl Cluster {
     /// A UUID starting with `first_digit` (its parity picks the shard), known to the simulator.
     pub fn known_uuid(&self, first_digit: char, serial: u32) -> String {
         let uuid = test_uuid(first_digit, serial);
-        self.jia.add_isu(&uuid, jia_sim::condition::character_for_uuid(&uuid));
+        self.make_known(&uuid);
         uuid
     }
 
     /// A UUID in placement slot `slot` (its first two hex digits), known to the simulator.
     pub fn known_uuid_in_slot(&self, slot: u8, serial: u32) -> String {
         let uuid = format!("{slot:02x}{serial:06x}-0000-4000-8000-{serial:012x}");
-        self.jia.add_isu(&uuid, jia_sim::condition::character_for_uuid(&uuid));
+        self.make_known(&uuid);
         uuid
+    }
+
+    /// Makes `uuid` known to the simulator, with the character [`Cluster::character_of`] gives.
+    pub fn make_known(&self, uuid: &str) {
+        self.jia.add_isu(uuid, self.character_of(uuid));
     }
 
     /// The character the simulator gives to a UUID made by [`Cluster::known_uuid`].
@@ -295,6 +300,16 @@ impl Cluster {
             .timeout(REQUEST_TIMEOUT)
             .build()
             .expect("building an HTTP client")
+    }
+
+    /// `GET url` with the cluster secret (internal, metrics and debug routes); the error when
+    /// the node does not answer.
+    pub async fn internal_get(&self, url: &str) -> reqwest::Result<reqwest::Response> {
+        self.raw_client()
+            .get(url)
+            .header(shared::protocol::SECRET_HEADER, &self.secret)
+            .send()
+            .await
     }
 
     /// Waits until every node answers `/healthz`; panics, with the end of its log, if a node

@@ -70,8 +70,7 @@ impl CellsApi {
     }
 
     pub fn new(base: impl Into<String>, secret: impl Into<String>) -> anyhow::Result<CellsApi> {
-        let client = reqwest::Client::builder()
-            .no_proxy()
+        let client = node_http::internal_client()
             .connect_timeout(Duration::from_secs(3))
             .build()?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -238,11 +238,13 @@ impl Cluster {
         format!("{}:{}", self.addresses.coordinator_host, self.addresses.node_port)
     }
 
+    /// nginx's public server: `COORDINATOR_HOST:PUBLIC_PORT`.
+    fn public_listen(&self) -> String {
+        format!("{}:{}", self.addresses.coordinator_host, self.addresses.public_port)
+    }
+
     fn public_url(&self) -> String {
-        format!(
-            "http://{}:{}",
-            self.addresses.coordinator_host, self.addresses.public_port
-        )
+        format!("http://{}", self.public_listen())
     }
 
     fn jia_listen(&self) -> String {

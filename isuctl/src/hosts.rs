@@ -462,7 +462,12 @@ impl Hosts {
             signal(started.pid as i32, nix::sys::signal::Signal::SIGTERM);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && state.processes.iter().any(|started| alive(started.pid)) {
+        while Instant::now() < deadline
+            && state
+                .processes
+                .iter()
+                .any(|started| deploy::supervise::is_alive(started.pid))
+        {
             std::thread::sleep(Duration::from_millis(100));
         }
         for started in &state.processes {
@@ -526,7 +531,7 @@ impl Hosts {
                 .map(|started| ProcessStatus {
                     name: started.name.clone(),
                     pid: started.pid,
-                    running: alive(started.pid),
+                    running: deploy::supervise::is_alive(started.pid),
                 })
                 .collect(),
             nodes: node_pids(&state),
@@ -648,7 +653,7 @@ impl Hosts {
                 .truncate(true)
                 .mode(0o600)
                 .open(&file)?;
-            writeln!(handle, "X-Cluster-Secret: {}", secret.trim())?;
+            writeln!(handle, "{}: {}", shared::protocol::SECRET_HEADER, secret.trim())?;
         }
         Ok(format!("@{}", file.display()))
     }
@@ -827,21 +832,6 @@ fn still_ours(started: &Started) -> bool {
     })
 }
 
-fn alive(pid: u32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok() && !is_zombie(pid)
-}
-
-/// A child of ours that ended but is not yet reaped still answers signal 0.
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
-}
-
 fn signal(pid: i32, signal: nix::sys::signal::Signal) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
 }
@@ -919,7 +909,7 @@ fn pin_tree(pid: u32, cpu: usize) {
             }
         }
     }
-    for (child, _, _) in all_processes().into_iter().filter(|(_, parent, _)| *parent == pid) {
+    for child in deploy::supervise::children_of(pid) {
         pin_tree(child, cpu);
     }
 }

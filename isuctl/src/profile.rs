@@ -120,7 +120,7 @@ pub async fn profile_nodes(
     format: ProfileFormat,
     out: &Path,
 ) -> anyhow::Result<Vec<anyhow::Result<ProfileFile>>> {
-    let client = reqwest::Client::builder().no_proxy().build()?;
+    let client = node_http::internal_client().build()?;
     let mut tasks = tokio::task::JoinSet::new();
     for (index, node) in nodes.iter().enumerate() {
         let (client, node, secret) = (client.clone(), node.clone(), secret.to_owned());

@@ -2,7 +2,8 @@
 //! guard of internal routes ([`ClusterPeer`]), the request metrics middleware
 //! ([`track_request`]), and the routes every node serves behind the secret
 //! ([`debug_router`]: `GET /metrics`, `GET /debug/pprof/profile`, `GET /debug/pprof/last`),
-//! and the client settings of every call between nodes ([`internal_client`]).
+//! the client settings of every call between nodes ([`internal_client`]), a request's session
+//! ([`session_of`]) and JSON answers with the API's content type ([`json_response`]).
 //! `shared` stays free of axum; the node binaries keep their own routes and error types.
 
 use std::time::Instant;
@@ -16,6 +17,24 @@ use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use shared::protocol::{METRICS, PPROF_LAST, PPROF_PROFILE};
+
+/// The verified session among a request's `Cookie` headers, if any: the signature only; each
+/// node decides whether the user still counts (it exists, or the generation is current).
+pub fn session_of(
+    key: &shared::session::SessionKey,
+    headers: &axum::http::HeaderMap,
+) -> Option<shared::session::Session> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .find_map(|value| key.from_cookie_header(value))
+}
+
+/// A JSON response with the API's content type.
+pub fn json_response(body: impl Into<axum::body::Body>) -> Response {
+    ([(header::CONTENT_TYPE, shared::error::APPLICATION_JSON)], body.into()).into_response()
+}
 
 /// A client for calls between nodes (they carry the cluster secret): never through a proxy
 /// whatever `HTTP_PROXY`, `ALL_PROXY` or `NO_PROXY` say, since the nodes reach each other

@@ -1,14 +1,9 @@
 //! JSON responses with the API's content type.
 
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
+pub(crate) use node_http::json_response;
 
 use crate::error::ApiError;
-
-/// A JSON response with the API's content type.
-pub(crate) fn json_response(body: impl Into<axum::body::Body>) -> Response {
-    ([(header::CONTENT_TYPE, shared::error::APPLICATION_JSON)], body.into()).into_response()
-}
 
 /// Serialises `value` as a JSON response.
 pub(crate) fn json<T: serde::Serialize>(value: &T) -> Result<Response, ApiError> {

@@ -1,7 +1,6 @@
 //! The signed-in user, an extractor: a valid session cookie whose user exists now.
 
 use axum::extract::FromRequestParts;
-use axum::http::header;
 use axum::http::request::Parts;
 
 use crate::error::ApiError;
@@ -14,13 +13,7 @@ impl FromRequestParts<AppState> for SignedIn {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
-        let session = parts
-            .headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .find_map(|value| app.state.session_key.from_cookie_header(value))
-            .ok_or(ApiError::NotSignedIn)?;
+        let session = node_http::session_of(&app.state.session_key, &parts.headers).ok_or(ApiError::NotSignedIn)?;
         if app.state.generation().has_user(&session.user) {
             Ok(SignedIn(session.user))
         } else {

@@ -48,10 +48,7 @@ pub(super) async fn try_cells_call(
 
 pub(super) async fn placement(cluster: &Cluster) -> Value {
     cluster
-        .raw_client()
-        .get(format!("{}/internal/placement", cluster.coordinator))
-        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
-        .send()
+        .internal_get(&format!("{}/internal/placement", cluster.coordinator))
         .await
         .unwrap()
         .json()
@@ -344,10 +341,7 @@ fn cluster_assert_no_crash(mut cluster: Cluster) {
 /// `GET /internal/cells?seconds=S` with the secret: its status and body.
 async fn cells_table(cluster: &Cluster, seconds: &str) -> (StatusCode, String) {
     let response = cluster
-        .raw_client()
-        .get(format!("{}/internal/cells?seconds={seconds}", cluster.coordinator))
-        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
-        .send()
+        .internal_get(&format!("{}/internal/cells?seconds={seconds}", cluster.coordinator))
         .await
         .expect("the coordinator answers");
     (response.status(), response.text().await.unwrap())

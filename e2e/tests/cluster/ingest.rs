@@ -69,12 +69,12 @@ async fn a_flooding_isu_is_shaped_and_a_poisonous_one_quarantined_while_others_p
         .map(|serial| test_uuid('2', serial))
         .find(|uuid| lanes_of(uuid.as_bytes(), SEED, 8, 2) != poison_lanes)
         .unwrap();
-    cluster.jia.add_isu(&flood, cluster.character_of(&flood));
+    cluster.make_known(&flood);
     let normal = (0x41..)
         .map(|serial| test_uuid('4', serial))
         .find(|uuid| lanes_of(uuid.as_bytes(), SEED, 8, 2) != poison_lanes)
         .unwrap();
-    cluster.jia.add_isu(&normal, cluster.character_of(&normal));
+    cluster.make_known(&normal);
     for uuid in [&poison, &flood, &normal] {
         alice.register(uuid, "ingest", None).await.json(201);
     }
@@ -161,16 +161,13 @@ async fn poisoned_cluster(poison: &str, worker_args: &[&str]) -> (Cluster, Agent
     })
     .await;
     let alice = cluster.sign_in("alice").await;
-    cluster.jia.add_isu(poison, cluster.character_of(poison));
+    cluster.make_known(poison);
     (cluster, alice)
 }
 
 async fn worker_metrics(cluster: &Cluster, worker: usize) -> String {
     cluster
-        .raw_client()
-        .get(format!("{}/metrics", cluster.workers[worker]))
-        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
-        .send()
+        .internal_get(&format!("{}/metrics", cluster.workers[worker]))
         .await
         .unwrap()
         .text()
@@ -227,7 +224,7 @@ async fn blast_radius(lanes: usize, choices: usize, isus: usize) -> (BTreeSet<St
         }
     }
     for uuid in &others {
-        cluster.jia.add_isu(uuid, cluster.character_of(uuid));
+        cluster.make_known(uuid);
         alice.register(uuid, "neighbour", None).await.json(201);
     }
     let expected: BTreeSet<String> = others.iter().filter(|uuid| on_poison_lanes(uuid)).cloned().collect();
@@ -328,9 +325,9 @@ async fn a_batch_that_panics_the_store_is_quarantined_and_skipped_at_replay_inst
     })
     .await;
     let alice = cluster.sign_in("alice").await;
-    cluster.jia.add_isu(&poison, cluster.character_of(&poison));
+    cluster.make_known(&poison);
     let normal = test_uuid('2', 0x900d);
-    cluster.jia.add_isu(&normal, cluster.character_of(&normal));
+    cluster.make_known(&normal);
     for uuid in [&poison, &normal] {
         alice.register(uuid, "poison", None).await.json(201);
     }

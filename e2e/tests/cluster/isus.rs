@@ -135,6 +135,14 @@ async fn registration_on_both_shards_icons_duplicates_and_jia_refusals() {
         "ids strictly increase: {ids:?}"
     );
 
+    // The character JIA gave each ISU at activation.
+    let characters: std::collections::HashMap<String, String> = cluster
+        .jia
+        .activations()
+        .into_iter()
+        .map(|activation| (activation.isu_uuid, activation.character))
+        .collect();
+
     // The list: newest registration first, exact fields, latest condition null or really sent.
     let list = alice.isu_list().await.json(200);
     let list = list.as_array().unwrap();
@@ -143,14 +151,7 @@ async fn registration_on_both_shards_icons_duplicates_and_jia_refusals() {
         assert_eq!(item["id"], *id);
         assert_eq!(item["jia_isu_uuid"], uuid.as_str());
         assert_eq!(item["name"], name.as_str());
-        let character = cluster
-            .jia
-            .activations()
-            .into_iter()
-            .find(|a| &a.isu_uuid == uuid)
-            .unwrap()
-            .character;
-        assert_eq!(item["character"], character.as_str());
+        assert_eq!(item["character"], characters[uuid].as_str());
         let latest = &item["latest_isu_condition"];
         if !latest.is_null() {
             let timestamp = latest["timestamp"].as_i64().unwrap();
@@ -165,16 +166,9 @@ async fn registration_on_both_shards_icons_duplicates_and_jia_refusals() {
 
     // Details and icons are private to the owner.
     for (uuid, name, id) in &registered {
-        let character = cluster
-            .jia
-            .activations()
-            .into_iter()
-            .find(|a| &a.isu_uuid == uuid)
-            .unwrap()
-            .character;
         assert_eq!(
             alice.isu(uuid).await.json(200),
-            json!({"id": id, "jia_isu_uuid": uuid, "name": name, "character": character})
+            json!({"id": id, "jia_isu_uuid": uuid, "name": name, "character": characters[uuid]})
         );
         bob.isu(uuid).await.assert_error(404, NOT_FOUND_ISU);
         bob.icon(uuid).await.assert_error(404, NOT_FOUND_ISU);

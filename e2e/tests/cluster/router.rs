@@ -300,10 +300,7 @@ async fn placement_after_restart(cluster: &mut Cluster) -> serde_json::Value {
         Duration::from_secs(10),
         || async move {
             let response = cluster
-                .raw_client()
-                .get(format!("{}/internal/placement", cluster.coordinator))
-                .header(shared::protocol::SECRET_HEADER, &cluster.secret)
-                .send()
+                .internal_get(&format!("{}/internal/placement", cluster.coordinator))
                 .await
                 .ok()?;
             response.json::<serde_json::Value>().await.ok()

@@ -50,10 +50,7 @@ pub(super) fn up(cluster: &Cluster, format: Format) -> anyhow::Result<()> {
     let binaries = build(cluster)?;
     let workers = cluster.workers();
 
-    let mut addresses = vec![
-        cluster.coordinator_listen(),
-        cluster.public_url()["http://".len()..].to_owned(),
-    ];
+    let mut addresses = vec![cluster.coordinator_listen(), cluster.public_listen()];
     addresses.extend(
         workers
             .iter()
@@ -334,7 +331,7 @@ fn write_secret(run_dir: &Path) -> anyhow::Result<String> {
     Ok(secret)
 }
 
-/// The nginx rendering as `isuctl render nginx` does it with these flags (the environment's
+/// The nginx rendering as `isuctl render nginx` does it for this cluster (the environment's
 /// ISU_NGINX_* settings apply as there).
 fn render_nginx(cluster: &Cluster, run_dir: &Path, static_dir: &Path, workers: &[Worker]) -> anyhow::Result<PathBuf> {
     #[derive(clap::Parser)]
@@ -342,30 +339,30 @@ fn render_nginx(cluster: &Cluster, run_dir: &Path, static_dir: &Path, workers: &
         #[command(flatten)]
         args: render::NginxArgs,
     }
-    let mut argv = vec![
-        "render".to_owned(),
-        "--run-dir".to_owned(),
-        run_dir.display().to_string(),
-        "--static-dir".to_owned(),
-        static_dir.display().to_string(),
-        "--public-listen".to_owned(),
-        cluster.public_url()["http://".len()..].to_owned(),
-        "--coordinator".to_owned(),
-        cluster.coordinator_listen(),
-        "--device-servers".to_owned(),
-        if cluster.options.devices == Devices::Nginx {
-            "on"
-        } else {
-            "off"
-        }
-        .to_owned(),
-    ];
-    for worker in workers {
-        argv.push("--cell".to_owned());
-        argv.push(format!("{}={},{}", worker.cell, worker.listen, worker.device_listen));
-    }
-    let render = Render::try_parse_from(argv).map_err(|error| anyhow::anyhow!("{error}"))?;
-    Ok(deploy::nginx::render_local(&render.args.options()?)?)
+    // The environment's settings first, as `isuctl render nginx` takes them; then this
+    // cluster's own values over them.
+    let mut args = Render::try_parse_from(["render"])
+        .map_err(|error| anyhow::anyhow!("{error}"))?
+        .args;
+    args.run_dir = Some(run_dir.to_owned());
+    args.static_dir = Some(static_dir.to_owned());
+    args.public_listen = Some(cluster.public_listen());
+    args.coordinator = Some(cluster.coordinator_listen());
+    args.device_servers = if cluster.options.devices == Devices::Nginx {
+        render::Switch::On
+    } else {
+        render::Switch::Off
+    };
+    args.cells = workers
+        .iter()
+        .map(|worker| deploy::nginx::CellSpec {
+            name: worker.cell.to_owned(),
+            node: worker.listen.clone(),
+            device_listen: worker.device_listen.clone(),
+            device_server_name: None,
+        })
+        .collect();
+    Ok(deploy::nginx::render_local(&args.options()?)?)
 }
 
 /// The coordinator signals nginx itself after each map rewrite: SIGHUP to the master that

@@ -3,34 +3,29 @@
 
 use std::collections::BTreeMap;
 
-/// The sum of every sample whose name (with its labels) starts with `prefix`.
+use shared::prom_text;
+
+/// The sum of every sample whose name starts with `prefix` (so `conditions_stored_total` takes
+/// in every label set and every metric named on from it, as the old checks' grep did).
 pub fn sum(text: &str, prefix: &str) -> f64 {
-    samples(text)
-        .filter(|(name, _)| name.starts_with(prefix))
-        .map(|(_, value)| value)
+    prom_text::parse(text)
+        .iter()
+        .filter(|sample| sample.name.starts_with(prefix))
+        .map(|sample| sample.value)
         .sum()
 }
 
 /// Latest-condition pushes that waited more than 2.5 s: the `+Inf` bucket less the `2.5` one
 /// of `latest_push_lag_seconds`.
 pub fn slow_pushes(text: &str) -> f64 {
-    let bucket = |le: &str| {
-        samples(text)
-            .filter(|(name, _)| name.starts_with("latest_push_lag_seconds_bucket") && name.contains(le))
-            .map(|(_, value)| value)
-            .sum::<f64>()
+    let buckets = prom_text::buckets(&prom_text::parse(text), "latest_push_lag_seconds", |_| true);
+    let count_at = |bound: f64| {
+        buckets
+            .iter()
+            .find(|(upper, _)| *upper == bound)
+            .map_or(0.0, |(_, count)| *count)
     };
-    bucket("le=\"+Inf\"") - bucket("le=\"2.5\"")
-}
-
-/// (name with labels, value) of each sample line.
-fn samples(text: &str) -> impl Iterator<Item = (&str, f64)> {
-    text.lines().filter(|line| !line.starts_with('#')).filter_map(|line| {
-        let mut words = line.split_whitespace();
-        let name = words.next()?;
-        let value = words.next()?.parse().ok()?;
-        Some((name, value))
-    })
+    count_at(f64::INFINITY) - count_at(2.5)
 }
 
 /// Failed requests by cell under the default map, from the bench's `failures_by_isu_digit`

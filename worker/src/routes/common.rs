@@ -1,9 +1,7 @@
 //! What the route modules share: the session extractor, query parsing and JSON answers.
 
 use axum::extract::FromRequestParts;
-use axum::http::header;
 use axum::http::request::Parts;
-use axum::response::{IntoResponse, Response};
 
 use crate::error::WorkerError;
 use crate::state::AppState;
@@ -18,13 +16,7 @@ impl FromRequestParts<AppState> for SignedIn {
     type Rejection = WorkerError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let session = parts
-            .headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .find_map(|value| state.session_key.from_cookie_header(value))
-            .ok_or(WorkerError::NotSignedIn)?;
+        let session = node_http::session_of(&state.session_key, &parts.headers).ok_or(WorkerError::NotSignedIn)?;
         let shard = state.store.shard();
         if session.generation == shard.generation || shard.has_user(&session.user) {
             Ok(SignedIn(session.user))
@@ -41,7 +33,4 @@ pub(crate) fn query_param(query: Option<&str>, name: &str) -> Option<String> {
         .map(|(_, value)| value.into_owned())
 }
 
-/// A JSON response with the API's content type.
-pub(crate) fn json_response(body: Vec<u8>) -> Response {
-    ([(header::CONTENT_TYPE, shared::error::APPLICATION_JSON)], body).into_response()
-}
+pub(crate) use node_http::json_response;
