@@ -275,6 +275,17 @@ pub fn render_summary(summary: &CellsSummary) -> String {
             migration.id, migration.subject, migration.from, migration.to, migration.phase
         ));
     }
+    if let Some(router) = summary.router {
+        let nginx = match router.nginx_version {
+            None => "no control server".to_owned(),
+            Some(version) if version == summary.map_version => format!("nginx routes by version {version}"),
+            Some(0) => "nginx has not taken a map from this coordinator yet (handed over again every second)".to_owned(),
+            Some(version) => format!(
+                "nginx routes by version {version}, behind (handed over again every second; workers forward stale routes)"
+            ),
+        };
+        text.push_str(&format!("router: map file version {}; {nginx}\n", router.file_version));
+    }
     text.trim_end().to_owned()
 }
 
@@ -379,6 +390,7 @@ mod tests {
                 to: "c".into(),
                 phase: Phase::Flipped { map_version: 3 },
             }],
+            router: None,
         }
     }
 
@@ -410,6 +422,32 @@ mod tests {
         );
         assert!(!text.contains("-0"), "{text}");
         assert!(!text.contains("Flipped"), "{text}");
+        assert!(!text.contains("router"), "no router line without a router: {text}");
+    }
+
+    #[test]
+    fn the_router_line_says_whether_nginx_holds_the_current_map() {
+        use shared::protocol::cells::RouterCopy;
+        let mut with_router = summary();
+        let line = |summary: &CellsSummary| render_summary(summary).lines().last().unwrap().to_owned();
+        with_router.router = Some(RouterCopy {
+            file_version: 3,
+            nginx_version: Some(3),
+        });
+        assert_eq!(
+            line(&with_router),
+            "router: map file version 3; nginx routes by version 3"
+        );
+        with_router.router = Some(RouterCopy {
+            file_version: 3,
+            nginx_version: Some(2),
+        });
+        assert!(line(&with_router).contains("nginx routes by version 2, behind"));
+        with_router.router = Some(RouterCopy {
+            file_version: 3,
+            nginx_version: None,
+        });
+        assert_eq!(line(&with_router), "router: map file version 3; no control server");
     }
 
     #[test]

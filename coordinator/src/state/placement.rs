@@ -192,6 +192,16 @@ impl Placement {
         Err(HandOver::Unreachable(last_error))
     }
 
+    /// What the router was last given (for the cells summary).
+    pub async fn router_copy(&self) -> Option<shared::protocol::cells::RouterCopy> {
+        let router = self.router.as_ref()?;
+        let copy = self.router_copy.lock().await;
+        Some(shared::protocol::cells::RouterCopy {
+            file_version: copy.written,
+            nginx_version: router.url.as_ref().map(|_| copy.handed),
+        })
+    }
+
     /// Hands the router every map it missed (nginx down or starting when it changed): once a
     /// second, until the process ends. Cheap when it is up to date (no request).
     pub async fn keep_router(&self) {

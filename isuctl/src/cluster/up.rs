@@ -360,6 +360,9 @@ fn render_nginx(cluster: &Cluster, run_dir: &Path, static_dir: &Path, workers: &
     args.public_listen = Some(cluster.public_listen());
     args.coordinator = Some(cluster.coordinator_listen());
     args.secret_file = Some(run_dir.join("secret"));
+    // A coordinator without a log starts from a new map: so does the router. A durable one
+    // keeps its map, and the router's file is checked against these cells.
+    args.reset_placement = !cluster.options.durable;
     args.router_control = Some(cluster.router_control());
     args.device_servers = if cluster.options.devices == Devices::Nginx {
         render::Switch::On

@@ -21,6 +21,18 @@ pub struct CellsSummary {
     pub cells: Vec<CellSummary>,
     /// Migrations not finished yet (logged, not forgotten or rolled back).
     pub migrations: Vec<MigrationInProgress>,
+    /// What the router (nginx) was given; `None` when the coordinator keeps no router map.
+    #[serde(default)]
+    pub router: Option<RouterCopy>,
+}
+
+/// The coordinator's view of the router's map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouterCopy {
+    /// The version last written to the router's map file (what a starting nginx reads).
+    pub file_version: u64,
+    /// The version nginx last took on its control server; `None` without a control server.
+    pub nginx_version: Option<u64>,
 }
 
 /// One cell: its share of the map, and its figures when its worker answered both scrapes.
