@@ -29,7 +29,12 @@ pub const COMPRESSIBLE: [&str; 11] = [
 pub enum AssetsError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("{0}: more than {MAX_DEPTH} folders deep (a symbolic link loop?)")]
+    TooDeep(PathBuf),
 }
+
+/// How deep a front end's folders may nest.
+pub const MAX_DEPTH: usize = 32;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> AssetsError + '_ {
     move |source| AssetsError::Io {
@@ -89,16 +94,19 @@ impl Planned {
 }
 
 /// Every regular file under `root`, relative to it, sorted (symbolic links are followed, as
-/// nginx follows them).
+/// nginx follows them; a tree deeper than [`MAX_DEPTH`], a link loop, is refused).
 pub fn files(root: &Path) -> Result<Vec<PathBuf>, AssetsError> {
     let mut found = Vec::new();
-    let mut pending = vec![root.to_owned()];
-    while let Some(dir) = pending.pop() {
+    let mut pending = vec![(root.to_owned(), 0)];
+    while let Some((dir, depth)) = pending.pop() {
+        if depth > MAX_DEPTH {
+            return Err(AssetsError::TooDeep(dir));
+        }
         for entry in std::fs::read_dir(&dir).map_err(io(&dir))? {
             let path = entry.map_err(io(&dir))?.path();
             let metadata = std::fs::metadata(&path).map_err(io(&path))?;
             if metadata.is_dir() {
-                pending.push(path);
+                pending.push((path, depth + 1));
             } else if metadata.is_file() {
                 found.push(path.strip_prefix(root).expect("found under root").to_owned());
             }
@@ -324,6 +332,15 @@ mod tests {
             assert!(!is_compressible(Path::new(name)), "{name}");
         }
         assert_eq!(companion_of(Path::new("assets/a.js")), Path::new("assets/a.js.gz"));
+    }
+
+    #[test]
+    fn a_link_loop_is_refused_not_followed_for_ever() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "index.html", b"<p>x</p>");
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("again")).unwrap();
+        let error = files(dir.path()).unwrap_err();
+        assert!(error.to_string().contains("symbolic link loop"), "{error}");
     }
 
     #[test]
