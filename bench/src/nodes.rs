@@ -194,6 +194,58 @@ pub fn process_tree_cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks as f64 / ticks_per_second as f64)
 }
 
+/// Counts the reloads of an nginx while a run lasts: a reload (or a worker that died and was
+/// replaced) starts worker processes the master did not have before. Its children are looked
+/// at every [`RELOAD_SAMPLE`]; new ones in consecutive looks are one reload.
+pub struct ReloadWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+/// How often [`ReloadWatch`] looks at nginx's workers.
+pub const RELOAD_SAMPLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl ReloadWatch {
+    /// Starts watching the workers of nginx's master `pid`.
+    pub fn start(pid: u32) -> ReloadWatch {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut seen = children_of(pid);
+            let (mut reloads, mut in_reload) = (0, false);
+            let mut tick = tokio::time::interval(RELOAD_SAMPLE);
+            while !stopped.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let now = children_of(pid);
+                let fresh = !now.is_subset(&seen);
+                if fresh && !in_reload {
+                    reloads += 1;
+                }
+                in_reload = fresh;
+                seen.extend(now);
+            }
+            reloads
+        });
+        ReloadWatch { stop, task }
+    }
+
+    /// Stops; the reloads seen.
+    pub async fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+/// The child processes of `pid` (`/proc/<pid>/task/<pid>/children`; empty when it is gone).
+fn children_of(pid: u32) -> std::collections::BTreeSet<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|child| child.parse().ok())
+        .collect()
+}
+
 /// (parent pid, utime + stime in clock ticks) from `/proc/<pid>/stat`.
 fn stat_cpu_ticks(pid: u32) -> Option<(u32, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -246,6 +298,34 @@ pub async fn cpu_readings(nodes: Option<&Nodes>, processes: &[LocalProcess]) -> 
 mod tests {
 
     use super::*;
+
+    /// A shell whose first child ends and two new ones start together (as nginx's workers
+    /// after a reload): one reload; none while the children stay.
+    #[tokio::test]
+    async fn new_worker_processes_count_as_one_reload() {
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.5; sleep 3 & sleep 3 & wait"])
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let watch = ReloadWatch::start(shell.id());
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        let reloads = watch.stop().await;
+        let _ = shell.kill();
+        let _ = shell.wait();
+        assert_eq!(reloads, 1);
+        let quiet = std::process::Command::new("sh")
+            .args(["-c", "sleep 2 & wait"])
+            .spawn()
+            .unwrap();
+        let mut quiet = quiet;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let watch = ReloadWatch::start(quiet.id());
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(watch.stop().await, 0);
+        let _ = quiet.kill();
+        let _ = quiet.wait();
+    }
 
     #[test]
     fn cpu_seconds_are_read_from_the_exposition() {

@@ -164,6 +164,8 @@ pub struct Report {
     pub profiles: Vec<PathBuf>,
     /// Per cell (and the coordinator), as the nodes measured themselves.
     pub cells: Vec<CellFigures>,
+    /// nginx reloads during the load (new worker processes; `None`: no nginx was named).
+    pub router_reloads: Option<u64>,
 }
 
 impl Report {
@@ -257,6 +259,8 @@ impl Report {
             "errors": self.stats.error_count(),
             "timeouts": self.stats.timeouts,
             "idle_close_retries": self.stats.idle_close_retries,
+            "connection_errors": self.stats.connection_errors,
+            "router_reloads": self.router_reloads,
             "breakdown": breakdown,
             "breakdown_points": points,
             "profiles": self.profiles.iter().map(|path| path.display().to_string()).collect::<Vec<_>>(),
@@ -385,6 +389,19 @@ impl fmt::Display for Report {
             self.stats.timeouts,
             self.stats.idle_close_retries
         )?;
+        let causes: Vec<String> = self
+            .stats
+            .connection_errors
+            .iter()
+            .filter(|(_, count)| **count > 0)
+            .map(|(cause, count)| format!("{cause} {count}"))
+            .collect();
+        if !causes.is_empty() {
+            writeln!(out, "  connection errors by cause: {}", causes.join(", "))?;
+        }
+        if let Some(reloads) = self.router_reloads {
+            writeln!(out, "  router (nginx) reloads during the load: {reloads}")?;
+        }
         for (number, sample) in self.stats.error_samples.iter().enumerate() {
             writeln!(out, "  error #{}: {sample}", number + 1)?;
         }
@@ -548,6 +565,7 @@ mod tests {
             bench_cpus: Some("0".into()),
             profiles: Vec::new(),
             cells: Vec::new(),
+            router_reloads: Some(0),
         }
     }
 

@@ -71,7 +71,7 @@ impl Application {
         let workers = WorkerClient::new(map.cells(), &config.cluster_secret)?;
         let router = config.router_map.clone().map(|path| state::placement::RouterFile {
             path,
-            nginx_pid_file: config.router_pid_file.clone(),
+            url: config.router_url.clone(),
         });
         let mut state = State::new(
             dataset,
@@ -79,7 +79,7 @@ impl Application {
             SessionKey::from_secret(&config.cluster_secret),
             workers,
             JiaClient::new()?,
-            state::Placement::new(map, migrations, router),
+            state::Placement::new(map, migrations, router, &config.cluster_secret),
             match restored {
                 Some(restored) => Start::Restored(restored),
                 None => Start::Fresh {
@@ -95,7 +95,7 @@ impl Application {
             state.journal.snapshot().await?;
         }
         // Before the listener: nginx may be started as soon as the file exists.
-        state.placement.write_router().await;
+        state.placement.write_router_file().await;
         let listener = TcpListener::bind(config.listen).await?;
         Ok(Application {
             listener,
@@ -125,6 +125,8 @@ impl Application {
             state.recover_migrations().await;
             state.watch_workers().await;
         });
+        let state = self.state.state.clone();
+        let router_keeper = tokio::spawn(async move { state.placement.keep_router().await });
         let stop_user_sync = tokio_util::sync::CancellationToken::new();
         let user_sync = tokio::spawn(
             self.state
@@ -138,6 +140,7 @@ impl Application {
             .with_graceful_shutdown(shutdown)
             .await;
         sync.abort();
+        router_keeper.abort();
         stop_user_sync.cancel();
         let _ = user_sync.await;
         Ok(served?)

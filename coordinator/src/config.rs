@@ -86,17 +86,17 @@ pub struct Config {
     #[arg(long, env = "ISU_FSYNC", default_value = "always")]
     pub fsync: FsyncPolicy,
 
-    /// Write the router's map (nginx include: an upstream per cell, the 256 slots and the pins)
-    /// to this file at start and whenever the placement map changes.
+    /// Write the router's map file (its version, cells, the 256 slots and the pins: what
+    /// nginx starts from) at start and whenever the placement map changes.
     #[arg(long, env = "ISU_ROUTER_MAP")]
     pub router_map: Option<PathBuf>,
 
-    /// nginx's pid file (the `pid` its configuration names): after each rewrite of the
-    /// router's map, the coordinator sends SIGHUP to the master process it names (a graceful
-    /// reload), at most once a second. A missing file or a PID that is not a running nginx
-    /// is logged and skipped (an nginx that starts later reads the map itself).
-    #[arg(long, env = "ISU_ROUTER_PID_FILE", requires = "router_map")]
-    pub router_pid_file: Option<PathBuf>,
+    /// nginx's control server (`http://127.0.0.1:3099`): after each rewrite of the router's
+    /// map, the coordinator PUTs it to `/map` there, and nginx routes by it at once, without
+    /// a reload. An nginx that is down gets it again every second (one that starts reads
+    /// the file).
+    #[arg(long, env = "ISU_ROUTER_URL", requires = "router_map")]
+    pub router_url: Option<String>,
 
     /// After a migration's flip, how long the source keeps its copy before forgetting it (ms).
     #[arg(long, env = "ISU_MIGRATION_GRACE_MS", default_value_t = 2000)]

@@ -9,12 +9,11 @@
 //! - [`jia_client`]: the only code that talks to JIA;
 //! - [`user_sync`]: the actor that tells the workers about new users, in batches;
 //! - [`worker_client`]: the only code that builds worker URLs;
-//! - [`router_signal`]: tells nginx to reload the router's map (SIGHUP, no shell);
 //! - [`routes`]: public API, frontend, internal and debug routes;
 //! - [`error`]: the error type mapped to the API's statuses and messages.
 //!
 //! The modules use each other in one direction only (`e2e/tests/structure.rs` checks that no
-//! import cycle exists): `config`, `error`, `jia_client`, `journal`, `router_signal` and
+//! import cycle exists): `config`, `error`, `jia_client`, `journal` and
 //! `worker_client` use no other module; `user_sync` uses `worker_client`; [`state`] uses those; this crate root,
 //! which holds the handlers' [`AppState`], uses `config` and `state`; [`routes`] use the
 //! root, `state` and `error`; [`application`] uses them all, and no module uses it.
@@ -24,7 +23,6 @@ pub mod config;
 pub mod error;
 pub mod jia_client;
 pub mod journal;
-pub mod router_signal;
 pub mod routes;
 pub mod state;
 pub mod user_sync;

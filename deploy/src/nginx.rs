@@ -8,9 +8,13 @@
 //! into nginx syntax unquoted, so anything that would break it (whitespace, `;`, braces,
 //! quotes, `$`) is refused.
 //!
-//! The default placement include (nginx can start before the coordinator writes its own map)
-//! is the one [`shared::router::nginx_include`] writes for [`PlacementMap::new`] over the
-//! cells: the rules live there, not here.
+//! nginx routes per-ISU requests with `nginx/router.lua` (pasted into the configuration),
+//! which keeps the placement map in a shared dictionary and takes new versions on the
+//! control server without a reload. The configuration holds one upstream per cell, so only
+//! a change of the set of cells (or of their addresses) needs a new rendering and a reload.
+//! The default map file (nginx can start before the coordinator writes its own map) is the
+//! one [`shared::router::map_text`] writes for [`PlacementMap::new`] over the cells: the
+//! rules live there, not here.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -103,8 +107,13 @@ pub struct Options {
     pub coordinator: String,
     /// 1 to 16 cells.
     pub cells: Vec<CellSpec>,
-    /// The router's map include; default `RUN_DIR/placement.conf`.
+    /// The router's map file; default `RUN_DIR/placement.map`.
     pub placement: Option<PathBuf>,
+    /// The file holding the cluster secret, which the router's control server requires
+    /// (read by nginx's master at start).
+    pub secret_file: PathBuf,
+    /// Where the router's control server listens: a loopback `host:port`.
+    pub router_control: String,
     /// Write the default map even if the placement file exists.
     pub reset_placement: bool,
     /// `auto` or a number.
@@ -130,11 +139,27 @@ pub fn default_nginx_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/usr/sbin/nginx"))
 }
 
+/// The router's code, pasted into `init_by_lua_block`.
+const ROUTER_LUA: &str = include_str!("../../nginx/router.lua");
+
+/// Where Debian installs nginx's dynamic modules.
+const DEBIAN_MODULES_PATH: &str = "/usr/lib/nginx/modules";
+
+/// The Lua module's file in nginx's modules directory.
+const LUA_MODULE: &str = "ngx_http_lua_module.so";
+
+/// Whether `nginx_bin` has the Lua module the router needs (in its `--modules-path`).
+pub fn has_lua_module(nginx_bin: &Path) -> bool {
+    Build::of(nginx_bin).is_ok()
+}
+
 /// What the rendering needs to know about the nginx that will run the file.
 #[derive(Debug, Clone)]
 struct Build {
     /// `nginx -V`'s configure arguments (or the target's assumed ones).
     flags: String,
+    /// Where its dynamic modules are (`--modules-path`).
+    modules_path: String,
 }
 
 impl Build {
@@ -143,6 +168,7 @@ impl Build {
     fn target_host() -> Build {
         Build {
             flags: "--with-http_ssl_module --with-http_v2_module --without-http_fastcgi_module --without-http_uwsgi_module --without-http_scgi_module".to_owned(),
+            modules_path: DEBIAN_MODULES_PATH.to_owned(),
         }
     }
 
@@ -150,10 +176,22 @@ impl Build {
         let output = Command::new(nginx_bin)
             .arg("-V")
             .output()
-            .map_err(|_| invalid("nginx not found (install: apt-get install -y nginx-light)"))?;
+            .map_err(|_| invalid("nginx not found (install: apt-get install -y nginx-light libnginx-mod-http-lua)"))?;
         let mut flags = String::from_utf8_lossy(&output.stdout).into_owned();
         flags.push_str(&String::from_utf8_lossy(&output.stderr));
-        Ok(Build { flags })
+        let modules_path = flags
+            .split_whitespace()
+            .find_map(|flag| flag.strip_prefix("--modules-path="))
+            .unwrap_or(DEBIAN_MODULES_PATH)
+            .to_owned();
+        let lua = Path::new(&modules_path).join(LUA_MODULE);
+        if !lua.is_file() {
+            return Err(invalid(format!(
+                "nginx's Lua module is missing ({}): apt-get install -y libnginx-mod-http-lua",
+                lua.display()
+            )));
+        }
+        Ok(Build { flags, modules_path })
     }
 
     fn has(&self, flag: &str) -> bool {
@@ -167,6 +205,7 @@ struct Resolved<'a> {
     run_dir: String,
     static_dir: String,
     placement: String,
+    secret_file: String,
     tls: Option<(String, String)>,
     user_directive: String,
     build: Build,
@@ -184,8 +223,15 @@ pub fn render_local(options: &Options) -> Result<PathBuf, NginxError> {
         &options
             .placement
             .clone()
-            .unwrap_or_else(|| run_dir.join("placement.conf")),
+            .unwrap_or_else(|| run_dir.join("placement.map")),
     );
+    if !options.secret_file.is_file() {
+        return Err(invalid(format!(
+            "secret file not found: {}",
+            options.secret_file.display()
+        )));
+    }
+    let secret_file = std::fs::canonicalize(&options.secret_file).map_err(io(&options.secret_file))?;
     if !options.static_dir.is_dir() {
         return Err(invalid(format!(
             "static dir not found: {}",
@@ -207,13 +253,16 @@ pub fn render_local(options: &Options) -> Result<PathBuf, NginxError> {
         }
     };
     if !options.nginx_bin.is_file() {
-        return Err(invalid("nginx not found (install: apt-get install -y nginx-light)"));
+        return Err(invalid(
+            "nginx not found (install: apt-get install -y nginx-light libnginx-mod-http-lua)",
+        ));
     }
     let resolved = Resolved {
         options,
         run_dir: display(&run_dir),
         static_dir: display(&static_dir),
         placement: display(&placement),
+        secret_file: display(&secret_file),
         tls,
         user_directive: local_user_directive(),
         build: Build::of(&options.nginx_bin)?,
@@ -229,6 +278,8 @@ pub fn render_local(options: &Options) -> Result<PathBuf, NginxError> {
     }
     if options.reset_placement || !placement.exists() {
         write_atomically(&placement, &default_placement(&options.cells)?)?;
+    } else {
+        check_map_file(&placement, &options.cells)?;
     }
     if options.check {
         // 'nginx -t' truncates the pid file it names, so the check uses a copy whose pid
@@ -255,9 +306,9 @@ pub fn render_for_host(options: &Options, user: &str) -> Result<String, NginxErr
     let placement = options
         .placement
         .clone()
-        .unwrap_or_else(|| options.run_dir.join("placement.conf"));
+        .unwrap_or_else(|| options.run_dir.join("placement.map"));
     let tls = options.tls.as_ref().map(|tls| (display(&tls.cert), display(&tls.key)));
-    let mut paths = vec![&options.run_dir, &options.static_dir, &placement];
+    let mut paths = vec![&options.run_dir, &options.static_dir, &placement, &options.secret_file];
     if let Some(tls) = &options.tls {
         paths.extend([&tls.cert, &tls.key]);
     }
@@ -281,6 +332,7 @@ pub fn render_for_host(options: &Options, user: &str) -> Result<String, NginxErr
         options,
         static_dir: display(&options.static_dir),
         placement: display(&placement),
+        secret_file: display(&options.secret_file),
         tls,
         user_directive: format!("user {user};"),
         build: Build::target_host(),
@@ -305,8 +357,8 @@ pub fn write_for_host(options: &Options, user: &str) -> Result<PathBuf, NginxErr
     Ok(out)
 }
 
-/// The default placement include for `cells`: [`PlacementMap::new`]'s spread, in the form
-/// the coordinator writes.
+/// The default map file for `cells`: [`PlacementMap::new`]'s spread (version 1), in the form
+/// the coordinator writes. Any map the coordinator hands the router later is newer.
 pub fn default_placement(cells: &[CellSpec]) -> Result<String, NginxError> {
     let map = PlacementMap::new(
         cells
@@ -319,17 +371,34 @@ pub fn default_placement(cells: &[CellSpec]) -> Result<String, NginxError> {
             .collect(),
     )
     .map_err(|error| invalid(error.to_string()))?;
-    // The include's own header says the coordinator wrote it: this one says who did.
-    let include = shared::router::nginx_include(&map);
-    let body: String = include
-        .lines()
-        .skip_while(|line| line.starts_with('#'))
-        .map(|line| format!("{line}\n"))
-        .collect();
-    Ok(format!(
-        "# Default placement map for {} cells, written by isuctl render nginx.\n# The coordinator rewrites this file with its own map when it starts.\n{body}",
-        cells.len()
+    Ok(shared::router::map_text(
+        &map,
+        &format!("the default for {} cells, written by isuctl render nginx", cells.len()),
     ))
+}
+
+/// An existing map file (the coordinator's) must be one nginx can start from with these
+/// cells: nginx would refuse to start otherwise (`nginx -t` does not run the router's start).
+fn check_map_file(path: &Path, cells: &[CellSpec]) -> Result<(), NginxError> {
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
+    let map = shared::router::RouterMap::parse(&text).map_err(|reason| {
+        invalid(format!(
+            "the router's map file {} is unusable ({reason}): fix it, or render with --reset-placement",
+            path.display()
+        ))
+    })?;
+    if let Some(unknown) = map
+        .cells
+        .iter()
+        .find(|name| !cells.iter().any(|cell| &cell.name == *name))
+    {
+        return Err(invalid(format!(
+            "the router's map file {} (version {}) names cell {unknown}, which this configuration has no upstream for: render with every cell of the map (drain a cell before retiring it)",
+            path.display(),
+            map.version
+        )));
+    }
+    Ok(())
 }
 
 fn check_template(options: &Options) -> Result<(), NginxError> {
@@ -358,6 +427,8 @@ impl Resolved<'_> {
             options.coordinator.as_str(),
             options.worker_processes.as_str(),
             self.placement.as_str(),
+            self.secret_file.as_str(),
+            options.router_control.as_str(),
         ];
         values.extend(
             options
@@ -372,6 +443,12 @@ impl Resolved<'_> {
         }
         let mut names = vec![options.public_server_name.clone()];
         names.extend((0..options.cells.len()).map(|index| self.device_server_name(index)));
+        if !is_loopback(&options.router_control) {
+            return Err(invalid(format!(
+                "the router's control server listens on loopback only (127.x.x.x:PORT or [::1]:PORT), not '{}'",
+                options.router_control
+            )));
+        }
         let bad_name = |name: &String| name.is_empty() || name.contains([';', '{', '}', '"', '\'', '$']);
         if let Some(name) = names.iter().find(|name| bad_name(name)) {
             return Err(invalid(format!("bad server name: '{name}'")));
@@ -466,6 +543,7 @@ impl Resolved<'_> {
         access_log off;
 
         location /api/condition/ {{
+            set_by_lua_block $isu_cell {{ return isu_router.route() }}
             proxy_pass http://$isu_cell;
         }}
 
@@ -477,7 +555,38 @@ impl Resolved<'_> {
                 );
             }
         }
+        let cell_upstreams = options
+            .cells
+            .iter()
+            .map(|cell| {
+                format!(
+                    "    upstream {} {{\n        server {};\n        keepalive 256;\n        keepalive_requests 100000;\n        keepalive_timeout 60s;\n    }}",
+                    shared::router::upstream_name(&cell.name),
+                    cell.node
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let cell_names = options
+            .cells
+            .iter()
+            .map(|cell| format!("\"{}\"", cell.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let router_init = format!(
+            "        isu_router.init({{\n            map_file = \"{}\",\n            secret_file = \"{}\",\n            cells = {{ {cell_names} }},\n        }})",
+            self.placement, self.secret_file
+        );
+        let modules = &self.build.modules_path;
+        let lua_modules = format!(
+            "# The Lua module routes by the placement map (Debian: libnginx-mod-http-lua).\nload_module {modules}/ndk_http_module.so;\nload_module {modules}/ngx_http_lua_module.so;"
+        );
         vec![
+            ("LUA_MODULES", lua_modules),
+            ("CELL_UPSTREAMS", cell_upstreams),
+            ("ROUTER_LUA", ROUTER_LUA.trim_end().to_owned()),
+            ("ROUTER_INIT", router_init),
+            ("ROUTER_CONTROL_LISTEN", options.router_control.clone()),
             ("USER_DIRECTIVE", self.user_directive.clone()),
             ("WORKER_PROCESSES", options.worker_processes.clone()),
             ("EXTRA_TEMP_PATHS", extra_temp_paths),
@@ -607,6 +716,19 @@ pub fn error_log_flag(nginx_bin: &Path, run_dir: &Path) -> Vec<String> {
     } else {
         Vec::new()
     }
+}
+
+/// A loopback `host:port`: `127.x.x.x:PORT`, `localhost:PORT` or `[::1]:PORT`.
+fn is_loopback(listen: &str) -> bool {
+    let Some((host, port)) = listen.rsplit_once(':') else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback());
+    loopback && port.parse::<u16>().is_ok_and(|port| port > 0)
 }
 
 fn display(path: &Path) -> String {

@@ -10,7 +10,8 @@
 //! privileges; a worker gets only `CAP_NET_BIND_SERVICE` (its device server binds 443) and
 //! reads the TLS key through `LoadCredential=`, so the key file can stay root-only. nginx
 //! runs as its own unit (`isu-nginx`, not the distribution's `nginx.service`): the
-//! coordinator rewrites the router's map in its state directory and a path unit reloads it.
+//! coordinator rewrites the router's map file in its state directory and hands each new
+//! version to nginx's loopback control server (no reload; nginx starts from the file).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -147,10 +148,18 @@ fn state_directory(inventory: &Inventory, node: &str) -> String {
     format!("{}/{node}", relative.display())
 }
 
-/// The router's map: in the coordinator's state directory (it rewrites the file).
+/// The router's map file: in the coordinator's state directory (it rewrites the file; nginx
+/// starts from it and takes each new version on its control server).
 fn placement_file(inventory: &Inventory) -> PathBuf {
-    inventory.data_dir.join("coordinator/placement.conf")
+    inventory.data_dir.join("coordinator/placement.map")
 }
+
+/// Where nginx's control server listens on the coordinator host (the coordinator hands it
+/// each new placement map there).
+const ROUTER_CONTROL: &str = "127.0.0.1:3099";
+
+/// The cluster secret for nginx's control server (read by nginx's master, as root).
+const ROUTER_SECRET_FILE: &str = "/etc/isucondition/router.secret";
 
 fn nginx_run_dir(inventory: &Inventory) -> PathBuf {
     inventory.data_dir.join("nginx")
@@ -196,6 +205,7 @@ fn coordinator_host(inventory: &Inventory, host: &Host, context: &Context) -> an
         ("ISU_FSYNC", inventory.fsync.clone()),
         ("ISU_STATIC_DIR", inventory.web_dir.display().to_string()),
         ("ISU_ROUTER_MAP", placement_file(inventory).display().to_string()),
+        ("ISU_ROUTER_URL", format!("http://{ROUTER_CONTROL}")),
         ("NO_COLOR", "1".to_owned()),
     ];
     if let Some(url) = &inventory.jia_service_url {
@@ -220,6 +230,11 @@ fn coordinator_host(inventory: &Inventory, host: &Host, context: &Context) -> an
 
     let nginx_conf = render_nginx(inventory, host, context)?;
     files.text("etc/isucondition/nginx.conf", 0o644, nginx_conf);
+    files.text(
+        ROUTER_SECRET_FILE.trim_start_matches('/'),
+        0o600,
+        format!("{}\n", context.secret),
+    );
     let run_dir = nginx_run_dir(inventory);
     let placement = placement_file(inventory);
     let nginx = inventory.nginx_bin.display();
@@ -262,47 +277,12 @@ WantedBy=multi-user.target
             placement = placement.display(),
         ),
     );
-    files.text(
-        "etc/systemd/system/isu-router.path",
-        0o644,
-        format!(
-            "{HEADER}
-[Unit]
-Description=Reload the router when the coordinator rewrites the placement map
-
-[Path]
-PathChanged={placement}
-Unit=isu-router.service
-
-[Install]
-WantedBy=multi-user.target
-",
-            placement = placement.display()
-        ),
-    );
-    files.text(
-        "etc/systemd/system/isu-router.service",
-        0o644,
-        format!(
-            "{HEADER}
-[Unit]
-Description=Reload nginx over the new placement map
-# Restart=always for good: never stop retrying after a burst of failed starts.
-StartLimitIntervalSec=0
-After=isu-nginx.service
-
-[Service]
-Type=oneshot
-ExecStart=-/usr/bin/systemctl reload isu-nginx.service
-"
-        ),
-    );
     bundle(inventory, context, &mut files, "coordinator", true)?;
     plan(
         &mut files,
         inventory,
         host,
-        &["isu-coordinator.service", "isu-nginx.service", "isu-router.path"],
+        &["isu-coordinator.service", "isu-nginx.service"],
         &[
             ("etc/isucondition/coordinator.env", "restart isu-coordinator.service"),
             (
@@ -311,8 +291,8 @@ ExecStart=-/usr/bin/systemctl reload isu-nginx.service
             ),
             (&bin_path(inventory, "coordinator"), "restart isu-coordinator.service"),
             ("etc/isucondition/nginx.conf", "reload isu-nginx.service"),
+            (ROUTER_SECRET_FILE.trim_start_matches('/'), "reload isu-nginx.service"),
             ("etc/systemd/system/isu-nginx.service", "restart isu-nginx.service"),
-            ("etc/systemd/system/isu-router.path", "restart isu-router.path"),
         ],
     );
     Ok(files)
@@ -511,6 +491,8 @@ fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow
         coordinator: internal(inventory, host),
         cells,
         placement: Some(placement_file(inventory)),
+        secret_file: PathBuf::from(ROUTER_SECRET_FILE),
+        router_control: ROUTER_CONTROL.to_owned(),
         reset_placement: false,
         worker_processes: "auto".to_owned(),
         device_servers: false,

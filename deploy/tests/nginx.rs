@@ -1,7 +1,8 @@
-//! The nginx renderer through its library interface: the same files as `scripts/render-nginx`
-//! rendered for another host (fixtures made with that script before it was replaced; one
-//! comment line now names `isuctl render nginx`), and
-//! local renderings that the installed nginx accepts (`nginx -t`), with the default map.
+//! The nginx renderer through its library interface: files rendered for another host, the
+//! same as the fixtures (first made with the shell script the renderer replaced, then updated
+//! for each reviewed change of the template: `ISU_UPDATE_FIXTURES=1` rewrites them, and
+//! `git diff` shows what changed), and local renderings that the installed nginx accepts
+//! (`nginx -t` runs the router's Lua code too), with the default map.
 
 use std::path::{Path, PathBuf};
 
@@ -11,13 +12,18 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
-fn fixture(name: &str) -> String {
-    std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/nginx")
-            .join(name),
-    )
-    .unwrap()
+/// `text` is fixture `name` (rewritten instead with `ISU_UPDATE_FIXTURES=1`).
+#[track_caller]
+fn assert_fixture(text: &str, name: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/nginx")
+        .join(name);
+    if std::env::var_os("ISU_UPDATE_FIXTURES").is_some() {
+        std::fs::write(&path, text).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text, expected, "differs from {}", path.display());
 }
 
 fn cell(spec: &str) -> CellSpec {
@@ -35,6 +41,8 @@ fn options(run_dir: &Path, static_dir: &Path, cells: &[&str]) -> Options {
         coordinator: "127.0.0.2:3000".to_owned(),
         cells: cells.iter().map(|spec| cell(spec)).collect(),
         placement: None,
+        secret_file: static_dir.parent().unwrap_or(static_dir).join("secret"),
+        router_control: "127.0.0.2:3099".to_owned(),
         reset_placement: false,
         worker_processes: "auto".to_owned(),
         device_servers: true,
@@ -47,7 +55,7 @@ fn options(run_dir: &Path, static_dir: &Path, cells: &[&str]) -> Options {
 
 /// The deploy's form: two cells, no device servers, no access log.
 #[test]
-fn for_host_two_cells_renders_as_the_script_did() {
+fn for_host_two_cells_render_as_the_fixture() {
     let mut options = options(
         Path::new("/srv/isu/nginx"),
         Path::new("/srv/isu/web"),
@@ -58,16 +66,18 @@ fn for_host_two_cells_renders_as_the_script_did() {
     );
     options.public_listen = "0.0.0.0:443".to_owned();
     options.coordinator = "10.0.0.1:3000".to_owned();
-    options.placement = Some("/srv/isu/coordinator/placement.conf".into());
+    options.placement = Some("/srv/isu/coordinator/placement.map".into());
+    options.secret_file = "/etc/isucondition/router.secret".into();
+    options.router_control = "127.0.0.1:3099".to_owned();
     options.device_servers = false;
     options.access_log = false;
     let text = nginx::render_for_host(&options, "www-data").unwrap();
-    assert_eq!(text, fixture("for-host-2-cells.conf"));
+    assert_fixture(&text, "for-host-2-cells.conf");
 }
 
 /// Three cells (one named with a dash and its own server name), device servers, TLS.
 #[test]
-fn for_host_three_cells_with_tls_renders_as_the_script_did() {
+fn for_host_three_cells_with_tls_render_as_the_fixture() {
     let mut options = options(
         Path::new("/srv/isu/nginx"),
         Path::new("/srv/isu/web"),
@@ -84,12 +94,12 @@ fn for_host_three_cells_with_tls_renders_as_the_script_did() {
         key: "/etc/ssl/key.pem".into(),
     });
     let text = nginx::render_for_host(&options, "www-data").unwrap();
-    assert_eq!(text, fixture("for-host-3-cells-tls.conf"));
+    assert_fixture(&text, "for-host-3-cells-tls.conf");
 }
 
 /// The script's defaults (cells a and b on 127.0.0.3/.4, access log on) and worker processes.
 #[test]
-fn for_host_defaults_render_as_the_script_did() {
+fn for_host_defaults_render_as_the_fixture() {
     let mut options = options(
         Path::new("/srv/isu/nginx"),
         Path::new("/srv/isu/web"),
@@ -97,7 +107,7 @@ fn for_host_defaults_render_as_the_script_did() {
     );
     options.worker_processes = "2".to_owned();
     let text = nginx::render_for_host(&options, "nginx").unwrap();
-    assert_eq!(text, fixture("for-host-defaults.conf"));
+    assert_fixture(&text, "for-host-defaults.conf");
 }
 
 #[test]
@@ -114,6 +124,18 @@ fn for_host_refuses_relative_paths_bad_users_and_unusable_values() {
     spaced.coordinator = "h:1; evil".to_owned();
     let error = nginx::render_for_host(&spaced, "www-data").unwrap_err().to_string();
     assert!(error.contains("value unusable in nginx.conf"), "{error}");
+    let mut exposed = good.clone();
+    exposed.router_control = "0.0.0.0:3099".to_owned();
+    let error = nginx::render_for_host(&exposed, "www-data").unwrap_err().to_string();
+    assert!(error.contains("listens on loopback only"), "{error}");
+    for loopback in ["127.0.0.1:3099", "127.9.9.9:1", "[::1]:3099", "localhost:3099"] {
+        let mut control = good.clone();
+        control.router_control = loopback.to_owned();
+        assert!(nginx::render_for_host(&control, "www-data").is_ok(), "{loopback}");
+    }
+    let mut relative_secret = good.clone();
+    relative_secret.secret_file = "secret".into();
+    assert!(nginx::render_for_host(&relative_secret, "www-data").is_err());
     let mut named = good.clone();
     named.public_server_name = "x{".to_owned();
     assert!(nginx::render_for_host(&named, "www-data")
@@ -140,25 +162,29 @@ fn local_dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let static_dir = dir.path().join("static");
     std::fs::create_dir_all(&static_dir).unwrap();
     std::fs::write(static_dir.join("index.html"), "<!doctype html>").unwrap();
+    std::fs::write(dir.path().join("secret"), "a-test-secret\n").unwrap();
     (dir, run_dir, static_dir)
 }
 
-/// The default map: PlacementMap::new's spread, slot s to cell (s >> 4) mod N.
-fn assert_default_placement(text: &str, cells: &[(&str, &str)]) {
+/// The configuration's upstreams, and the default map file: version 1, PlacementMap::new's
+/// spread (slot s on cell (s >> 4) mod N), no pin.
+fn assert_default_placement(conf: &str, map: &str, cells: &[(&str, &str)]) {
     for (name, node) in cells {
         assert!(
-            text.contains(&format!("upstream cell_{name} {{\n    server {node};\n")),
-            "{text}"
+            conf.contains(&format!("    upstream cell_{name} {{\n        server {node};\n")),
+            "{conf}"
         );
     }
-    for slot in 0..256usize {
-        let (name, _) = cells[(slot >> 4) % cells.len()];
-        assert!(
-            text.contains(&format!("\n    {slot:02x} cell_{name};\n")),
-            "slot {slot:02x}: {text}"
-        );
+    assert!(map.contains("\nversion 1\n"), "{map}");
+    for (id, (name, _)) in cells.iter().enumerate() {
+        assert!(map.contains(&format!("\ncell {id} {name}\n")), "{map}");
     }
-    assert!(text.contains("map $isu_uuid $isu_cell {\n    default $isu_slot_cell;\n}\n"));
+    let slots = map.lines().find_map(|line| line.strip_prefix("slots ")).unwrap();
+    let expected: String = (0..256usize)
+        .map(|slot| char::from_digit(((slot >> 4) % cells.len()) as u32, 16).unwrap())
+        .collect();
+    assert_eq!(slots, expected);
+    assert!(!map.contains("\npin "));
 }
 
 #[test]
@@ -175,7 +201,12 @@ fn local_two_cells_pass_nginx_t_with_the_default_map() {
     let text = std::fs::read_to_string(&out).unwrap();
     let run = run_dir.display();
     assert!(text.contains(&format!("pid {run}/nginx.pid;\n")));
-    assert!(text.contains(&format!("include {run}/placement.conf;\n")));
+    assert!(
+        text.contains(&format!("map_file = \"{run}/placement.map\",\n")),
+        "{text}"
+    );
+    assert!(text.contains("load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;\n"));
+    assert!(text.contains("listen 127.0.0.2:3099;\n"));
     assert!(text.contains("listen 127.0.0.2:8080 default_server reuseport backlog=4096;\n"));
     assert!(text
         .contains("listen 127.0.0.3:8080 reuseport backlog=4096;\n        server_name isucondition-2.t.isucon.dev;"));
@@ -191,25 +222,42 @@ fn local_two_cells_pass_nginx_t_with_the_default_map() {
         !run_dir.join("tmp/nginx-check.conf").exists(),
         "the check's copy is removed"
     );
-    let placement = std::fs::read_to_string(run_dir.join("placement.conf")).unwrap();
-    assert_default_placement(&placement, &[("a", "127.0.0.3:3000"), ("b", "127.0.0.4:3000")]);
+    let placement = std::fs::read_to_string(run_dir.join("placement.map")).unwrap();
+    assert_default_placement(&text, &placement, &[("a", "127.0.0.3:3000"), ("b", "127.0.0.4:3000")]);
 
     // An existing map is the coordinator's: kept, unless reset.
-    std::fs::write(
-        run_dir.join("placement.conf"),
-        placement.replace("    00 cell_a;", "    00 cell_b;"),
-    )
-    .unwrap();
+    let theirs = placement.replace("\nversion 1\n", "\nversion 7\n");
+    std::fs::write(run_dir.join("placement.map"), &theirs).unwrap();
     nginx::render_local(&options).unwrap();
-    assert!(std::fs::read_to_string(run_dir.join("placement.conf"))
-        .unwrap()
-        .contains("    00 cell_b;"));
+    assert_eq!(std::fs::read_to_string(run_dir.join("placement.map")).unwrap(), theirs);
     let mut reset = options.clone();
     reset.reset_placement = true;
     nginx::render_local(&reset).unwrap();
-    assert!(std::fs::read_to_string(run_dir.join("placement.conf"))
-        .unwrap()
-        .contains("    00 cell_a;"));
+    assert_eq!(
+        std::fs::read_to_string(run_dir.join("placement.map")).unwrap(),
+        placement
+    );
+
+    // A map file nginx could not start from is a clear error (nginx -t does not run the
+    // router's start): unusable, or naming a cell without an upstream.
+    std::fs::write(run_dir.join("placement.map"), "version 8\ncell 0 a\n").unwrap();
+    let error = nginx::render_local(&options).unwrap_err().to_string();
+    assert!(error.contains("is unusable (no slots)"), "{error}");
+    std::fs::write(
+        run_dir.join("placement.map"),
+        placement.replace("cell 1 b", "cell 1 zz"),
+    )
+    .unwrap();
+    let error = nginx::render_local(&options).unwrap_err().to_string();
+    assert!(
+        error.contains("names cell zz, which this configuration has no upstream for"),
+        "{error}"
+    );
+    // No secret file: said before nginx is asked.
+    let mut secretless = reset;
+    secretless.secret_file = run_dir.join("nope");
+    let error = nginx::render_local(&secretless).unwrap_err().to_string();
+    assert!(error.contains("secret file not found"), "{error}");
 }
 
 #[test]
@@ -245,8 +293,9 @@ fn local_three_cells_with_tls_pass_nginx_t() {
     assert!(text.contains(
         "listen 127.0.0.5:8080 ssl http2 reuseport backlog=4096;\n        server_name isucondition-4.t.isucon.dev;"
     ));
-    let placement = std::fs::read_to_string(run_dir.join("placement.conf")).unwrap();
+    let placement = std::fs::read_to_string(run_dir.join("placement.map")).unwrap();
     assert_default_placement(
+        &text,
         &placement,
         &[
             ("a", "127.0.0.3:3000"),
@@ -296,10 +345,9 @@ fn local_rendering_that_nginx_refuses_is_an_error() {
     assert!(error.contains("@NOT_A_VALUE@"), "{error}");
 }
 
-/// The default map is the script's (made with it for three cells), but for the line naming
-/// who wrote it.
+/// The default map file for three cells is the fixture's.
 #[test]
-fn the_default_placement_is_the_scripts() {
+fn the_default_placement_is_the_fixtures() {
     let cells: Vec<CellSpec> = [
         "a=127.0.1.3:3000,127.0.1.3:8080",
         "b=127.0.1.4:3000,127.0.1.4:8080",
@@ -309,6 +357,5 @@ fn the_default_placement_is_the_scripts() {
     .map(|spec| cell(spec))
     .collect();
     let text = nginx::default_placement(&cells).unwrap();
-    let expected = fixture("placement-3-cells.conf");
-    assert_eq!(text.replace("isuctl render nginx", "scripts/render-nginx"), expected);
+    assert_fixture(&text, "placement-3-cells.map");
 }

@@ -33,7 +33,8 @@ pub use agent::{default_cell, shard_index, Agent, Routes};
 pub use expect::*;
 pub use metrics::metric_sum;
 pub use nginx::{
-    fixture_front_end, nginx_binary, nginx_or_skip, public_nginx, public_nginx_at, repository_root, Nginx,
+    fixture_front_end, nginx_binary, nginx_or_skip, public_nginx, public_nginx_at, repository_root, start_front,
+    FrontSetup, Nginx, RouterFront,
 };
 pub use ports::free_ports;
 pub use process::{node_binary, NodeProcess};

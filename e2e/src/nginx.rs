@@ -110,6 +110,12 @@ struct RenderRequest<'a> {
     coordinator: String,
     /// `<cell>=<worker host:port>,<nginx device listen>` per cell, in cell order.
     cells: Vec<String>,
+    /// The file holding the cluster secret (the control server wants it).
+    secret_file: PathBuf,
+    /// The control server's loopback address.
+    control: String,
+    /// nginx's worker processes.
+    worker_processes: usize,
 }
 
 /// Renders the project's nginx configuration into `run_dir` and returns its path: the one
@@ -131,8 +137,10 @@ fn render_config(request: &RenderRequest) -> PathBuf {
         coordinator: request.coordinator.clone(),
         cells,
         placement: None,
+        secret_file: request.secret_file.clone(),
+        router_control: request.control.clone(),
         reset_placement: false,
-        worker_processes: "1".to_owned(),
+        worker_processes: request.worker_processes.to_string(),
         device_servers: true,
         access_log: false,
         tls: None,
@@ -150,46 +158,138 @@ pub fn repository_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The public nginx in front of `cluster` with nginx device servers on fresh ports, from
-/// `<scratch>/nginx`: see [`public_nginx_at`].
-pub async fn public_nginx(cluster: &Cluster, nginx: &Path, static_dir: &Path) -> (Nginx, String) {
-    let device_listens: Vec<String> = cluster
-        .workers
-        .iter()
-        .map(|_| format!("127.0.0.1:{}", free_ports::<1>()[0]))
-        .collect();
-    let run_dir = cluster.scratch.path.join("nginx");
-    public_nginx_at(cluster, nginx, static_dir, &run_dir, &device_listens).await
+/// Where a test's router lives, chosen before the cluster starts: the coordinator names its
+/// map file and control server, and the workers their device servers.
+pub struct RouterFront {
+    /// nginx's run directory (configuration, pid file, logs, the map file, the secret).
+    pub run_dir: PathBuf,
+    /// Cell i's nginx device server.
+    pub device_listens: Vec<String>,
+    /// The control server (loopback), where the coordinator hands nginx each new map.
+    pub control: String,
 }
 
-/// Starts the project's public nginx in front of `cluster` from `run_dir` (its placement
-/// file there, `run_dir/placement.conf`, is what `--router-map` of the coordinator names),
-/// serving `static_dir`, with cell i's nginx device server on `device_listens[i]`; returns
-/// it and its base URL once it answers `GET /`.
+impl RouterFront {
+    /// Fresh loopback ports for `cells` device servers and the control server.
+    pub fn new(run_dir: &Path, cells: usize) -> RouterFront {
+        RouterFront {
+            run_dir: run_dir.to_owned(),
+            device_listens: (0..cells)
+                .map(|_| format!("127.0.0.1:{}", free_ports::<1>()[0]))
+                .collect(),
+            control: format!("127.0.0.1:{}", free_ports::<1>()[0]),
+        }
+    }
+
+    /// The router's map file, which nginx starts from.
+    pub fn map_file(&self) -> PathBuf {
+        self.run_dir.join("placement.map")
+    }
+
+    /// The control server's base URL.
+    pub fn control_url(&self) -> String {
+        format!("http://{}", self.control)
+    }
+
+    /// The URLs devices are given for each cell: its nginx device server.
+    pub fn device_urls(&self) -> Vec<String> {
+        self.device_listens
+            .iter()
+            .map(|listen| format!("http://{listen}"))
+            .collect()
+    }
+
+    /// The coordinator's flags that make it this router's map keeper.
+    pub fn coordinator_args(&self) -> Vec<String> {
+        vec![
+            "--router-map".to_owned(),
+            self.map_file().display().to_string(),
+            "--router-url".to_owned(),
+            self.control_url(),
+        ]
+    }
+}
+
+/// The public nginx in front of `cluster` with nginx device servers on fresh ports, from
+/// `<scratch>/nginx`: see [`public_nginx_at`]. The coordinator does not know this router
+/// (it routes by the default map).
+pub async fn public_nginx(cluster: &Cluster, nginx: &Path, static_dir: &Path) -> (Nginx, String) {
+    let front = RouterFront::new(&cluster.scratch.path.join("nginx"), cluster.workers.len());
+    public_nginx_at(cluster, nginx, static_dir, &front).await
+}
+
+/// Starts the project's public nginx in front of `cluster` as `front` describes, serving
+/// `static_dir`; returns it and its base URL once it answers `GET /`.
 pub async fn public_nginx_at(
     cluster: &Cluster,
     nginx: &Path,
     static_dir: &Path,
-    run_dir: &Path,
-    device_listens: &[String],
+    front: &RouterFront,
 ) -> (Nginx, String) {
-    let public_port = free_ports::<1>()[0];
-    let host_port = |url: &str| url.trim_start_matches("http://").to_owned();
-    let cells: Vec<String> = cluster
+    let cells = cluster
         .workers
         .iter()
         .enumerate()
-        .map(|(index, worker)| format!("{}={},{}", CELL_NAMES[index], host_port(worker), device_listens[index]))
+        .map(|(index, worker)| {
+            (
+                CELL_NAMES[index].to_owned(),
+                worker.trim_start_matches("http://").to_owned(),
+            )
+        })
+        .collect::<Vec<_>>();
+    let coordinator = cluster.coordinator.trim_start_matches("http://");
+    let setup = FrontSetup {
+        nginx,
+        static_dir,
+        front,
+        secret: &cluster.secret,
+        coordinator,
+        cells: &cells,
+        worker_processes: 1,
+    };
+    start_front(&setup).await
+}
+
+/// What [`start_front`] starts nginx with.
+pub struct FrontSetup<'a> {
+    pub nginx: &'a Path,
+    pub static_dir: &'a Path,
+    pub front: &'a RouterFront,
+    pub secret: &'a str,
+    /// The coordinator's `host:port`.
+    pub coordinator: &'a str,
+    /// Each cell's name and `host:port`, in map order.
+    pub cells: &'a [(String, String)],
+    pub worker_processes: usize,
+}
+
+/// Renders the project's nginx configuration as `setup` says (the secret written to the run
+/// directory) and starts it; returns it and its public base URL once it answers `GET /`.
+pub async fn start_front(setup: &FrontSetup<'_>) -> (Nginx, String) {
+    let front = setup.front;
+    let run_dir = front.run_dir.as_path();
+    std::fs::create_dir_all(run_dir).expect("creating nginx's run directory");
+    let secret_file = run_dir.join("secret");
+    std::fs::write(&secret_file, format!("{}\n", setup.secret)).expect("writing the secret file");
+    let public_port = free_ports::<1>()[0];
+    let cells: Vec<String> = setup
+        .cells
+        .iter()
+        .zip(&front.device_listens)
+        .map(|((name, node), device)| format!("{name}={node},{device}"))
         .collect();
     let config = render_config(&RenderRequest {
-        nginx,
+        nginx: setup.nginx,
         run_dir,
-        static_dir,
+        static_dir: setup.static_dir,
         public_listen: format!("127.0.0.1:{public_port}"),
-        coordinator: host_port(&cluster.coordinator),
+        coordinator: setup.coordinator.to_owned(),
         cells,
+        secret_file,
+        control: front.control.clone(),
+        worker_processes: setup.worker_processes,
     });
-    let mut server = Nginx::start(nginx, run_dir, &config);
+    let mut server = Nginx::start(setup.nginx, run_dir, &config);
     let public = format!("http://127.0.0.1:{public_port}");
     let root = format!("{public}/");
     let root = &root;
@@ -227,9 +327,9 @@ pub fn nginx_or_skip() -> Option<PathBuf> {
     let nginx = nginx_binary();
     if nginx.is_none() {
         if std::env::var_os("CI").is_some() {
-            panic!("nginx is not installed (apt-get install -y nginx-light) and CI is set");
+            panic!("nginx is not installed (apt-get install -y nginx-light libnginx-mod-http-lua) and CI is set");
         }
-        eprintln!("skipping: nginx is not installed (apt-get install -y nginx-light)");
+        eprintln!("skipping: nginx is not installed (apt-get install -y nginx-light libnginx-mod-http-lua)");
     }
     nginx
 }

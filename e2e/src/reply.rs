@@ -11,6 +11,9 @@ pub struct Reply {
     pub status: StatusCode,
     pub content_type: String,
     pub set_cookies: Vec<String>,
+    /// `x-isu-served-by`: set when a worker forwarded the request to the owner cell (a stale
+    /// route).
+    pub served_by: Option<String>,
     pub body: Bytes,
     /// `METHOD url`, for assertion messages.
     pub request: String,
@@ -82,6 +85,7 @@ pub(crate) async fn read_reply(request: String, response: reqwest::Response) -> 
     };
     let content_type = header("content-type").into_iter().next().unwrap_or_default();
     let set_cookies = header("set-cookie");
+    let served_by = header("x-isu-served-by").into_iter().next();
     let body = response
         .bytes()
         .await
@@ -90,6 +94,7 @@ pub(crate) async fn read_reply(request: String, response: reqwest::Response) -> 
         status,
         content_type,
         set_cookies,
+        served_by,
         body,
         request,
     }

@@ -3,11 +3,12 @@
 //!
 //! Devices post straight to their worker's own device server (or, with `--devices nginx`,
 //! through nginx). nginx routes per-ISU requests by the coordinator's placement map, which the
-//! coordinator writes to `RUN_DIR/placement.conf` and reloads nginx for (`reload-router`).
+//! coordinator writes to `RUN_DIR/placement.map` and hands to nginx's control server
+//! (`COORDINATOR_HOST:ROUTER_PORT`) without a reload.
 //!
 //! Files in the run dir: `NAME.pid`, `NAME.start`, `NAME.cmd` and `NAME.log` per process
 //! ([`deploy::supervise::Records`]), `data/NAME` (with `--durable`), `nginx.conf`,
-//! `placement.conf` (the router's map), `nginx-error.log`, `nginx-access.log`, `secret` (mode
+//! `placement.map` (the router's map), `nginx-error.log`, `nginx-access.log`, `secret` (mode
 //! 600), `cluster.json` ([`crate::local::ClusterFile`]) and `cluster.env` (the same URLs as
 //! shell variables, for the scripts that still source it).
 
@@ -44,6 +45,7 @@ Addresses (environment only):
   ISU_PUBLIC_PORT=8080  nginx public server on COORDINATOR_HOST:PUBLIC_PORT
   ISU_DEVICE_PORT=8080  device servers (worker's own or nginx's) on WORKER_x_HOST:DEVICE_PORT
   ISU_JIA_PORT=5000     the --jia simulator on COORDINATOR_HOST:JIA_PORT
+  ISU_ROUTER_PORT=3099  nginx's control server (placement maps) on COORDINATOR_HOST:ROUTER_PORT
   ISU_WORKER_A_DEVICE_URL / ISU_WORKER_B_DEVICE_URL  what the coordinator sends
                         to JIA (default http://WORKER_x_HOST:DEVICE_PORT)
 Other environment:
@@ -57,7 +59,7 @@ Other environment:
   RUST_LOG and the nodes' other ISU_* variables reach the nodes unchanged.
 
 Files in RUN_DIR: NAME.pid (bare PID), NAME.start, NAME.log, NAME.cmd (its command line,
-NUL-separated, for 'start'), data/NAME (with --durable), nginx.conf, placement.conf (the
+NUL-separated, for 'start'), data/NAME (with --durable), nginx.conf, placement.map (the
 router's map), nginx-error.log, nginx-access.log, secret, cluster.json and cluster.env
 (URLs of every endpoint, for scripts).";
 
@@ -109,8 +111,9 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         binary: Option<PathBuf>,
     },
-    /// Graceful nginx reload (SIGHUP to the recorded nginx master), after the coordinator
-    /// rewrote RUN_DIR/placement.conf.
+    /// Graceful nginx reload (SIGHUP to the recorded nginx master), for a new nginx.conf
+    /// (another set of cells). A placement map change needs none: the coordinator hands
+    /// each new map to nginx's control server.
     ReloadRouter,
 }
 
@@ -238,6 +241,11 @@ impl Cluster {
 
     fn coordinator_listen(&self) -> String {
         format!("{}:{}", self.addresses.coordinator_host, self.addresses.node_port)
+    }
+
+    /// nginx's control server (the coordinator hands it each new map): `COORDINATOR_HOST:ROUTER_PORT`.
+    fn router_control(&self) -> String {
+        format!("{}:{}", self.addresses.coordinator_host, self.addresses.router_port)
     }
 
     /// nginx's public server: `COORDINATOR_HOST:PUBLIC_PORT`.
@@ -500,11 +508,12 @@ impl Cluster {
         Ok(())
     }
 
-    /// The graceful reload the coordinator asks for after rewriting placement.conf: nginx's
-    /// master starts new workers with the new map; the old ones finish their requests.
+    /// A graceful reload for a new nginx.conf: nginx's master starts new workers; the old
+    /// ones finish their requests and close their idle kept-alive connections (a client
+    /// sending on one at that instant fails), so the command says so.
     fn reload_router(&self) -> anyhow::Result<Option<Action>> {
         let Some(nginx) = self.records.running("nginx") else {
-            log("reload-router: nginx is not running (it reads placement.conf when it starts)");
+            log("reload-router: nginx is not running (it reads nginx.conf and placement.map when it starts)");
             return Ok(None);
         };
         // An nginx still starting has not installed its SIGHUP handler yet, and the signal
@@ -526,7 +535,10 @@ impl Cluster {
         if !nginx.signal(Signal::SIGHUP) {
             bail!("reload-router: nginx (pid {}) exited", nginx.pid);
         }
-        log(format!("reload-router: SIGHUP sent to nginx (pid {})", nginx.pid));
+        log(format!(
+            "reload-router: SIGHUP sent to nginx (pid {}): new workers take over, the old ones close their idle client connections",
+            nginx.pid
+        ));
         Ok(Some(Action::running("nginx", nginx.pid, None)))
     }
 

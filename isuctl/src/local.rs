@@ -147,6 +147,8 @@ pub struct Addresses {
     pub device_port: u16,
     /// `ISU_JIA_PORT` (5000): the JIA simulator.
     pub jia_port: u16,
+    /// `ISU_ROUTER_PORT` (3099): nginx's control server, on the coordinator's (loopback) host.
+    pub router_port: u16,
 }
 
 impl Addresses {
@@ -169,6 +171,7 @@ impl Addresses {
             public_port: port("ISU_PUBLIC_PORT", 8080)?,
             device_port: port("ISU_DEVICE_PORT", 8080)?,
             jia_port: port("ISU_JIA_PORT", 5000)?,
+            router_port: port("ISU_ROUTER_PORT", 3099)?,
         })
     }
 
@@ -242,6 +245,7 @@ mod tests {
             public_port: 8080,
             device_port: 8080,
             jia_port: 5000,
+            router_port: 3099,
         }
     }
 

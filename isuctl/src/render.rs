@@ -62,10 +62,19 @@ pub struct NginxArgs {
     /// Default: cells a and b at WORKER_A_HOST / WORKER_B_HOST (NODE_PORT, DEVICE_PORT).
     #[arg(long = "cell", env = "ISU_NGINX_CELLS", value_delimiter = ' ')]
     pub cells: Vec<CellSpec>,
-    /// The router's map include [default: RUN_DIR/placement.conf]. The coordinator rewrites
-    /// it; the default map is written only when the file does not exist yet.
+    /// The router's map file [default: RUN_DIR/placement.map]: nginx starts from it. The
+    /// coordinator rewrites it (and hands each new version to the control server); the
+    /// default map is written only when the file does not exist yet.
     #[arg(long, env = "ISU_ROUTER_MAP")]
     pub placement: Option<PathBuf>,
+    /// The file holding the cluster secret, which nginx's control server requires
+    /// [default: RUN_DIR/secret].
+    #[arg(long, env = "ISU_SECRET_FILE")]
+    pub secret_file: Option<PathBuf>,
+    /// Where nginx's control server listens (loopback only): the coordinator hands it each
+    /// new placement map (its --router-url) [default: COORDINATOR_HOST:ROUTER_PORT, 3099].
+    #[arg(long, env = "ISU_ROUTER_CONTROL")]
+    pub router_control: Option<String>,
     /// Write the default map even if the placement file exists.
     #[arg(long)]
     pub reset_placement: bool,
@@ -123,7 +132,7 @@ impl NginxArgs {
             .clone()
             .unwrap_or_else(|| local::repo_root().join("run/cluster"));
         Ok(Options {
-            run_dir,
+            run_dir: run_dir.clone(),
             template: self
                 .template
                 .clone()
@@ -144,6 +153,11 @@ impl NginxArgs {
                 .unwrap_or_else(|| format!("{}:{}", addresses.coordinator_host, addresses.node_port)),
             cells,
             placement: self.placement.clone(),
+            secret_file: self.secret_file.clone().unwrap_or_else(|| run_dir.join("secret")),
+            router_control: self
+                .router_control
+                .clone()
+                .unwrap_or_else(|| format!("{}:{}", addresses.coordinator_host, addresses.router_port)),
             reset_placement: self.reset_placement,
             worker_processes: self.worker_processes.clone(),
             device_servers: self.device_servers == Switch::On,

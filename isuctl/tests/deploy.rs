@@ -65,12 +65,7 @@ fn rendered_units_verify_and_secrets_are_private() {
         (
             "isucondition-1",
             "coordinator.env",
-            vec![
-                "isu-coordinator.service",
-                "isu-nginx.service",
-                "isu-router.path",
-                "isu-router.service",
-            ],
+            vec!["isu-coordinator.service", "isu-nginx.service"],
         ),
         ("isucondition-2", "worker.env", vec!["isu-worker.service"]),
         ("isucondition-3", "worker.env", vec!["isu-worker.service"]),
@@ -118,14 +113,30 @@ fn rendered_units_verify_and_secrets_are_private() {
         "public listener is TLS + HTTP/2"
     );
     assert!(nginx.contains("location ^~ /internal/ { return 404; }"));
-    assert!(nginx.contains("include /var/lib/isucondition/coordinator/placement.conf;"));
+    assert!(nginx.contains("map_file = \"/var/lib/isucondition/coordinator/placement.map\","));
+    assert!(nginx.contains("secret_file = \"/etc/isucondition/router.secret\","));
+    assert!(
+        nginx.contains("listen 127.0.0.1:3099;"),
+        "the control server is loopback only"
+    );
+    let coordinator_env = std::fs::read_to_string(out.join("isucondition-1/etc/isucondition/coordinator.env")).unwrap();
+    assert!(
+        coordinator_env.contains("ISU_ROUTER_URL=http://127.0.0.1:3099\n"),
+        "{coordinator_env}"
+    );
+    let router_secret = out.join("isucondition-1/etc/isucondition/router.secret");
+    assert_eq!(
+        std::fs::metadata(&router_secret).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(std::fs::read_to_string(&router_secret).unwrap().trim(), secret.trim());
     assert!(
         nginx.contains("server 192.168.0.11:3000;"),
         "the coordinator's upstream is its internal address"
     );
     assert!(
-        !nginx.contains("127.0.0."),
-        "nothing of the local cluster leaks into a host's file"
+        !nginx.replace("127.0.0.1:3099", "").contains("127.0.0."),
+        "nothing of the local cluster leaks into a host's file (the control server is the host's loopback)"
     );
 }
 
@@ -280,10 +291,10 @@ fn apply_installs_once_then_changes_nothing_then_only_what_changed() {
     let env = root_of("isucondition-2").join("etc/isucondition/worker.env");
     assert_eq!(std::fs::metadata(&env).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(root_of("isucondition-1")
-        .join("etc/systemd/system/isu-router.path")
+        .join("etc/isucondition/router.secret")
         .is_file());
     assert!(!root_of("isucondition-2")
-        .join("etc/systemd/system/isu-router.path")
+        .join("etc/isucondition/router.secret")
         .exists());
     assert!(
         !root_of("isucondition-1").join(".isu-deploy").exists(),

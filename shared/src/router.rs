@@ -1,24 +1,29 @@
-//! The router's view of a placement map: the nginx include that routes per-ISU requests.
+//! The router's view of a placement map: the versioned map file nginx routes per-ISU
+//! requests by (`nginx/router.lua` reads it).
 //!
-//! nginx loads it with `include` (the public server and the device servers use
-//! `$isu_cell`), and is reloaded gracefully when the coordinator rewrites it. The file
-//! holds everything that depends on the map and nothing else:
+//! The coordinator writes this text to the router's map file (`--router-map`) whenever the
+//! map changes, then hands the same text to the running nginx through its control server
+//! (`--router-url`): nginx takes it without a reload. A restarted nginx starts from the
+//! file, which always holds the newest version. The format, line by line:
 //!
-//! - one `upstream cell_<name>` per cell (its internal address);
-//! - `$isu_slot_cell`: the upstream of each of the 256 slots (the UUID's first two hex
-//!   digits, lowercase; anything else falls to slot 0's cell, like [`slot_of`]);
-//! - `$isu_cell`: the pinned ISUs' upstreams, every other UUID its slot's.
+//! - `version N`: the map's version; the router refuses a version older than its own;
+//! - `cell ID NAME`: each cell, ids from 0 in map order (the router has an upstream
+//!   `cell_<name>` per configured cell, see [`upstream_name`], and refuses unknown ones);
+//! - `slots D…`: 256 lowercase hex digits, the cell id of each slot (`00`..`ff`, the UUID's
+//!   first two hex digits; anything else falls to slot 0's cell, like [`slot_of`]);
+//! - `pin UUID NAME`: a pinned ISU and its cell (compared ignoring case).
 //!
-//! `$isu_slot` and `$isu_uuid` come from the main configuration (the path of the request).
-//! nginx compares map strings ignoring case, so an uppercase UUID finds its slot as well.
+//! Lines starting with `#` are comments.
+//!
+//! [`slot_of`]: crate::placement_map::slot_of
 
 use std::fmt::Write;
 
-use crate::placement_map::{Cell, PlacementMap};
+use crate::placement_map::PlacementMap;
 
 /// The nginx upstream name of a cell.
-pub fn upstream_name(cell: &Cell) -> String {
-    format!("cell_{}", cell.name.replace('-', "_"))
+pub fn upstream_name(cell: &str) -> String {
+    format!("cell_{}", cell.replace('-', "_"))
 }
 
 /// `host:port` of a base URL (`http://127.0.0.3:3000/` → `127.0.0.3:3000`).
@@ -27,48 +32,130 @@ pub fn authority(url: &str) -> &str {
     rest.split('/').next().unwrap_or(rest)
 }
 
-/// The include file for `map` (see the module documentation).
-pub fn nginx_include(map: &PlacementMap) -> String {
-    let mut out = String::with_capacity(16 * 1024);
+/// The router's map file for `map`, headed by `written_by` (a comment line).
+pub fn map_text(map: &PlacementMap, written_by: &str) -> String {
+    let mut out = String::with_capacity(512 + 64 * map.pins().len());
     let _ = writeln!(
         out,
-        "# Placement map version {} ({} cells, {} pins), written by the coordinator.\n# Do not edit: it is rewritten whenever the map changes.",
-        map.version(),
-        map.cells().len(),
-        map.pins().len()
+        "# Placement map for the router, {written_by}. Do not edit: nginx takes each new\n# version from the coordinator and starts from this file."
     );
-    for cell in map.cells() {
-        let _ = writeln!(
-            out,
-            "upstream {} {{\n    server {};\n    keepalive 256;\n    keepalive_requests 100000;\n    keepalive_timeout 60s;\n}}",
-            upstream_name(cell),
-            authority(&cell.internal_url)
-        );
+    let _ = writeln!(out, "version {}", map.version());
+    for (id, cell) in map.cells().iter().enumerate() {
+        let _ = writeln!(out, "cell {id} {}", cell.name);
     }
-    let name_of = |id: u8| upstream_name(&map.cells()[usize::from(id)]);
-    let _ = writeln!(
-        out,
-        "map $isu_slot $isu_slot_cell {{\n    default {};",
-        name_of(map.slots()[0])
-    );
-    for (slot, cell) in map.slots().iter().enumerate() {
-        let _ = writeln!(out, "    {slot:02x} {};", name_of(*cell));
+    out.push_str("slots ");
+    for cell in map.slots() {
+        let _ = write!(out, "{cell:x}");
     }
-    out.push_str("}\n");
-    out.push_str("map $isu_uuid $isu_cell {\n    default $isu_slot_cell;\n");
+    out.push('\n');
     for (uuid, cell) in map.pins() {
-        // Pins are UUIDs the coordinator accepted; quoted, and nothing that could end the string.
+        // Pins are UUIDs the coordinator accepted; nothing that could end the line.
         if uuid.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-') {
-            let _ = writeln!(out, "    \"{uuid}\" {};", name_of(*cell));
+            let _ = writeln!(out, "pin {uuid} {}", map.cells()[usize::from(*cell)].name);
         }
     }
-    out.push_str("}\n");
     out
+}
+
+/// A map text read back: what the router routes by (the same checks as `nginx/router.lua`,
+/// but for the configured cells, which only nginx knows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouterMap {
+    pub version: u64,
+    /// Cell names, by id.
+    pub cells: Vec<String>,
+    /// The cell id of each slot.
+    pub slots: Vec<u8>,
+    /// Pinned UUIDs (lowercase) and their cell names.
+    pub pins: Vec<(String, String)>,
+}
+
+impl RouterMap {
+    /// Parses a map text; the reason (with its line) when the router would refuse it.
+    pub fn parse(text: &str) -> Result<RouterMap, String> {
+        let (mut version, mut slots) = (None, None);
+        let (mut cells, mut pins) = (Vec::new(), Vec::new());
+        let is_name = |name: &str| {
+            !name.is_empty()
+                && name.len() <= 32
+                && name
+                    .bytes()
+                    .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+        };
+        for (number, line) in text.lines().enumerate().map(|(index, line)| (index + 1, line)) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let bad = |what: &str| format!("line {number}: {what}");
+            let (key, rest) = line.split_once(' ').ok_or_else(|| bad("unknown line"))?;
+            match key {
+                "version" if version.is_none() => {
+                    let parsed = rest.parse::<u64>().ok().filter(|value| *value >= 1 && rest.len() <= 15);
+                    version = Some(parsed.ok_or_else(|| bad("bad version"))?);
+                }
+                "cell" => match rest.split_once(' ') {
+                    Some((id, name)) if id.parse() == Ok(cells.len()) && is_name(name) => cells.push(name.to_owned()),
+                    _ => return Err(bad("bad cell (want: cell ID NAME, ids from 0 in order)")),
+                },
+                "slots" if slots.is_none() => {
+                    let digits: Option<Vec<u8>> = rest
+                        .bytes()
+                        .map(|byte| match byte {
+                            b'0'..=b'9' => Some(byte - b'0'),
+                            b'a'..=b'f' => Some(byte - b'a' + 10),
+                            _ => None,
+                        })
+                        .collect();
+                    match digits {
+                        Some(digits) if digits.len() == crate::placement_map::SLOTS => slots = Some(digits),
+                        _ => return Err(bad("slots wants 256 lowercase hex digits")),
+                    }
+                }
+                "pin" => match rest.split_once(' ') {
+                    Some((uuid, name))
+                        if !uuid.is_empty()
+                            && uuid.len() <= 64
+                            && uuid.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+                            && is_name(name) =>
+                    {
+                        pins.push((uuid.to_ascii_lowercase(), name.to_owned()))
+                    }
+                    _ => return Err(bad("bad pin (want: pin UUID CELL)")),
+                },
+                _ => return Err(bad("unknown line")),
+            }
+        }
+        let version = version.ok_or("no version")?;
+        if cells.is_empty() {
+            return Err("no cell".to_owned());
+        }
+        let slots = slots.ok_or("no slots")?;
+        if let Some((slot, id)) = slots
+            .iter()
+            .enumerate()
+            .find(|(_, id)| usize::from(**id) >= cells.len())
+        {
+            return Err(format!(
+                "slot {slot:02x} names cell id {id}: the map has {} cells",
+                cells.len()
+            ));
+        }
+        if let Some((uuid, name)) = pins.iter().find(|(_, name)| !cells.contains(name)) {
+            return Err(format!("pin {uuid} names cell {name}, which the map does not have"));
+        }
+        Ok(RouterMap {
+            version,
+            cells,
+            slots,
+            pins,
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::placement_map::{Cell, MAX_CELLS, SLOTS};
 
     fn cells(count: usize) -> Vec<Cell> {
         (0..count)
@@ -81,28 +168,35 @@ mod tests {
     }
 
     #[test]
-    fn the_include_names_every_slot_and_pin() {
+    fn the_map_text_names_every_cell_slot_and_pin() {
         let mut map = PlacementMap::new(cells(2)).unwrap();
         map.pin("0b104b95-3532-4828-8550-89da717b9667", 1).unwrap();
-        let text = nginx_include(&map);
+        map.assign_slot(0x1f, 0).unwrap();
+        let text = map_text(&map, "written by a test");
+        assert!(text.starts_with("# Placement map for the router, written by a test."));
+        assert!(text.contains(&format!("\nversion {}\n", map.version())));
+        assert!(text.contains("\ncell 0 c-0\ncell 1 c-1\n"), "{text}");
+        let slots = text.lines().find_map(|line| line.strip_prefix("slots ")).unwrap();
+        assert_eq!(slots.len(), SLOTS);
+        for (slot, digit) in slots.chars().enumerate() {
+            let owner = map.slots()[slot];
+            assert_eq!(digit.to_digit(16), Some(u32::from(owner)), "slot {slot:02x}");
+        }
+        assert_eq!(&slots[0x1e..0x20], "10", "1e is cell 1's, 1f moved to cell 0");
         assert!(
-            text.contains("upstream cell_c_0 {\n    server 127.0.0.3:3000;"),
+            text.ends_with("\npin 0b104b95-3532-4828-8550-89da717b9667 c-1\n"),
             "{text}"
         );
-        assert!(
-            text.contains("upstream cell_c_1 {\n    server 127.0.0.4:3000;"),
-            "{text}"
-        );
-        assert!(text.contains("    00 cell_c_0;\n"));
-        assert!(text.contains("    1f cell_c_1;\n"));
-        assert!(text.contains("    ff cell_c_1;\n"));
-        assert_eq!(
-            text.matches(" cell_c_").count(),
-            2 + 1 + 256 + 1,
-            "upstreams, default, slots, pin"
-        );
-        assert!(text.contains("    \"0b104b95-3532-4828-8550-89da717b9667\" cell_c_1;\n"));
-        assert!(text.contains("version 2"));
+    }
+
+    #[test]
+    fn sixteen_cells_fit_one_hex_digit_per_slot() {
+        let map = PlacementMap::new(cells(MAX_CELLS)).unwrap();
+        let text = map_text(&map, "x");
+        let slots = text.lines().find_map(|line| line.strip_prefix("slots ")).unwrap();
+        assert_eq!(slots.len(), SLOTS);
+        assert!(slots.contains('f'));
+        assert_eq!(upstream_name("c-15"), "cell_c_15");
     }
 
     #[test]

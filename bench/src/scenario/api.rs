@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::front_end::{Encoding, FrontEndFile};
-use super::stats::{ErrorKind, Stats};
+use super::stats::{ConnectionCause, ErrorKind, Stats};
 use crate::model::GraphData;
 
 /// `POST /initialize`.
@@ -184,7 +184,7 @@ impl Agent {
             Ok(response) => response,
             Err(error) => {
                 self.stats.record_request(label, started.elapsed());
-                return self.transport_failure(label, &error);
+                return self.transport_failure(label, &error, false);
             }
         };
         let status = response.status();
@@ -198,7 +198,7 @@ impl Agent {
         self.stats.record_request(label, started.elapsed());
         let body = match body {
             Ok(body) => body,
-            Err(error) => return self.transport_failure(label, &error),
+            Err(error) => return self.transport_failure(label, &error, true),
         };
         let encoding = Encoding::of(headers.get(CONTENT_ENCODING).map(|value| value.as_bytes()));
         let wire_bytes = body.len() as u64;
@@ -287,7 +287,8 @@ impl Agent {
         true
     }
 
-    fn transport_failure<T>(&self, label: &str, error: &reqwest::Error) -> Result<T, Failure> {
+    /// A request that got no (whole) answer: a timeout, or a connection error by its cause.
+    fn transport_failure<T>(&self, label: &str, error: &reqwest::Error, reading_body: bool) -> Result<T, Failure> {
         if error.is_timeout() {
             self.stats.timeout();
             return Err(Failure::Timeout);
@@ -299,8 +300,8 @@ impl Agent {
             description = format!("{description}: {cause}");
             source = cause.source();
         }
-        self.stats
-            .error(ErrorKind::Connection, format!("{label}: {description}"));
+        let cause = ConnectionCause::of(error, error.is_connect(), reading_body);
+        self.stats.connection_error(cause, format!("{label}: {description}"));
         Err(Failure::Error)
     }
 }
@@ -354,6 +355,74 @@ mod tests {
         assert_eq!(&gunzip(&gzipped).unwrap()[..], json);
         assert!(gunzip(&gzipped[..gzipped.len() / 2]).is_err());
         assert!(gunzip(b"not gzip").is_err());
+    }
+
+    /// Real sockets on loopback: a port nobody listens on, a server that closes the
+    /// connection without answering, one that resets it, one that cuts a body short.
+    #[tokio::test]
+    async fn connection_errors_are_told_apart_by_cause() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let closed_port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let error = client
+            .get(format!("http://127.0.0.1:{closed_port}/"))
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(
+            ConnectionCause::of(&error, error.is_connect(), false),
+            ConnectionCause::Refused
+        );
+
+        // Each server reads the request, then does its thing.
+        async fn serve(behaviour: u8) -> String {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap();
+            tokio::spawn(async move {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut buffer = [0u8; 1024];
+                let _ = stream.read(&mut buffer).await;
+                match behaviour {
+                    0 => drop(stream),
+                    1 => {
+                        // A zero linger resets at once (no blocking on drop, which the
+                        // deprecation is about).
+                        #[allow(deprecated)]
+                        stream.set_linger(Some(Duration::ZERO)).unwrap();
+                        drop(stream);
+                    }
+                    _ => {
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
+                            .await;
+                        drop(stream);
+                    }
+                }
+            });
+            format!("http://{address}/")
+        }
+        let error = client.get(serve(0).await).send().await.unwrap_err();
+        assert_eq!(
+            ConnectionCause::of(&error, error.is_connect(), false),
+            ConnectionCause::ClosedBeforeAnswer,
+            "{error:?}"
+        );
+        let error = client.get(serve(1).await).send().await.unwrap_err();
+        assert_eq!(
+            ConnectionCause::of(&error, error.is_connect(), false),
+            ConnectionCause::Reset,
+            "{error:?}"
+        );
+        let response = client.get(serve(2).await).send().await.unwrap();
+        let error = response.bytes().await.unwrap_err();
+        assert_eq!(
+            ConnectionCause::of(&error, error.is_connect(), true),
+            ConnectionCause::BodyCut,
+            "{error:?}"
+        );
     }
 }
 

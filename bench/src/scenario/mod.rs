@@ -277,6 +277,11 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     let cpu_before = cpu_readings(config.nodes.as_ref(), &config.processes).await;
     let metrics_before = scrape_nodes(config.nodes.as_ref()).await;
     let posts_before = jia.device_posts();
+    let reload_watch = config
+        .processes
+        .iter()
+        .find(|process| process.name == "nginx")
+        .map(|nginx| crate::nodes::ReloadWatch::start(nginx.pid));
     stats.add(Tag::StartBenchmark);
     jia.start_error_poster(ERROR_POST_INTERVAL);
     for _ in 0..config.users {
@@ -318,6 +323,10 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     let cpu_after = cpu_readings(config.nodes.as_ref(), &config.processes).await;
     let metrics_after = scrape_nodes(config.nodes.as_ref()).await;
     let posts_after = jia.device_posts();
+    let router_reloads = match reload_watch {
+        Some(watch) => Some(watch.stop().await),
+        None => None,
+    };
     let profiles = profiles.await.unwrap_or_default();
     jia.shutdown().await;
     let posts_whole_run = DevicePosts::between([0; 5], jia.device_posts());
@@ -340,6 +349,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         bench_cpus: crate::nodes::own_cpus_allowed(),
         profiles,
         cells: crate::report::CellFigures::between(&metrics_before, &metrics_after),
+        router_reloads,
     })
 }
 
@@ -493,5 +503,6 @@ async fn failed_before_load(config: &ScenarioConfig, jia: &JiaHandle, stats: Arc
         bench_cpus: crate::nodes::own_cpus_allowed(),
         profiles: Vec::new(),
         cells: Vec::new(),
+        router_reloads: None,
     }
 }

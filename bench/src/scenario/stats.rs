@@ -40,6 +40,76 @@ pub enum ErrorKind {
     Connection,
 }
 
+/// What broke a request that got no answer (not a timeout): the cause of a connection error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConnectionCause {
+    /// Nothing listens (`Connection refused`).
+    Refused,
+    /// Another failure to connect.
+    ConnectFailed,
+    /// The server reset the connection (`Connection reset by peer`).
+    Reset,
+    /// The server closed the connection before any answer (a kept-alive connection it closed
+    /// as the request was on its way).
+    ClosedBeforeAnswer,
+    /// The connection closed while the request body was being written (`Broken pipe`).
+    BrokenPipe,
+    /// The answer's body stopped short.
+    BodyCut,
+    Other,
+}
+
+impl ConnectionCause {
+    pub const ALL: [ConnectionCause; 7] = [
+        ConnectionCause::Refused,
+        ConnectionCause::ConnectFailed,
+        ConnectionCause::Reset,
+        ConnectionCause::ClosedBeforeAnswer,
+        ConnectionCause::BrokenPipe,
+        ConnectionCause::BodyCut,
+        ConnectionCause::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectionCause::Refused => "refused",
+            ConnectionCause::ConnectFailed => "connect_failed",
+            ConnectionCause::Reset => "reset",
+            ConnectionCause::ClosedBeforeAnswer => "closed_before_answer",
+            ConnectionCause::BrokenPipe => "broken_pipe",
+            ConnectionCause::BodyCut => "body_cut",
+            ConnectionCause::Other => "other",
+        }
+    }
+
+    /// The cause of a transport error, from its text and its sources' (reqwest, hyper and
+    /// the OS say it in words, not in types).
+    pub fn of(error: &(dyn std::error::Error + 'static), connecting: bool, reading_body: bool) -> ConnectionCause {
+        let mut texts = vec![error.to_string()];
+        let mut source = error.source();
+        while let Some(cause) = source {
+            texts.push(cause.to_string());
+            source = cause.source();
+        }
+        let said = |words: &str| texts.iter().any(|text| text.contains(words));
+        if said("Connection refused") {
+            ConnectionCause::Refused
+        } else if connecting {
+            ConnectionCause::ConnectFailed
+        } else if said("Broken pipe") {
+            ConnectionCause::BrokenPipe
+        } else if said("Connection reset by peer") {
+            ConnectionCause::Reset
+        } else if reading_body {
+            ConnectionCause::BodyCut
+        } else if said("connection closed before message completed") {
+            ConnectionCause::ClosedBeforeAnswer
+        } else {
+            ConnectionCause::Other
+        }
+    }
+}
+
 impl ErrorKind {
     pub const ALL: [ErrorKind; 5] = [
         ErrorKind::Status,
@@ -212,6 +282,8 @@ pub struct Stats {
     timeouts: AtomicU64,
     /// GETs sent again because the server closed an idle keep-alive connection as they left.
     idle_close_retries: AtomicU64,
+    /// Connection errors by [`ConnectionCause`] (in `ALL`'s order).
+    connection_causes: [AtomicU64; ConnectionCause::ALL.len()],
     read: [AtomicU64; 3],
     tags: [AtomicU64; Tag::ALL.len()],
     critical: AtomicBool,
@@ -257,6 +329,16 @@ impl Stats {
 
     pub fn idle_close_retry(&self) {
         self.idle_close_retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a connection error (an [`ErrorKind::Connection`]) with its cause.
+    pub fn connection_error(&self, cause: ConnectionCause, description: String) {
+        let index = ConnectionCause::ALL
+            .iter()
+            .position(|known| *known == cause)
+            .expect("every cause is in ALL");
+        self.connection_causes[index].fetch_add(1, Ordering::Relaxed);
+        self.error(ErrorKind::Connection, format!("{description} [{}]", cause.name()));
     }
 
     /// Records one non-timeout error; the first few descriptions are kept and logged.
@@ -336,6 +418,11 @@ impl Stats {
             errors,
             timeouts: load(&self.timeouts),
             idle_close_retries: load(&self.idle_close_retries),
+            connection_errors: ConnectionCause::ALL
+                .iter()
+                .zip(&self.connection_causes)
+                .map(|(cause, count)| (cause.name(), load(count)))
+                .collect(),
             read: self.read.each_ref().map(load),
             tags,
             critical: self.critical.load(Ordering::Relaxed),
@@ -379,6 +466,8 @@ pub struct Snapshot {
     /// GETs retried once after the server closed an idle keep-alive connection under them
     /// (an nginx reload does that), as Go's HTTP client, the official bench's, does.
     pub idle_close_retries: u64,
+    /// Connection errors (no answer, not a timeout) by cause: every cause, zeros included.
+    pub connection_errors: BTreeMap<&'static str, u64>,
     /// Newly read conditions: info, warning, critical.
     pub read: [u64; 3],
     pub tags: BTreeMap<Tag, u64>,

@@ -1,7 +1,7 @@
 //! The control plane's placement: the current map (logged before anyone sees it), the
-//! router's copy of it (an nginx include, rewritten on every change and reloaded by
-//! [`crate::router_signal`]), and the slot gate that keeps registrations and migrations of
-//! the same slot apart.
+//! router's copy of it (the map file nginx starts from, rewritten on every change, and each
+//! new version handed to nginx's control server: no reload), and the slot gate that keeps
+//! registrations and migrations of the same slot apart.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,12 +12,21 @@ use shared::migration::Migration;
 use shared::placement_map::{slot_of, Cell, PlacementMap, SLOTS};
 use tokio::sync::Notify;
 
-/// Where the router's map goes, and how nginx is told.
+/// Where the router's map goes: its file, and nginx's control server if one is named.
 #[derive(Debug, Clone)]
 pub struct RouterFile {
     pub path: PathBuf,
-    /// nginx's pid file: its master gets SIGHUP after each rewrite (a graceful reload).
-    pub nginx_pid_file: Option<PathBuf>,
+    /// nginx's control server (`http://127.0.0.1:3099`): each new map is PUT to `/map`.
+    pub url: Option<String>,
+}
+
+/// What the router was last given (see [`Placement::write_router`]).
+#[derive(Default)]
+struct RouterCopy {
+    /// The version last written to the file.
+    written: u64,
+    /// The version nginx last took (0: none yet, or the last hand-over failed).
+    handed: u64,
 }
 
 /// The map, the unfinished migrations and the router file (see the module documentation).
@@ -26,14 +35,15 @@ pub struct Placement {
     /// Unfinished migrations by id (their last logged state).
     pub(crate) migrations: Arc<Mutex<BTreeMap<u64, Migration>>>,
     router: Option<RouterFile>,
-    /// Router rewrites happen one at a time, in map order: the version last written, and
-    /// when nginx was last reloaded.
-    router_lock: tokio::sync::Mutex<(u64, Option<std::time::Instant>)>,
+    /// Router updates happen one at a time, in map order.
+    router_copy: tokio::sync::Mutex<RouterCopy>,
+    router_client: reqwest::Client,
+    secret: String,
     pub(super) gate: SlotGate,
 }
 
 impl Placement {
-    pub fn new(map: PlacementMap, migrations: Vec<Migration>, router: Option<RouterFile>) -> Placement {
+    pub fn new(map: PlacementMap, migrations: Vec<Migration>, router: Option<RouterFile>, secret: &str) -> Placement {
         Placement {
             map: Arc::new(RwLock::new(Arc::new(map))),
             migrations: Arc::new(Mutex::new(
@@ -43,7 +53,12 @@ impl Placement {
                     .collect(),
             )),
             router,
-            router_lock: tokio::sync::Mutex::new((0, None)),
+            router_copy: tokio::sync::Mutex::new(RouterCopy::default()),
+            router_client: node_http::internal_client()
+                .timeout(ROUTER_TIMEOUT)
+                .build()
+                .expect("a client without TLS settings builds"),
+            secret: secret.to_owned(),
             gate: SlotGate::default(),
         }
     }
@@ -69,76 +84,145 @@ impl Placement {
         }
     }
 
-    /// Writes the router's include for the current map (if it is newer than the last one
-    /// written) and signals nginx to reload it, at most once per [`MIN_RELOAD_INTERVAL`]: the
-    /// flips of a drain coalesce into a few reloads (each closes nginx's idle keep-alive
-    /// connections). Failures are logged: the router keeps routing with the map it has, and
-    /// a stale route is forwarded by the worker that receives it.
+    /// Gives the router the current map, if it is newer than what the router has: writes
+    /// the map file (nginx starts from it), then PUTs the same text to nginx's control
+    /// server, which routes by it from its next request on (no reload, no connection
+    /// closed). A failed hand-over is logged and tried again by [`Placement::keep_router`];
+    /// meanwhile the router routes by the map it has, and a worker forwards a stale route.
     pub async fn write_router(&self) {
+        self.update_router(true).await;
+    }
+
+    /// Writes the router's map file only (at start, before nginx may run: an nginx that
+    /// starts reads it, and [`Placement::keep_router`] hands it to one that runs).
+    pub async fn write_router_file(&self) {
+        self.update_router(false).await;
+    }
+
+    async fn update_router(&self, hand: bool) {
         let Some(router) = &self.router else { return };
-        let mut guard = self.router_lock.lock().await;
-        let (written, last_reload) = &mut *guard;
-        if let Some(last) = *last_reload {
-            let wait = MIN_RELOAD_INTERVAL.saturating_sub(last.elapsed());
-            tokio::time::sleep(wait).await;
-        }
+        let mut copy = self.router_copy.lock().await;
         let map = self.map();
-        if *written >= map.version() {
+        let version = map.version();
+        let needs_file = copy.written < version;
+        let needs_handing = hand && router.url.is_some() && copy.handed < version;
+        if !needs_file && !needs_handing {
             return;
         }
-        let text = shared::router::nginx_include(&map);
-        let path = router.path.clone();
-        // A file that already holds this map (a coordinator restarted with an unchanged map)
-        // is left as it is and nginx is not reloaded: a reload closes every idle kept-alive
-        // client connection, and a request sent on one at that instant fails.
-        let result = tokio::task::spawn_blocking(move || {
-            if std::fs::read(&path).is_ok_and(|current| current == text.as_bytes()) {
-                return Ok(false);
-            }
-            shared::write_atomically(&path, text.as_bytes()).map(|()| true)
-        })
-        .await;
-        match result {
-            Ok(Ok(false)) => {
-                *written = map.version();
-                tracing::info!(version = map.version(), "router map unchanged: not reloaded");
-                return;
-            }
-            Ok(Ok(true)) => {
-                *written = map.version();
-                *last_reload = Some(std::time::Instant::now());
-            }
-            Ok(Err(error)) => {
-                tracing::error!(%error, path = %router.path.display(), "writing the router map failed");
-                return;
-            }
-            Err(error) => {
-                tracing::error!(%error, "writing the router map panicked");
-                return;
+        let text = shared::router::map_text(&map, "written by the coordinator");
+        if needs_file {
+            let (path, bytes) = (router.path.clone(), text.clone().into_bytes());
+            let result = tokio::task::spawn_blocking(move || {
+                if std::fs::read(&path).is_ok_and(|current| current == bytes) {
+                    return Ok(());
+                }
+                shared::write_atomically(&path, &bytes)
+            })
+            .await;
+            match result {
+                Ok(Ok(())) => copy.written = version,
+                Ok(Err(error)) => {
+                    // nginx must never start from a map older than one it was handed.
+                    tracing::error!(%error, path = %router.path.display(), version, "writing the router map failed: not handed to nginx");
+                    metrics::counter!("router_map_updates_total", "outcome" => "file_failed").increment(1);
+                    return;
+                }
+                Err(error) => {
+                    tracing::error!(%error, "writing the router map panicked");
+                    return;
+                }
             }
         }
-        let Some(pid_file) = &router.nginx_pid_file else {
-            tracing::info!(version = map.version(), "router map written");
+        let Some(url) = router.url.as_ref().filter(|_| hand) else {
+            tracing::info!(version, "router map written");
             return;
         };
         let started = std::time::Instant::now();
-        match crate::router_signal::reload_nginx(pid_file).await {
-            Ok(pid) => tracing::info!(
-                version = map.version(),
-                pid,
-                millis = started.elapsed().as_millis() as u64,
-                "router reloaded"
-            ),
-            Err(error) if error.is_not_running() => {
-                tracing::warn!(version = map.version(), %error, "router map written, nginx not reloaded")
+        match self.hand_over(url, text).await {
+            Ok(answer) => {
+                copy.handed = version;
+                metrics::counter!("router_map_updates_total", "outcome" => "taken").increment(1);
+                metrics::gauge!("router_map_version").set(version as f64);
+                tracing::info!(
+                    version,
+                    micros = started.elapsed().as_micros() as u64,
+                    answer = answer.trim(),
+                    "router map handed to nginx"
+                );
             }
-            Err(error) => tracing::error!(version = map.version(), %error, "router reload failed"),
+            Err(HandOver::Refused(status, answer)) => {
+                metrics::counter!("router_map_updates_total", "outcome" => "refused").increment(1);
+                tracing::error!(version, %status, answer = answer.trim(), "nginx refused the router map");
+            }
+            Err(HandOver::Unreachable(error)) => {
+                metrics::counter!("router_map_updates_total", "outcome" => "unreachable").increment(1);
+                tracing::warn!(version, %error, "nginx's control server did not take the router map: it routes by its last map (tried again every second; a restarted nginx reads the file)");
+            }
+        }
+    }
+
+    /// PUTs a map text to the control server; a connection that fails is tried twice more.
+    async fn hand_over(&self, url: &str, text: String) -> Result<String, HandOver> {
+        let target = format!("{}/map", url.trim_end_matches('/'));
+        let mut last_error = String::new();
+        for attempt in 0..3u64 {
+            if attempt > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(100 * attempt)).await;
+            }
+            let sent = self
+                .router_client
+                .put(&target)
+                .header(shared::protocol::SECRET_HEADER, &self.secret)
+                .body(text.clone())
+                .send()
+                .await;
+            match sent {
+                Ok(response) => {
+                    let status = response.status();
+                    let answer = response.text().await.unwrap_or_default();
+                    return if status.is_success() {
+                        Ok(answer)
+                    } else {
+                        Err(HandOver::Refused(status, answer))
+                    };
+                }
+                Err(error) => last_error = error.to_string(),
+            }
+        }
+        Err(HandOver::Unreachable(last_error))
+    }
+
+    /// Hands the router every map it missed (nginx down or starting when it changed): once a
+    /// second, until the process ends. Cheap when it is up to date (no request).
+    pub async fn keep_router(&self) {
+        if self.router.as_ref().is_none_or(|router| router.url.is_none()) {
+            return;
+        }
+        let mut tick = tokio::time::interval(ROUTER_RETRY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let behind = self.router_copy.lock().await.handed < self.map().version();
+            if behind {
+                self.write_router().await;
+            }
         }
     }
 }
 
-/// Reloads closer together than this are merged into one.
-const MIN_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Why nginx did not take a map.
+enum HandOver {
+    /// It answered, and not with a success (the status and its short message).
+    Refused(reqwest::StatusCode, String),
+    /// No answer (not running, not listening yet, timed out).
+    Unreachable(String),
+}
+
+/// How long a hand-over to nginx may take.
+const ROUTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How often a map nginx missed is handed over again.
+const ROUTER_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The map a coordinator starts with: the log's, with the configured cells' current URLs
 /// and any configured cell it does not name yet added (holding nothing); a new one when the

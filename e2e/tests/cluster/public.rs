@@ -12,24 +12,16 @@ async fn public_nginx_routes_by_parity_and_hides_internal_routes() {
     let Some(nginx) = nginx_or_skip() else {
         return;
     };
-    let [device_a_port, device_b_port] = free_ports::<2>();
-    let device_a = format!("127.0.0.1:{device_a_port}");
-    let device_b = format!("127.0.0.1:{device_b_port}");
+    let run_dir = ScratchDir::new("public-nginx");
+    let front = RouterFront::new(&run_dir.path, 2);
+    let device_a = front.device_listens[0].clone();
     let cluster = spawn_cluster_with(ClusterOptions {
-        device_urls: Some(vec![format!("http://{device_a}"), format!("http://{device_b}")]),
+        device_urls: Some(front.device_urls()),
         ..ClusterOptions::default()
     })
     .await;
-    let run_dir = cluster.scratch.path.join("nginx");
     let web = e2e::fixture_front_end();
-    let (mut server, public) = public_nginx_at(
-        &cluster,
-        &nginx,
-        &web.path,
-        &run_dir,
-        &[device_a.clone(), device_b.clone()],
-    )
-    .await;
+    let (mut server, public) = public_nginx_at(&cluster, &nginx, &web.path, &front).await;
     let anonymous = Agent::new(Routes::Public(public.clone()));
     server.assert_running();
 

@@ -147,11 +147,19 @@ fn show_log_tails(cluster: &Cluster) {
     }
 }
 
+/// nginx and its Lua module (the router, `nginx/router.lua`): installed with apt-get when
+/// missing (as root, or through sudo).
 fn ensure_nginx() -> anyhow::Result<()> {
-    if deploy::nginx::default_nginx_bin().is_file() {
+    const PACKAGES: [&str; 2] = ["nginx-light", "libnginx-mod-http-lua"];
+    let has_nginx = deploy::nginx::default_nginx_bin().is_file();
+    if has_nginx && deploy::nginx::has_lua_module(&deploy::nginx::default_nginx_bin()) {
         return Ok(());
     }
-    log("nginx missing: installing nginx-light");
+    log(format!(
+        "{} missing: installing {}",
+        if has_nginx { "nginx's Lua module" } else { "nginx" },
+        PACKAGES.join(" ")
+    ));
     let root = nix::unistd::Uid::effective().is_root();
     let apt = |args: &[&str]| -> bool {
         let mut command = if root {
@@ -169,10 +177,13 @@ fn ensure_nginx() -> anyhow::Result<()> {
             .is_ok_and(|status| status.success())
     };
     if !root && Command::new("sudo").arg("--version").output().is_err() {
-        bail!("nginx is missing and installing it needs root (apt-get install -y nginx-light)");
+        bail!(
+            "nginx or its Lua module is missing and installing them needs root (apt-get install -y {})",
+            PACKAGES.join(" ")
+        );
     }
-    if !(apt(&["update"]) && apt(&["install", "-y", "nginx-light"])) {
-        bail!("apt-get install nginx-light failed");
+    if !(apt(&["update"]) && apt(&[&["install", "-y"][..], &PACKAGES[..]].concat())) {
+        bail!("apt-get install {} failed", PACKAGES.join(" "));
     }
     Ok(())
 }
@@ -378,6 +389,8 @@ fn render_nginx(cluster: &Cluster, run_dir: &Path, static_dir: &Path, workers: &
     args.static_dir = Some(static_dir.to_owned());
     args.public_listen = Some(cluster.public_listen());
     args.coordinator = Some(cluster.coordinator_listen());
+    args.secret_file = Some(run_dir.join("secret"));
+    args.router_control = Some(cluster.router_control());
     args.device_servers = if cluster.options.devices == Devices::Nginx {
         render::Switch::On
     } else {
@@ -393,15 +406,6 @@ fn render_nginx(cluster: &Cluster, run_dir: &Path, static_dir: &Path, workers: &
         })
         .collect();
     Ok(deploy::nginx::render_local(&args.options()?)?)
-}
-
-/// The coordinator signals nginx itself after each map rewrite: SIGHUP to the master that
-/// nginx's own pid file names.
-fn router_reload_args(run_dir: &Path) -> Vec<String> {
-    vec![
-        "--router-pid-file".to_owned(),
-        run_dir.join("nginx.pid").display().to_string(),
-    ]
 }
 
 fn start_all(
@@ -468,9 +472,11 @@ fn start_all(
         "--static-dir".to_owned(),
         inputs.static_dir.display().to_string(),
         "--router-map".to_owned(),
-        run_dir.join("placement.conf").display().to_string(),
+        run_dir.join("placement.map").display().to_string(),
+        // The coordinator hands nginx each new map there: no reload.
+        "--router-url".to_owned(),
+        format!("http://{}", cluster.router_control()),
     ]);
-    command.extend(router_reload_args(run_dir));
     let optional = [
         ("--dataset", inputs.dataset.clone()),
         (

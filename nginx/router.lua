@@ -1,0 +1,280 @@
+-- The router's placement map inside nginx: the coordinator hands nginx a new map version
+-- through the control server, without a reload, and every nginx worker routes by it from
+-- its next request on.
+--
+-- The map lives in the shared dictionary `isu_placement` (one copy for every worker
+-- process, kept across a graceful reload): `map` is its text, `version` its version. Each
+-- worker keeps its own parsed copy and parses the text again when `version` changes, so a
+-- request costs one dictionary read and two table lookups. The text is the versioned map
+-- file (`shared::router::map_text` writes it):
+--
+--   version 17
+--   cell 0 a                       one line per cell, ids from 0 in order
+--   cell 1 b
+--   slots 0101...                  256 hex digits, the cell id of each slot 00..ff
+--   pin 0b104b95-...-89da717b9667 b
+--
+-- nginx starts (and reloads) from the map file on disk, never from a default: the file is
+-- written before every update, so it holds the newest map. A file nginx cannot read at its
+-- first start stops it with the reason; at a reload the map in memory is kept.
+--
+-- The renderer pastes this file into `init_by_lua_block` (the master runs it once; every
+-- worker inherits the module) and calls `isu_router.init`.
+
+isu_router = (function()
+  local M = {}
+
+  local dict = ngx.shared.isu_placement
+  local SLOTS = 256
+
+  -- Configured cells: name -> upstream name (the upstreams of nginx.conf).
+  local upstream_of = {}
+  local secret = nil
+
+  -- This worker's parsed copy of the map.
+  local cached_version = nil
+  local slot_upstream = {}
+  local pin_upstream = nil
+
+  local function read_file(path)
+    local file, err = io.open(path, "rb")
+    if not file then
+      return nil, err
+    end
+    local text = file:read("*a")
+    file:close()
+    return text
+  end
+
+  -- Parses and checks a map text; the map or nil and a short reason.
+  local function parse(text)
+    if type(text) ~= "string" or text == "" then
+      return nil, "empty map"
+    end
+    local map = { cells = {}, pins = {} }
+    local number = 0
+    for line in text:gmatch("[^\n]+") do
+      number = number + 1
+      if line:byte(1) ~= 35 then -- '#': a comment
+        local key, rest = line:match("^(%l+) (.+)$")
+        if key == "version" then
+          if map.version or not rest:match("^%d+$") or #rest > 15 then
+            return nil, "line " .. number .. ": bad version"
+          end
+          map.version = tonumber(rest)
+        elseif key == "cell" then
+          local id, name = rest:match("^(%d+) ([%l%d-]+)$")
+          if not id or tonumber(id) ~= #map.cells or #name > 32 then
+            return nil, "line " .. number .. ": bad cell (want: cell ID NAME, ids from 0 in order)"
+          end
+          if not upstream_of[name] then
+            return nil, "unknown cell " .. name .. " (this router's cells: " .. M.cell_names() .. ")"
+          end
+          map.cells[#map.cells + 1] = name
+        elseif key == "slots" then
+          if map.slots or #rest ~= SLOTS or rest:find("[^0-9a-f]") then
+            return nil, "line " .. number .. ": slots wants 256 lowercase hex digits"
+          end
+          map.slots = rest
+        elseif key == "pin" then
+          local uuid, name = rest:match("^([%w-]+) ([%l%d-]+)$")
+          if not uuid or #uuid > 64 then
+            return nil, "line " .. number .. ": bad pin (want: pin UUID CELL)"
+          end
+          map.pins[uuid:lower()] = name
+        else
+          return nil, "line " .. number .. ": unknown line"
+        end
+      end
+    end
+    if not map.version or map.version < 1 then
+      return nil, "no version"
+    end
+    if #map.cells == 0 then
+      return nil, "no cell"
+    end
+    if not map.slots then
+      return nil, "no slots"
+    end
+    for slot = 1, SLOTS do
+      local id = tonumber(map.slots:sub(slot, slot), 16)
+      if id >= #map.cells then
+        return nil, string.format("slot %02x names cell id %d: the map has %d cells", slot - 1, id, #map.cells)
+      end
+    end
+    for uuid, name in pairs(map.pins) do
+      local known = false
+      for _, cell in ipairs(map.cells) do
+        known = known or cell == name
+      end
+      if not known then
+        return nil, "pin " .. uuid .. " names cell " .. name .. ", which the map does not have"
+      end
+    end
+    return map
+  end
+
+  -- This worker's copy, from the dictionary's text.
+  local function refresh()
+    local text = dict:get("map")
+    local map, err = parse(text)
+    if not map then
+      ngx.log(ngx.ERR, "router: the shared map does not parse: ", err)
+      return
+    end
+    for slot = 1, SLOTS do
+      local id = tonumber(map.slots:sub(slot, slot), 16)
+      slot_upstream[slot - 1] = upstream_of[map.cells[id + 1]]
+    end
+    local pins = nil
+    for uuid, name in pairs(map.pins) do
+      pins = pins or {}
+      pins[uuid] = upstream_of[name]
+    end
+    pin_upstream = pins
+    cached_version = map.version
+  end
+
+  function M.cell_names()
+    local names = {}
+    for name in pairs(upstream_of) do
+      names[#names + 1] = name
+    end
+    table.sort(names)
+    return table.concat(names, " ")
+  end
+
+  -- Stores a checked map unless the dictionary holds a newer one; nil and a reason (and an
+  -- HTTP status) when it is refused.
+  local function store(text, map)
+    local current = dict:get("version")
+    if current and map.version < current then
+      return nil, 409, "version " .. map.version .. " is older than the router's " .. current .. ": refused"
+    end
+    if current and map.version == current then
+      if dict:get("map") == text then
+        return "unchanged"
+      end
+      return nil, 409, "version " .. map.version .. " already holds another map: refused"
+    end
+    local ok, err = dict:set("map", text)
+    if not ok then
+      return nil, 507, "the shared dictionary cannot hold the map: " .. tostring(err)
+    end
+    dict:set("version", map.version)
+    return "stored"
+  end
+
+  -- In the master, at every (re)start: the configured cells, the secret, the map file.
+  function M.init(options)
+    for _, name in ipairs(options.cells) do
+      upstream_of[name] = "cell_" .. (name:gsub("-", "_"))
+    end
+    local text, err = read_file(options.secret_file)
+    text = text and text:match("^%s*(.-)%s*$")
+    if not text or text == "" then
+      error("router: cannot read the cluster secret from " .. options.secret_file .. ": " .. tostring(err or "empty"))
+    end
+    secret = text
+    local map
+    text, err = read_file(options.map_file)
+    if text then
+      map, err = parse(text)
+    end
+    if not map then
+      if dict:get("version") then
+        ngx.log(ngx.ERR, "router: the map file ", options.map_file, " was not loaded (", err, "): keeping version ", dict:get("version"))
+        return
+      end
+      error("router: no usable placement map in " .. options.map_file .. ": " .. err)
+    end
+    local _, status, reason = store(text, map)
+    if status then
+      ngx.log(ngx.WARN, "router: the map file ", options.map_file, " was not loaded: ", reason)
+    end
+  end
+
+  -- set_by_lua: the upstream of the request's ISU ($isu_uuid, $isu_slot).
+  function M.route()
+    local version = dict:get("version")
+    if version ~= cached_version then
+      refresh()
+    end
+    if pin_upstream then
+      local uuid = ngx.var.isu_uuid
+      local upstream = pin_upstream[uuid] or pin_upstream[uuid:lower()]
+      if upstream then
+        return upstream
+      end
+    end
+    return slot_upstream[tonumber(ngx.var.isu_slot, 16)] or slot_upstream[0]
+  end
+
+  local function reply(status, text)
+    ngx.status = status
+    ngx.header["Content-Type"] = "text/plain"
+    ngx.say(text)
+    return ngx.exit(ngx.OK)
+  end
+
+  -- The same bytes, in time independent of where they differ.
+  local function same(a, b)
+    if #a ~= #b then
+      return false
+    end
+    local diff = 0
+    for i = 1, #a do
+      diff = bit.bor(diff, bit.bxor(a:byte(i), b:byte(i)))
+    end
+    return diff == 0
+  end
+
+  -- content_by_lua of the control server's /map: GET answers the map nginx routes by,
+  -- PUT (or POST) stores a newer one. Both want the cluster secret.
+  function M.control()
+    local presented = ngx.var.http_x_cluster_secret
+    if not presented then
+      local authorization = ngx.var.http_authorization
+      presented = authorization and authorization:match("^Bearer (.+)$")
+    end
+    if not presented then
+      return reply(401, "the cluster secret is required")
+    end
+    if not same(presented, secret) then
+      return reply(403, "wrong cluster secret")
+    end
+    local method = ngx.req.get_method()
+    if method == "GET" or method == "HEAD" then
+      ngx.header["X-Placement-Version"] = dict:get("version")
+      ngx.header["Content-Type"] = "text/plain"
+      ngx.print(dict:get("map") or "")
+      return ngx.exit(ngx.OK)
+    end
+    if method ~= "PUT" and method ~= "POST" then
+      ngx.header["Allow"] = "GET, PUT, POST"
+      return reply(405, "GET, PUT or POST")
+    end
+    ngx.req.read_body()
+    local text = ngx.req.get_body_data()
+    if not text then
+      return reply(400, "no map in the body")
+    end
+    local map, err = parse(text)
+    if not map then
+      return reply(422, "map refused: " .. err)
+    end
+    -- One update at a time across the worker processes (the lock ends by itself after 5 s).
+    if not dict:add("update-lock", true, 5) then
+      return reply(409, "another map update is in progress")
+    end
+    local outcome, status, reason = store(text, map)
+    dict:delete("update-lock")
+    if not outcome then
+      return reply(status, reason)
+    end
+    ngx.header["X-Placement-Version"] = map.version
+    return reply(200, "placement map version " .. map.version .. " " .. outcome)
+  end
+
+  return M
+end)()
