@@ -304,7 +304,39 @@ impl Report {
             "cluster_cpu_per_1000_conditions":
                 as_object(self.cluster_cpu_per(self.device_posts.stored_conditions, 1000.0)),
             "cells": self.cells.iter().map(CellFigures::to_json).collect::<Vec<_>>(),
+            "front_end": self.front_end_json(),
         })
+    }
+
+    /// The front end's files the browsers fetched during the load (requests, body bytes per
+    /// `Content-Encoding`), beside nginx's CPU seconds, which serve them.
+    fn front_end_json(&self) -> Value {
+        let nginx = self
+            .cpu
+            .iter()
+            .find(|usage| usage.name == "nginx")
+            .and_then(|usage| usage.seconds);
+        json!({
+            "assets": self.stats.front_end.assets,
+            "pages": self.stats.front_end.pages,
+            "nginx_cpu_seconds": nginx,
+        })
+    }
+
+    /// The front-end lines of the summary, after nginx's CPU.
+    fn write_front_end(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let front_end = &self.stats.front_end;
+        if front_end.assets.requests == 0 && front_end.pages.requests == 0 {
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "  front end (served by nginx): {} asset requests ({}); {} page loads ({})",
+            front_end.assets.requests,
+            front_end.assets.summary(),
+            front_end.pages.requests,
+            front_end.pages.summary()
+        )
     }
 }
 
@@ -451,6 +483,7 @@ impl fmt::Display for Report {
                 )?;
             }
         }
+        self.write_front_end(out)?;
         let per_request = self.cluster_cpu_per(self.cluster_requests(), 1000.0);
         let per_condition = self.cluster_cpu_per(self.device_posts.stored_conditions, 1000.0);
         if !per_request.is_empty() {
@@ -579,6 +612,46 @@ mod tests {
             DevicePosts::default(),
         );
         assert_eq!(unread.to_json()["cluster_cpu_per_1000_requests"], json!({}));
+    }
+
+    #[test]
+    fn front_end_traffic_is_shown_beside_nginxs_cpu() {
+        use crate::scenario::front_end::{Encoding, FrontEndFile};
+        let stats = crate::scenario::stats::Stats::default();
+        for _ in 0..3 {
+            stats.front_end(FrontEndFile::Asset, Encoding::Gzip, 249_000);
+        }
+        stats.front_end(FrontEndFile::Asset, Encoding::Identity, 592);
+        stats.front_end(FrontEndFile::Page, Encoding::Gzip, 330);
+        let mut report = report_of(
+            &[("nginx", Some(2.5)), ("bench", Some(1.0))],
+            10,
+            DevicePosts::default(),
+        );
+        report.stats.front_end = stats.snapshot().front_end;
+        let json = report.to_json();
+        let front_end = &json["front_end"];
+        assert_eq!(front_end["nginx_cpu_seconds"], json!(2.5));
+        assert_eq!(front_end["assets"]["requests"], json!(4));
+        assert_eq!(
+            front_end["assets"]["by_encoding"],
+            json!([
+                {"encoding": "identity", "responses": 1, "bytes": 592},
+                {"encoding": "gzip", "responses": 3, "bytes": 747_000},
+            ])
+        );
+        assert_eq!(front_end["pages"]["by_encoding"][0]["encoding"], json!("gzip"));
+        let text = report.to_string();
+        let (_, cpu_section) = text.split_once("CPU seconds during load").unwrap();
+        let lines: Vec<&str> = cpu_section.lines().map(str::trim).collect();
+        assert!(lines[1].starts_with("nginx") && lines[1].ends_with("2.50"), "{text}");
+        assert!(
+            lines.contains(
+                &"front end (served by nginx): 4 asset requests (identity 592 B in 1, gzip 747.0 kB in 3); \
+                  1 page loads (gzip 330 B in 1)"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

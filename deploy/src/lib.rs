@@ -7,10 +7,12 @@
 //! inventory file rendered into a directory and applied: the secret, the output directory,
 //! which hosts), `apply` (one host over SSH, only what changed restarted), `supervise` (starts,
 //! records, finds and stops detached processes: the local cluster's nodes, `run-host`'s
-//! services), `host` (`run-host`: one rendered host's units without systemd, for the
+//! services), `assets` (the front end's precompressed `.gz` files, for nginx's
+//! `gzip_static`), `host` (`run-host`: one rendered host's units without systemd, for the
 //! network-namespace hosts of `isuctl hosts`).
 
 pub mod apply;
+pub mod assets;
 pub mod deployment;
 pub mod host;
 pub mod inventory;

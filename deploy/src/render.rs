@@ -2,7 +2,7 @@
 //!
 //! `OUT/<host>/` mirrors the host's file system (`etc/systemd/system/*.service`,
 //! `etc/isucondition/*.env` with mode 600, `etc/isucondition/nginx.conf`, and the bundled
-//! binaries and front end when the inventory names them), plus `OUT/<host>/.isu-deploy/`
+//! binaries and front end when the inventory names them, the front end with its `.gz` files), plus `OUT/<host>/.isu-deploy/`
 //! (which units to enable and what to restart when a file changes) for `--apply`.
 //!
 //! The services run with systemd's sandboxing: the nodes under `DynamicUser=` with a
@@ -401,6 +401,26 @@ fn bundle(
             .expect("checked: absolute")
             .to_owned();
         add_tree(&root, &root, &web, files)?;
+        add_precompressed(&root, &web, files)?;
+    }
+    Ok(())
+}
+
+/// The `.gz` beside each compressible file of the bundled front end (nginx sends them with
+/// `gzip_static`): made here for a front end built without them, a stale one replaced or left
+/// out (`crate::assets`). The folder itself is only read.
+fn add_precompressed(root: &Path, target: &Path, files: &mut HostFiles) -> anyhow::Result<()> {
+    for planned in crate::assets::plan(root)? {
+        let path = target.join(planned.companion_path());
+        match planned.companion {
+            crate::assets::Companion::Fresh => {}
+            crate::assets::Companion::Write(contents) => {
+                files.files.insert(path, File { contents, mode: 0o644 });
+            }
+            crate::assets::Companion::NotWorthIt { .. } => {
+                files.files.remove(&path);
+            }
+        }
     }
     Ok(())
 }

@@ -75,6 +75,10 @@ pub struct Options {
     /// device server) or nginx.
     #[arg(long, value_parser = ["direct", "nginx"])]
     pub devices: Option<String>,
+    /// The front end a cluster this command starts serves (cluster up --static-dir; default
+    /// web/dist), e.g. the contest's public/ folder; it is sent precompressed.
+    #[arg(long, value_name = "DIR")]
+    pub static_dir: Option<PathBuf>,
     /// A cluster this command starts has N workers (cells a, b, c, ...; default 2).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub workers: Option<u32>,
@@ -193,6 +197,11 @@ impl Plan {
         }
         if let Some(workers) = options.workers {
             plan.cluster_up.extend(["--workers".to_owned(), workers.to_string()]);
+        }
+        if let Some(dir) = &options.static_dir {
+            let dir = std::path::absolute(dir).with_context(|| format!("--static-dir {}", dir.display()))?;
+            plan.cluster_up
+                .extend(["--static-dir".to_owned(), dir.display().to_string()]);
         }
         if options.pin {
             anyhow::ensure!(cpus >= 2, "--pin needs at least 2 CPUs (this machine has {cpus})");
@@ -320,8 +329,10 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             "bench: using the cluster already running from {}",
             run_dir.path.display()
         );
-        if options.pin || options.devices.is_some() {
-            eprintln!("bench: note: --pin and --devices apply to a cluster this command starts; stop this one first");
+        if options.pin || options.devices.is_some() || options.static_dir.is_some() {
+            eprintln!(
+                "bench: note: --pin, --devices and --static-dir apply to a cluster this command starts; stop this one first"
+            );
         }
         if options.official {
             eprintln!("bench: note: --official expects a cluster started with --official");
@@ -709,6 +720,9 @@ mod tests {
     fn measuring_modes_are_not_profiled_and_pin_splits_the_cpus() {
         let capacity = plan("--pin --capacity --devices nginx");
         assert_eq!(capacity.cluster_up, strings("up --devices nginx --cpus 1"));
+        let contest = plan("--static-dir /tmp/public --duration 20s");
+        assert_eq!(contest.cluster_up, strings("up --static-dir /tmp/public"));
+        assert_eq!(contest.bench_args, strings("--duration 20s --profile 3"));
         assert_eq!(capacity.bench_prefix, strings("taskset -c 0"));
         assert_eq!(capacity.bench_args, strings("--capacity --cluster-cores 1"));
         let cost = plan("--migration-cost --migration-conditions 200000");

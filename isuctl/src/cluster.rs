@@ -135,6 +135,8 @@ pub struct Options {
     #[arg(long, global = true, env = "ISU_DEFAULT_ICON")]
     pub default_icon: Option<PathBuf>,
     /// Front end served by nginx [default: web/dist, built by 'scripts/web build' when missing].
+    /// Sent precompressed: a folder without a .gz beside each compressible file is served from
+    /// a precompressed copy in RUN_DIR/static/ (the folder itself is never written).
     #[arg(long, global = true, env = "ISU_STATIC_DIR")]
     pub static_dir: Option<PathBuf>,
     /// JIA service the coordinator calls.

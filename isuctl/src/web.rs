@@ -2,7 +2,6 @@
 //! uPlot, built by Vite): build it, run its unit tests, and run its browser tests in headless
 //! Debian Chromium against a local cluster of their own.
 
-use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,8 +38,8 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 pub enum WebCommand {
     /// npm ci when web/node_modules is missing or older than the lock file, type-check, then
-    /// build into web/dist (what `cluster up` serves); prints every built file's size, raw
-    /// and gzipped.
+    /// build into web/dist (what `cluster up` serves) with a .gz beside each compressible
+    /// file (nginx sends those as they are); prints every built file's size, raw and gzipped.
     Build,
     /// Type-check and run the unit and component tests (Vitest, happy-dom).
     Test,
@@ -60,7 +59,8 @@ pub struct BuiltFile {
     /// Relative to web/dist.
     pub file: String,
     pub bytes: u64,
-    /// Gzipped at the best level (flate2: within 1 % of `gzip -9`, which scripts/web used).
+    /// Gzipped at the best level (`deploy::assets::gzip`, the size of its `.gz`; flate2 is
+    /// within 1 % of `gzip -9`, which scripts/web used).
     pub gzip_bytes: u64,
 }
 
@@ -142,7 +142,13 @@ impl Web {
         eprintln!("web: building web/dist");
         run_to_stderr(self.npx(&["tsc", "--noEmit"]), "tsc --noEmit")?;
         run_to_stderr(self.npx(&["vite", "build", "--logLevel", "warn"]), "vite build")?;
-        built_files(&self.dir.join("dist"))
+        let dist = self.dir.join("dist");
+        let done = deploy::assets::precompress(&dist)?;
+        eprintln!(
+            "web: {} of {} compressible files precompressed (.gz, for nginx's gzip_static)",
+            done.written, done.compressible
+        );
+        built_files(&dist)
     }
 
     fn test(&self) -> anyhow::Result<()> {
@@ -248,28 +254,18 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|metadata| metadata.modified()).ok()
 }
 
-/// Every file under `dist`, sorted, with its raw and gzipped size.
+/// Every file under `dist` but the precompressed `.gz` files, sorted, with its raw and
+/// gzipped size.
 pub fn built_files(dist: &Path) -> anyhow::Result<Build> {
-    let mut paths = Vec::new();
-    let mut pending = vec![dist.to_owned()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-            let path = entry?.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                paths.push(path);
-            }
-        }
-    }
-    paths.sort();
     let mut files = Vec::new();
-    for path in paths {
+    for relative in deploy::assets::files(dist)? {
+        if relative.extension().is_some_and(|extension| extension == "gz") {
+            continue;
+        }
+        let path = dist.join(&relative);
         let content = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-        encoder.write_all(&content)?;
-        let gzip_bytes = encoder.finish()?.len() as u64;
-        let file = path.strip_prefix(dist).unwrap_or(&path).display().to_string();
+        let gzip_bytes = deploy::assets::gzip(&content).len() as u64;
+        let file = relative.display().to_string();
         files.push(BuiltFile {
             file,
             bytes: content.len() as u64,
@@ -402,11 +398,13 @@ mod tests {
     }
 
     #[test]
-    fn built_files_are_listed_sorted_with_their_gzip_size() {
+    fn built_files_are_listed_sorted_with_their_gzip_size_without_the_gz_files() {
         let dist = tempfile::tempdir().unwrap();
         std::fs::create_dir(dist.path().join("assets")).unwrap();
         std::fs::write(dist.path().join("index.html"), "<html>".repeat(100)).unwrap();
         std::fs::write(dist.path().join("assets/app.js"), "x").unwrap();
+        deploy::assets::precompress(dist.path()).unwrap();
+        assert!(dist.path().join("index.html.gz").is_file());
         let build = built_files(dist.path()).unwrap();
         let names: Vec<_> = build.files.iter().map(|file| file.file.as_str()).collect();
         assert_eq!(names, ["assets/app.js", "index.html"]);

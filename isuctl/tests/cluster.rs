@@ -398,3 +398,167 @@ fn a_failed_up_stops_what_it_started() {
     assert_eq!(code, Some(3), "nothing runs: {status}");
     assert!(!sandbox.run_dir().join("cluster.json").exists());
 }
+
+/// One HTTP/1.1 response read whole: status, headers (names lowercased), body bytes.
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// GET `path` from `authority` with extra request headers (nginx's static files come with a
+/// Content-Length, read as is: no decoding of any kind).
+fn fetch(authority: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let split = answer.windows(4).position(|window| window == b"\r\n\r\n").unwrap();
+    let head = text(&answer[..split]);
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    Response {
+        status,
+        headers,
+        body: answer[split + 4..].to_vec(),
+    }
+}
+
+/// Every file under `root` (relative path, length, modification time), sorted.
+fn listing(root: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    deploy::assets::files(root)
+        .unwrap()
+        .into_iter()
+        .map(|file| {
+            let metadata = std::fs::metadata(root.join(&file)).unwrap();
+            (file, metadata.len(), metadata.modified().unwrap())
+        })
+        .collect()
+}
+
+fn gunzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes).read_to_end(&mut out).unwrap();
+    out
+}
+
+/// `up --static-dir` with a folder that has no .gz files: nginx serves a precompressed copy
+/// from the run dir (the folder stays as it was) with gzip_static — the .gz's very bytes to a
+/// client that accepts gzip, the plain file to one that does not, Vary on both, the same
+/// Last-Modified, an ETag per form, and 304 on revalidation with either validator.
+#[test]
+fn a_static_dir_is_served_precompressed_from_the_run_dir_and_left_unchanged() {
+    build_nodes();
+    let mut sandbox = Sandbox::new(4);
+    let public = sandbox.dir.path().join("public");
+    std::fs::create_dir_all(public.join("assets")).unwrap();
+    let script: String = (0..400)
+        .map(|n| format!("export const value{n} = compute({n}, \"label\");\n"))
+        .collect();
+    let index = format!(
+        "<!doctype html><title>precompressed</title><script src=\"/assets/app.1a2b3c4d.js\"></script>{}",
+        "<meta name=\"x\" content=\"a front end's index\">".repeat(20)
+    );
+    std::fs::write(public.join("index.html"), &index).unwrap();
+    std::fs::write(public.join("assets/app.1a2b3c4d.js"), &script).unwrap();
+    std::fs::write(public.join("assets/logo.png"), [0x89, b'P', b'N', b'G', 0, 1, 2, 3]).unwrap();
+    let before = listing(&public);
+    sandbox.env.push(("ISU_STATIC_DIR", public.display().to_string()));
+
+    let output = sandbox.isuctl(
+        &["cluster", "up", "--debug", "--no-build", "--timeout", "90"],
+        Duration::from_secs(150),
+    );
+    sandbox.up = true;
+    assert!(output.status.success(), "up failed:\n{}", text(&output.stderr));
+    assert_eq!(listing(&public), before, "the user's folder is unchanged");
+    let copies: Vec<PathBuf> = std::fs::read_dir(sandbox.run_dir().join("static"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    let gz = std::fs::read(copies[0].join("assets/app.1a2b3c4d.js.gz")).unwrap();
+    assert_eq!(gunzip(&gz), script.as_bytes());
+    assert!(!copies[0].join("assets/logo.png.gz").exists());
+
+    let authority = format!("{}.2:8080", sandbox.host_prefix);
+    let asset = "/assets/app.1a2b3c4d.js";
+    let gzipped = fetch(&authority, asset, &[("Accept-Encoding", "gzip, deflate, br")]);
+    assert_eq!(gzipped.status, 200);
+    assert_eq!(gzipped.header("content-encoding"), Some("gzip"));
+    assert_eq!(gzipped.body, gz, "the .gz file's very bytes");
+    assert_eq!(gzipped.header("vary"), Some("Accept-Encoding"));
+    assert_eq!(gzipped.header("content-type"), Some("application/javascript"));
+    assert_eq!(
+        gzipped.header("cache-control"),
+        Some("public, max-age=31536000, immutable")
+    );
+    let plain = fetch(&authority, asset, &[]);
+    assert_eq!(plain.status, 200);
+    assert_eq!(plain.header("content-encoding"), None);
+    assert_eq!(plain.body, script.as_bytes());
+    assert_eq!(plain.header("vary"), Some("Accept-Encoding"));
+
+    // One Last-Modified (the .gz has its source's time), an ETag per form, both stable.
+    assert!(plain.header("last-modified").is_some());
+    assert_eq!(gzipped.header("last-modified"), plain.header("last-modified"));
+    let (gzip_etag, plain_etag) = (gzipped.header("etag").unwrap(), plain.header("etag").unwrap());
+    assert_ne!(gzip_etag, plain_etag, "two representations, two validators");
+    let again = fetch(&authority, asset, &[("Accept-Encoding", "gzip")]);
+    assert_eq!(again.header("etag"), Some(gzip_etag));
+
+    // Revalidation: 304 with no body, by ETag or by date, for either form.
+    for (encoding, etag) in [(Some("gzip"), gzip_etag), (None, plain_etag)] {
+        let mut headers = vec![("If-None-Match", etag)];
+        headers.extend(encoding.map(|encoding| ("Accept-Encoding", encoding)));
+        let revalidated = fetch(&authority, asset, &headers);
+        assert_eq!(revalidated.status, 304, "If-None-Match {etag}");
+        assert!(revalidated.body.is_empty());
+    }
+    let since = plain.header("last-modified").unwrap();
+    let revalidated = fetch(
+        &authority,
+        asset,
+        &[("Accept-Encoding", "gzip"), ("If-Modified-Since", since)],
+    );
+    assert_eq!(revalidated.status, 304);
+    assert_eq!(fetch(&authority, asset, &[("If-None-Match", "\"other\"")]).status, 200);
+
+    // The single-page app's index.html: precompressed too; images as they are.
+    let page = fetch(&authority, "/isu/some-uuid", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(page.status, 200);
+    assert_eq!(page.header("content-encoding"), Some("gzip"));
+    assert_eq!(page.header("cache-control"), Some("no-cache"));
+    assert_eq!(gunzip(&page.body), index.as_bytes());
+    let image = fetch(&authority, "/assets/logo.png", &[("Accept-Encoding", "gzip")]);
+    assert_eq!((image.status, image.header("content-encoding")), (200, None));
+    assert_eq!(image.body, [0x89, b'P', b'N', b'G', 0, 1, 2, 3]);
+}

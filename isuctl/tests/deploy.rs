@@ -140,6 +140,52 @@ fn rendered_units_verify_and_secrets_are_private() {
     );
 }
 
+/// The bundled front end lands on the coordinator host with a .gz beside each compressible
+/// file (made by the render for a build without them; the folder itself is only read), and
+/// the host's nginx sends those as they are.
+#[test]
+fn a_bundled_front_end_is_rendered_with_its_gz_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let inventory = inventory(dir.path(), "10ms");
+    let web = dir.path().join("web");
+    std::fs::create_dir_all(web.join("assets")).unwrap();
+    let script: String = (0..200).map(|n| format!("export const v{n} = f({n});\n")).collect();
+    std::fs::write(
+        web.join("index.html"),
+        "<!doctype html><title>bundle</title>".repeat(10),
+    )
+    .unwrap();
+    std::fs::write(web.join("assets/app.1a2b3c4d.js"), &script).unwrap();
+    std::fs::write(web.join("assets/logo.png"), [0x89, b'P', b'N', b'G']).unwrap();
+    let mut text = std::fs::read_to_string(&inventory).unwrap();
+    text.push_str(&format!("\n[bundle]\nweb = {:?}\n", web.display().to_string()));
+    std::fs::write(&inventory, text).unwrap();
+
+    let out = dir.path().join("out");
+    run(&["render", inventory.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let host_web = out.join("isucondition-1/usr/local/share/isucondition/web");
+    let gz = std::fs::read(host_web.join("assets/app.1a2b3c4d.js.gz")).unwrap();
+    let mut unzipped = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut unzipped).unwrap();
+    assert_eq!(unzipped, script.as_bytes());
+    assert!(host_web.join("index.html.gz").is_file());
+    assert!(
+        !host_web.join("assets/logo.png.gz").exists(),
+        "images are not compressed"
+    );
+    assert!(
+        !web.join("assets/app.1a2b3c4d.js.gz").exists(),
+        "the bundled folder is only read"
+    );
+    let modes = std::fs::read_to_string(out.join("isucondition-1/.isu-deploy/modes")).unwrap();
+    assert!(
+        modes.contains("usr/local/share/isucondition/web/assets/app.1a2b3c4d.js.gz 644"),
+        "{modes}"
+    );
+    let nginx = std::fs::read_to_string(out.join("isucondition-1/etc/isucondition/nginx.conf")).unwrap();
+    assert!(nginx.contains("gzip_static on;"), "{nginx}");
+}
+
 #[test]
 fn a_bad_inventory_is_refused_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();

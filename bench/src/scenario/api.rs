@@ -9,6 +9,7 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use super::front_end::{Encoding, FrontEndFile};
 use super::stats::{ConnectionCause, ErrorKind, Stats};
 use crate::model::GraphData;
 
@@ -85,7 +86,11 @@ pub struct Reply {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub content_type: String,
+    /// Decompressed when it came gzipped.
     pub body: Bytes,
+    /// How the body came over the wire: its `Content-Encoding` and length.
+    pub encoding: Encoding,
+    pub wire_bytes: u64,
 }
 
 /// Why a request gave no usable reply (already counted in the stats).
@@ -127,6 +132,11 @@ impl Agent {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Counts `reply` as a front-end `file` received (the report's front-end traffic).
+    pub fn count_front_end(&self, file: FrontEndFile, reply: &Reply) {
+        self.stats.front_end(file, reply.encoding, reply.wire_bytes);
     }
 
     /// A request to `path` (absolute path of the public API).
@@ -190,10 +200,9 @@ impl Agent {
             Ok(body) => body,
             Err(error) => return self.transport_failure(label, &error, true),
         };
-        let gzipped = headers
-            .get(CONTENT_ENCODING)
-            .is_some_and(|encoding| encoding.as_bytes().eq_ignore_ascii_case(b"gzip"));
-        let body = if gzipped {
+        let encoding = Encoding::of(headers.get(CONTENT_ENCODING).map(|value| value.as_bytes()));
+        let wire_bytes = body.len() as u64;
+        let body = if encoding == Encoding::Gzip {
             match gunzip(&body) {
                 Ok(body) => body,
                 Err(error) => {
@@ -221,6 +230,8 @@ impl Agent {
             headers,
             content_type,
             body,
+            encoding,
+            wire_bytes,
         })
     }
 

@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod expected;
+pub mod front_end;
 pub mod prepare;
 pub mod stats;
 mod user;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use super::front_end::{Encoding, FrontEnd, FrontEndFile, FrontEndTraffic};
 use crate::model::Level;
 
 /// How many error descriptions are kept for the report.
@@ -291,6 +292,8 @@ pub struct Stats {
     /// Failed requests (errors and timeouts of the request itself) by the first hex digit of
     /// the ISU in their path; the last slot is requests that name no ISU.
     failures_by_isu_digit: [AtomicU64; 17],
+    /// The front end's files as received (requests, bytes per encoding).
+    front_end: FrontEndTraffic,
 }
 
 impl Stats {
@@ -317,6 +320,11 @@ impl Stats {
     pub fn failure_for_isu_digit(&self, digit: Option<u8>) {
         let slot = digit.map_or(16, |digit| usize::from(digit.min(15)));
         self.failures_by_isu_digit[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One response of a front-end file: its body `bytes` as received, in `encoding`.
+    pub fn front_end(&self, file: FrontEndFile, encoding: Encoding, bytes: u64) {
+        self.front_end.record(file, encoding, bytes);
     }
 
     pub fn idle_close_retry(&self) {
@@ -421,6 +429,7 @@ impl Stats {
             error_samples: self.error_samples.lock().expect("error samples poisoned").clone(),
             latencies,
             failures_by_isu_digit: self.failures_by_isu_digit.each_ref().map(load),
+            front_end: self.front_end.snapshot(),
         }
     }
 }
@@ -468,6 +477,8 @@ pub struct Snapshot {
     pub latencies: BTreeMap<String, Latency>,
     /// See [`Stats::failure_for_isu_digit`].
     pub failures_by_isu_digit: [u64; 17],
+    /// See [`Stats::front_end`].
+    pub front_end: FrontEnd,
 }
 
 /// How the score came about.

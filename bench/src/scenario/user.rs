@@ -11,6 +11,7 @@ use reqwest::multipart::{Form, Part};
 use reqwest::Method;
 
 use super::api::{Agent, ConditionItem, GraphPoint, Isu, IsuListItem, Me};
+use super::front_end::FrontEndFile;
 use super::stats::{GraphGrade, Tag};
 use super::validate::{
     check_condition_page, check_graph, check_isu, check_isu_list, check_remembered, ConditionQuery, ExpectedIsu,
@@ -181,6 +182,7 @@ impl User {
         let Ok(reply) = self.agent.send("GET /", request, &[200]).await else {
             return false;
         };
+        self.agent.count_front_end(FrontEndFile::Page, &reply);
         if !reply.content_type.starts_with("text/html") {
             self.ctx.stats.error(
                 super::stats::ErrorKind::ContentType,

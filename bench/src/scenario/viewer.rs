@@ -11,6 +11,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::api::{Agent, TrendEntry};
+use super::front_end::FrontEndFile;
 use super::stats::Tag;
 use super::validate::{check_trend, TrendMemory};
 use super::RunContext;
@@ -48,6 +49,7 @@ async fn load_top_page(agent: &Agent, with_assets: bool) -> bool {
     let Ok(reply) = agent.send("GET /", request, &[200]).await else {
         return false;
     };
+    agent.count_front_end(FrontEndFile::Page, &reply);
     if !reply.content_type.starts_with("text/html") {
         agent.stats().error(
             super::stats::ErrorKind::ContentType,
@@ -61,9 +63,10 @@ async fn load_top_page(agent: &Agent, with_assets: bool) -> bool {
     let html = String::from_utf8_lossy(&reply.body);
     for asset in asset_references(&html) {
         let request = agent.request(Method::GET, &asset);
-        if agent.send("GET /assets/*", request, &[200, 304]).await.is_err() {
+        let Ok(reply) = agent.send("GET /assets/*", request, &[200, 304]).await else {
             return false;
-        }
+        };
+        agent.count_front_end(FrontEndFile::Asset, &reply);
     }
     true
 }

@@ -1,6 +1,7 @@
-//! `cluster up`: checks, build, the nginx rendering, then the processes in order — workers,
-//! the coordinator (healthy before nginx starts), nginx, the JIA simulator — and the wait
-//! until every one answers; on failure the log tails and a stop of what was started.
+//! `cluster up`: checks, build, the front end precompressed, the nginx rendering, then the
+//! processes in order — workers, the coordinator (healthy before nginx starts), nginx, the
+//! JIA simulator — and the wait until every one answers; on failure the log tails and a stop
+//! of what was started.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -66,8 +67,9 @@ pub(super) fn up(cluster: &Cluster, format: Format) -> anyhow::Result<()> {
     std::fs::create_dir_all(&cluster.run_dir).with_context(|| format!("creating {}", cluster.run_dir.display()))?;
     let run_dir = std::fs::canonicalize(&cluster.run_dir)?;
     let secret = write_secret(&run_dir)?;
+    let served_static_dir = precompressed_static_dir(&inputs.static_dir, &run_dir)?;
     let nginx_conf =
-        render_nginx(cluster, &run_dir, &inputs.static_dir, &workers).context("rendering nginx.conf failed")?;
+        render_nginx(cluster, &run_dir, &served_static_dir, &workers).context("rendering nginx.conf failed")?;
 
     if let Err(error) = start_all(cluster, &run_dir, &inputs, &binaries, &workers, &secret, &nginx_conf) {
         return Err(fail(cluster, error));
@@ -268,6 +270,34 @@ fn inputs(cluster: &Cluster) -> anyhow::Result<Inputs> {
         jia_service_url,
         official_dir,
     })
+}
+
+/// The folder nginx serves, every compressible file with its `.gz` beside it (nginx's
+/// `gzip_static`; `deploy::assets`): this project's web/dist as it is (a `.gz` missing or
+/// stale is written there), another --static-dir as it is when it has them all, else a
+/// precompressed copy of it in `RUN_DIR/static/`, kept while its content stays the same. A
+/// user's folder is never written.
+fn precompressed_static_dir(static_dir: &Path, run_dir: &Path) -> anyhow::Result<PathBuf> {
+    if static_dir == local::repo_root().join("web/dist") {
+        let done = deploy::assets::precompress(static_dir)?;
+        if done.written + done.removed > 0 {
+            log(format!(
+                "web/dist: {} .gz files written, {} stale ones removed",
+                done.written, done.removed
+            ));
+        }
+        return Ok(static_dir.to_owned());
+    }
+    let served = deploy::assets::served_copy(static_dir, &run_dir.join("static"))
+        .with_context(|| format!("precompressing {}", static_dir.display()))?;
+    if served != static_dir {
+        log(format!(
+            "serving {} from its precompressed copy {}",
+            static_dir.display(),
+            served.display()
+        ));
+    }
+    Ok(served)
 }
 
 /// Builds the node binaries (and the bench with --jia) unless --no-build; finds them.
