@@ -355,8 +355,10 @@ mod tests {
             .unwrap();
         let own = std::process::id();
         std::thread::sleep(Duration::from_millis(300));
-        let with_child = process_tree_cpu_seconds(own).unwrap();
+        // The child first: it keeps running, so the tree read after it holds at least as
+        // much (read the other way round, the child gained a tick in between).
         let child_alone = process_tree_cpu_seconds(child.id()).unwrap();
+        let with_child = process_tree_cpu_seconds(own).unwrap();
         child.kill().ok();
         child.wait().unwrap();
         assert!(child_alone > 0.0, "the busy child used no CPU?");

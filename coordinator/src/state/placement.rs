@@ -143,6 +143,7 @@ impl Placement {
                 copy.handed = version;
                 metrics::counter!("router_map_updates_total", "outcome" => "taken").increment(1);
                 metrics::gauge!("router_map_version").set(version as f64);
+                set_versions_behind(self.map().version(), version);
                 tracing::info!(
                     version,
                     micros = started.elapsed().as_micros() as u64,
@@ -212,12 +213,20 @@ impl Placement {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let behind = self.router_copy.lock().await.handed < self.map().version();
-            if behind {
+            let handed = self.router_copy.lock().await.handed;
+            let current = self.map().version();
+            set_versions_behind(current, handed);
+            if handed < current {
                 self.write_router().await;
             }
         }
     }
+}
+
+/// `router_map_versions_behind`: how many map versions nginx lags the coordinator's (0: it
+/// routes by the current map). The alert `RouterMapBehind` watches it.
+fn set_versions_behind(current: u64, handed: u64) {
+    metrics::gauge!("router_map_versions_behind").set(current.saturating_sub(handed) as f64);
 }
 
 /// Why nginx did not take a map.

@@ -127,6 +127,22 @@ async fn router_map(front: &RouterFront, secret: &str) -> (u64, String) {
     (version, text)
 }
 
+/// `router_map_versions_behind` of the coordinator (`None` while it does not answer or has not
+/// set it yet).
+async fn versions_behind(cluster: &Cluster) -> Option<f64> {
+    let metrics = cluster
+        .internal_get(&format!("{}/metrics", cluster.coordinator))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    metrics
+        .lines()
+        .any(|line| line.starts_with("router_map_versions_behind"))
+        .then(|| metric_sum(&metrics, "router_map_versions_behind", &[]))
+}
+
 /// The cell that owns `uuid`'s slot in the coordinator's placement answer.
 fn owner_in(placement: &serde_json::Value, uuid: &str) -> usize {
     placement["map"]["slots"][usize::from_str_radix(&uuid[..2], 16).unwrap()]
@@ -311,6 +327,30 @@ async fn the_router_takes_100_migrations_without_a_reload_or_a_failed_request_an
         .await;
     assert_eq!(router_map(&front, &cluster.secret).await.0, version);
     server.assert_running();
+
+    // nginx down while the map changes: the coordinator says nginx lags (the metric the
+    // RouterMapBehind alert watches), and the nginx that starts again routes by the map
+    // file, which already holds the new version; the lag is gone.
+    drop(server);
+    let (status, answer) = cells_call(
+        &cluster,
+        "/internal/cells/migrate",
+        json!({"slot": &uuids[0][..2], "to": CELL_NAMES[(owners[0] + 1) % CELLS]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let newest = version + 1;
+    wait_until("the coordinator sees nginx lag", Duration::from_secs(5), || async {
+        versions_behind(&cluster).await.filter(|behind| *behind >= 1.0)
+    })
+    .await;
+    let server = Nginx::start(&nginx, &front.run_dir, &config);
+    wait_until("nginx in step again", Duration::from_secs(10), || async {
+        versions_behind(&cluster).await.filter(|behind| *behind == 0.0)
+    })
+    .await;
+    assert_eq!(router_map(&front, &cluster.secret).await.0, newest);
+    drop(server);
     cluster.assert_no_crash();
 }
 
