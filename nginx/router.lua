@@ -3,12 +3,15 @@
 -- its next request on.
 --
 -- The map lives in the shared dictionary `isu_placement` (one copy for every worker
--- process, kept across a graceful reload): `map` is its text, `version` its version. Each
--- worker keeps its own parsed copy and parses the text again when `version` changes, so a
--- request costs one dictionary read and two table lookups. The text is the versioned map
+-- process, kept across a graceful reload): `map` is its text, `version` and `lineage` its
+-- version and history, `serial` counts the maps stored. Each worker keeps its own parsed
+-- copy and parses the text again when `serial` changes, so a request costs one dictionary
+-- read and two table lookups. The text is the versioned map
 -- file (`shared::router::map_text` writes it):
 --
 --   version 17
+--   lineage 3f2a...                the map's history (optional, default 0): versions are
+--                                  compared within one lineage; another lineage replaces
 --   cell 0 a                       one line per cell, ids from 0 in order
 --   cell 1 b
 --   slots 0101...                  256 hex digits, the cell id of each slot 00..ff
@@ -29,10 +32,13 @@ isu_router = (function()
 
   -- Configured cells: name -> upstream name (the upstreams of nginx.conf).
   local upstream_of = {}
+  -- Where a request goes when no map can be used: any cell forwards what it does not own.
+  local fallback_upstream = nil
   local secret = nil
 
   -- This worker's parsed copy of the map.
-  local cached_version = nil
+  local cached_serial = nil
+  local failed_serial = nil
   local slot_upstream = {}
   local pin_upstream = nil
 
@@ -51,7 +57,11 @@ isu_router = (function()
     if type(text) ~= "string" or text == "" then
       return nil, "empty map"
     end
-    local map = { cells = {}, pins = {} }
+    if text:find("\r", 1, true) then
+      return nil, "carriage return in the map: lines end with LF only"
+    end
+    local map = { cells = {}, pins = {}, lineage = "0" }
+    local lineage_seen = false
     local number = 0
     for line in text:gmatch("[^\n]+") do
       number = number + 1
@@ -62,6 +72,12 @@ isu_router = (function()
             return nil, "line " .. number .. ": bad version"
           end
           map.version = tonumber(rest)
+        elseif key == "lineage" then
+          if lineage_seen or not rest:match("^[0-9a-f]+$") or #rest > 16 then
+            return nil, "line " .. number .. ": bad lineage"
+          end
+          lineage_seen = true
+          map.lineage = rest
         elseif key == "cell" then
           local id, name = rest:match("^(%d+) ([%l%d-]+)$")
           if not id or tonumber(id) ~= #map.cells or #name > 32 then
@@ -114,11 +130,16 @@ isu_router = (function()
     return map
   end
 
-  -- This worker's copy, from the dictionary's text.
-  local function refresh()
+  -- This worker's copy, from the dictionary's text. A version that does not parse is
+  -- logged once and not tried again (the last good copy, or the fallback, routes).
+  local function refresh(serial)
+    if serial == failed_serial then
+      return
+    end
     local text = dict:get("map")
     local map, err = parse(text)
     if not map then
+      failed_serial = serial
       ngx.log(ngx.ERR, "router: the shared map does not parse: ", err)
       return
     end
@@ -132,7 +153,7 @@ isu_router = (function()
       pins[uuid] = upstream_of[name]
     end
     pin_upstream = pins
-    cached_version = map.version
+    cached_serial = serial
   end
 
   function M.cell_names()
@@ -144,15 +165,22 @@ isu_router = (function()
     return table.concat(names, " ")
   end
 
-  -- Stores a checked map unless the dictionary holds a newer one; nil and a reason (and an
-  -- HTTP status) when it is refused.
+  -- A map text without its comment lines: two texts of one map compare equal.
+  local function body(text)
+    return (("\n" .. text):gsub("\n#[^\n]*", ""))
+  end
+
+  -- Stores a checked map unless the dictionary holds a newer one of the same lineage (a
+  -- map of another lineage replaces it: a new history); nil and a reason (and an HTTP
+  -- status) when it is refused.
   local function store(text, map)
     local current = dict:get("version")
-    if current and map.version < current then
+    local same_lineage = (dict:get("lineage") or "0") == map.lineage
+    if current and same_lineage and map.version < current then
       return nil, 409, "version " .. map.version .. " is older than the router's " .. current .. ": refused"
     end
-    if current and map.version == current then
-      if dict:get("map") == text then
+    if current and same_lineage and map.version == current then
+      if body(dict:get("map") or "") == body(text) then
         return "unchanged"
       end
       return nil, 409, "version " .. map.version .. " already holds another map: refused"
@@ -161,7 +189,9 @@ isu_router = (function()
     if not ok then
       return nil, 507, "the shared dictionary cannot hold the map: " .. tostring(err)
     end
+    dict:set("lineage", map.lineage)
     dict:set("version", map.version)
+    dict:incr("serial", 1, 0)
     return "stored"
   end
 
@@ -169,6 +199,16 @@ isu_router = (function()
   function M.init(options)
     for _, name in ipairs(options.cells) do
       upstream_of[name] = "cell_" .. (name:gsub("-", "_"))
+      fallback_upstream = fallback_upstream or upstream_of[name]
+    end
+    -- At a reload the dictionary keeps the map the workers route by: it must name only
+    -- cells this configuration has, or the reload is refused (the old workers go on).
+    local held = dict:get("map")
+    if held then
+      local _, held_err = parse(held)
+      if held_err then
+        error("router: the map nginx routes by cannot be used with this configuration (" .. held_err .. "): render with every cell of the map")
+      end
     end
     local text, err = read_file(options.secret_file)
     text = text and text:match("^%s*(.-)%s*$")
@@ -188,7 +228,12 @@ isu_router = (function()
       end
       error("router: no usable placement map in " .. options.map_file .. ": " .. err)
     end
+    -- Not while a worker stores a map handed over meanwhile (the file is never newer).
+    if not dict:add("update-lock", true, 5) then
+      return
+    end
     local _, status, reason = store(text, map)
+    dict:delete("update-lock")
     if status then
       ngx.log(ngx.WARN, "router: the map file ", options.map_file, " was not loaded: ", reason)
     end
@@ -196,9 +241,9 @@ isu_router = (function()
 
   -- set_by_lua: the upstream of the request's ISU ($isu_uuid, $isu_slot).
   function M.route()
-    local version = dict:get("version")
-    if version ~= cached_version then
-      refresh()
+    local serial = dict:get("serial")
+    if serial ~= cached_serial then
+      refresh(serial)
     end
     if pin_upstream then
       local uuid = ngx.var.isu_uuid
@@ -207,7 +252,7 @@ isu_router = (function()
         return upstream
       end
     end
-    return slot_upstream[tonumber(ngx.var.isu_slot, 16)] or slot_upstream[0]
+    return slot_upstream[tonumber(ngx.var.isu_slot, 16)] or fallback_upstream
   end
 
   local function reply(status, text)
@@ -246,6 +291,7 @@ isu_router = (function()
     local method = ngx.req.get_method()
     if method == "GET" or method == "HEAD" then
       ngx.header["X-Placement-Version"] = dict:get("version")
+      ngx.header["X-Placement-Lineage"] = dict:get("lineage") or "0"
       ngx.header["Content-Type"] = "text/plain"
       ngx.print(dict:get("map") or "")
       return ngx.exit(ngx.OK)

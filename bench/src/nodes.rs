@@ -199,7 +199,7 @@ pub fn process_tree_cpu_seconds(pid: u32) -> Option<f64> {
 /// at every [`RELOAD_SAMPLE`]; new ones in consecutive looks are one reload.
 pub struct ReloadWatch {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    task: tokio::task::JoinHandle<u64>,
+    task: tokio::task::JoinHandle<Option<u64>>,
 }
 
 /// How often [`ReloadWatch`] looks at nginx's workers.
@@ -212,12 +212,15 @@ impl ReloadWatch {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
         let task = tokio::spawn(async move {
-            let mut seen = children_of(pid);
+            // Nothing to watch (no such process, or a kernel without the children list):
+            // no count rather than a count of 0.
+            let mut seen = children_of(pid)?;
             let (mut reloads, mut in_reload) = (0, false);
             let mut tick = tokio::time::interval(RELOAD_SAMPLE);
             while !stopped.load(Ordering::Relaxed) {
                 tick.tick().await;
-                let now = children_of(pid);
+                // The master gone (nginx stopped or replaced) is not a run without reloads.
+                let now = children_of(pid)?;
                 let fresh = !now.is_subset(&seen);
                 if fresh && !in_reload {
                     reloads += 1;
@@ -225,25 +228,23 @@ impl ReloadWatch {
                 in_reload = fresh;
                 seen.extend(now);
             }
-            reloads
+            Some(reloads)
         });
         ReloadWatch { stop, task }
     }
 
-    /// Stops; the reloads seen.
-    pub async fn stop(self) -> u64 {
+    /// Stops; the reloads seen (`None`: the master could not be watched to the end).
+    pub async fn stop(self) -> Option<u64> {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.task.await.unwrap_or_default()
+        self.task.await.ok().flatten()
     }
 }
 
-/// The child processes of `pid` (`/proc/<pid>/task/<pid>/children`; empty when it is gone).
-fn children_of(pid: u32) -> std::collections::BTreeSet<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|child| child.parse().ok())
-        .collect()
+/// The child processes of `pid` (`/proc/<pid>/task/<pid>/children`; `None` when it is gone
+/// or the kernel does not list children).
+fn children_of(pid: u32) -> Option<std::collections::BTreeSet<u32>> {
+    let list = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    Some(list.split_whitespace().filter_map(|child| child.parse().ok()).collect())
 }
 
 /// (parent pid, utime + stime in clock ticks) from `/proc/<pid>/stat`.
@@ -313,7 +314,7 @@ mod tests {
         let reloads = watch.stop().await;
         let _ = shell.kill();
         let _ = shell.wait();
-        assert_eq!(reloads, 1);
+        assert_eq!(reloads, Some(1));
         let quiet = std::process::Command::new("sh")
             .args(["-c", "sleep 2 & wait"])
             .spawn()
@@ -322,9 +323,12 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let watch = ReloadWatch::start(quiet.id());
         tokio::time::sleep(Duration::from_millis(400)).await;
-        assert_eq!(watch.stop().await, 0);
+        assert_eq!(watch.stop().await, Some(0));
         let _ = quiet.kill();
         let _ = quiet.wait();
+        // A process that is gone cannot be watched: no count.
+        let watch = ReloadWatch::start(quiet.id());
+        assert_eq!(watch.stop().await, None);
     }
 
     #[test]

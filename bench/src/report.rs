@@ -164,7 +164,8 @@ pub struct Report {
     pub profiles: Vec<PathBuf>,
     /// Per cell (and the coordinator), as the nodes measured themselves.
     pub cells: Vec<CellFigures>,
-    /// nginx reloads during the load (new worker processes; `None`: no nginx was named).
+    /// nginx reloads during the load (new worker processes; `None`: no nginx was named, or it
+    /// could not be watched to the end).
     pub router_reloads: Option<u64>,
 }
 

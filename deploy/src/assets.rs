@@ -132,10 +132,13 @@ pub fn plan(root: &Path) -> Result<Vec<Planned>, AssetsError> {
         let modified = metadata.modified().map_err(io(&path))?;
         let existing = root.join(companion_of(&source));
         let existing_modified = existing.is_file().then(|| modified_or_none(&existing)).flatten();
-        let companion = if existing_modified == Some(modified) {
+        let content = std::fs::read(&path).map_err(io(&path))?;
+        // The time alone is not enough: a copy that keeps times (cp -p, rsync -t) or a
+        // reproducible build gives a new source an old time. The trailer's CRC and length
+        // must be the source's too.
+        let companion = if existing_modified == Some(modified) && trailer_matches(&existing, &content) {
             Companion::Fresh
         } else {
-            let content = std::fs::read(&path).map_err(io(&path))?;
             let compressed = gzip(&content);
             if compressed.len() < content.len() {
                 Companion::Write(compressed)
@@ -153,6 +156,23 @@ pub fn plan(root: &Path) -> Result<Vec<Planned>, AssetsError> {
         });
     }
     Ok(planned)
+}
+
+/// Whether the gzip file at `path` ends with the CRC-32 and length of `content` (its
+/// trailer: CRC-32 then the length modulo 2^32, little-endian).
+fn trailer_matches(path: &Path, content: &[u8]) -> bool {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut trailer = [0u8; 8];
+    let read = std::fs::File::open(path).and_then(|mut file| {
+        file.seek(SeekFrom::End(-8))?;
+        file.read_exact(&mut trailer)
+    });
+    if read.is_err() {
+        return false;
+    }
+    let mut crc = flate2::Crc::new();
+    crc.update(content);
+    trailer[..4] == crc.sum().to_le_bytes() && trailer[4..] == (content.len() as u32).to_le_bytes()
 }
 
 fn modified_or_none(path: &Path) -> Option<SystemTime> {
@@ -263,6 +283,14 @@ pub fn served_copy(source: &Path, cache: &Path) -> Result<PathBuf, AssetsError> 
         let (from, to) = (source.join(file), building.join(file));
         std::fs::create_dir_all(to.parent().expect("a file has a parent")).map_err(io(&to))?;
         std::fs::copy(&from, &to).map_err(io(&from))?;
+        // The copy is ours: writable by its owner even when the user's file is read-only
+        // (fs::copy keeps the mode), so that its time can be set.
+        let mut permissions = std::fs::metadata(&to).map_err(io(&to))?.permissions();
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            permissions.set_mode(permissions.mode() | 0o200);
+        }
+        std::fs::set_permissions(&to, permissions).map_err(io(&to))?;
         let copied = std::fs::File::options().write(true).open(&to).map_err(io(&to))?;
         copied.set_modified(modified(&from)?).map_err(io(&to))?;
     }
@@ -397,6 +425,15 @@ mod tests {
         assert_eq!(gunzip(&std::fs::read(&gz).unwrap()), script(400).as_bytes());
         assert_eq!(modified(&gz).unwrap(), modified(&js).unwrap());
 
+        // A new source with the old time (cp -p, a reproducible build): its companion's
+        // trailer tells it is stale.
+        std::fs::write(&js, script(500)).unwrap();
+        set_time(&js, 2_000_000);
+        assert_eq!(modified(&gz).unwrap(), modified(&js).unwrap());
+        assert!(!is_precompressed(&plan(root).unwrap()));
+        assert_eq!(precompress(root).unwrap().written, 1);
+        assert_eq!(gunzip(&std::fs::read(&gz).unwrap()), script(500).as_bytes());
+
         // A stale companion whose source no longer compresses is removed.
         std::fs::write(root.join("assets/tiny.css.gz"), gzip(b"old")).unwrap();
         assert_eq!(precompress(root).unwrap().removed, 1);
@@ -440,6 +477,17 @@ mod tests {
         assert_ne!(newer, served);
         assert!(!served.exists());
         assert_eq!(std::fs::read(newer.join("index.html")).unwrap(), script(30).as_bytes());
+
+        // Read-only files (a folder the user may not write): copied all the same.
+        let locked = dir.path().join("locked");
+        write(&locked, "assets/app.js", script(50).as_bytes());
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let file = locked.join("assets/app.js");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o444)).unwrap();
+        }
+        let served_locked = served_copy(&locked, &dir.path().join("run/static-locked")).unwrap();
+        assert!(served_locked.join("assets/app.js.gz").is_file());
 
         // A folder precompressed already is served as it is.
         let built = dir.path().join("dist");

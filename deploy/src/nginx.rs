@@ -418,7 +418,7 @@ impl Resolved<'_> {
             value.is_empty()
                 || value
                     .chars()
-                    .any(|c| c.is_whitespace() || matches!(c, ';' | '{' | '}' | '"' | '\'' | '$'))
+                    .any(|c| c.is_whitespace() || matches!(c, ';' | '{' | '}' | '"' | '\'' | '$' | '\\'))
         };
         let mut values = vec![
             self.run_dir.as_str(),
@@ -438,11 +438,22 @@ impl Resolved<'_> {
         );
         if let Some(value) = values.into_iter().find(|value| unusable(value)) {
             return Err(invalid(format!(
-                "value unusable in nginx.conf (empty, or has whitespace, ; {{ }} quotes or $): '{value}'"
+                "value unusable in nginx.conf (empty, or has whitespace, ; {{ }} quotes, $ or a backslash): '{value}'"
             )));
         }
         let mut names = vec![options.public_server_name.clone()];
         names.extend((0..options.cells.len()).map(|index| self.device_server_name(index)));
+        if options.router_control == options.public_listen
+            || options
+                .cells
+                .iter()
+                .any(|cell| cell.device_listen == options.router_control)
+        {
+            return Err(invalid(format!(
+                "the router's control server needs an address of its own, not '{}'",
+                options.router_control
+            )));
+        }
         if !is_loopback(&options.router_control) {
             return Err(invalid(format!(
                 "the router's control server listens on loopback only (127.x.x.x:PORT or [::1]:PORT), not '{}'",

@@ -133,6 +133,19 @@ fn for_host_refuses_relative_paths_bad_users_and_unusable_values() {
         control.router_control = loopback.to_owned();
         assert!(nginx::render_for_host(&control, "www-data").is_ok(), "{loopback}");
     }
+    let mut shared_port = good.clone();
+    shared_port.router_control = "127.0.0.1:2".to_owned();
+    shared_port.public_listen = "127.0.0.1:2".to_owned();
+    let error = nginx::render_for_host(&shared_port, "www-data")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("needs an address of its own"), "{error}");
+    let mut backslashed = good.clone();
+    backslashed.secret_file = "/srv/a\\b".into();
+    let error = nginx::render_for_host(&backslashed, "www-data")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("value unusable in nginx.conf"), "{error}");
     let mut relative_secret = good.clone();
     relative_secret.secret_file = "secret".into();
     assert!(nginx::render_for_host(&relative_secret, "www-data").is_err());

@@ -73,6 +73,12 @@ pub struct SlotMove {
 #[serde(try_from = "WireMap")]
 pub struct PlacementMap {
     version: u64,
+    /// The map's history: versions are comparable only within one lineage. 0 for a map
+    /// made by [`PlacementMap::new`] (the renderer's default); a coordinator that starts
+    /// without a logged map draws a new one ([`PlacementMap::new_lineage`]), so the router
+    /// takes its version 1 over any version of an older history.
+    #[serde(default)]
+    lineage: u64,
     cells: Vec<Cell>,
     /// Always exactly [`SLOTS`] entries, each a valid cell.
     slots: Vec<CellId>,
@@ -83,6 +89,8 @@ pub struct PlacementMap {
 #[derive(Deserialize)]
 struct WireMap {
     version: u64,
+    #[serde(default)]
+    lineage: u64,
     cells: Vec<Cell>,
     slots: Vec<CellId>,
     pins: BTreeMap<String, CellId>,
@@ -100,6 +108,7 @@ impl TryFrom<WireMap> for PlacementMap {
             map.check_cell(*cell)?;
         }
         map.version = wire.version;
+        map.lineage = wire.lineage;
         map.slots = wire.slots;
         map.pins = wire.pins;
         Ok(map)
@@ -122,6 +131,7 @@ impl PlacementMap {
         let count = cells.len();
         Ok(PlacementMap {
             version: 1,
+            lineage: 0,
             cells,
             slots: (0..SLOTS).map(|slot| ((slot >> 4) % count) as CellId).collect(),
             pins: BTreeMap::new(),
@@ -130,6 +140,16 @@ impl PlacementMap {
 
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// See the field's documentation.
+    pub fn lineage(&self) -> u64 {
+        self.lineage
+    }
+
+    /// Starts a new history: a random non-zero lineage.
+    pub fn new_lineage(&mut self) {
+        self.lineage = rand::random::<u64>().max(1);
     }
 
     pub fn cells(&self) -> &[Cell] {

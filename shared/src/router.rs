@@ -6,7 +6,11 @@
 //! (`--router-url`): nginx takes it without a reload. A restarted nginx starts from the
 //! file, which always holds the newest version. The format, line by line:
 //!
-//! - `version N`: the map's version; the router refuses a version older than its own;
+//! - `version N`: the map's version; the router refuses a version older than its own of the
+//!   same lineage;
+//! - `lineage HEX`: the map's history (optional, default `0`, see
+//!   [`PlacementMap::lineage`]): a map of another lineage replaces the router's whatever
+//!   its version (a coordinator that started without its log begins a new history);
 //! - `cell ID NAME`: each cell, ids from 0 in map order (the router has an upstream
 //!   `cell_<name>` per configured cell, see [`upstream_name`], and refuses unknown ones);
 //! - `slots D…`: 256 lowercase hex digits, the cell id of each slot (`00`..`ff`, the UUID's
@@ -40,6 +44,7 @@ pub fn map_text(map: &PlacementMap, written_by: &str) -> String {
         "# Placement map for the router, {written_by}. Do not edit: nginx takes each new\n# version from the coordinator and starts from this file."
     );
     let _ = writeln!(out, "version {}", map.version());
+    let _ = writeln!(out, "lineage {:x}", map.lineage());
     for (id, cell) in map.cells().iter().enumerate() {
         let _ = writeln!(out, "cell {id} {}", cell.name);
     }
@@ -62,6 +67,8 @@ pub fn map_text(map: &PlacementMap, written_by: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouterMap {
     pub version: u64,
+    /// Lowercase hex, `0` when the text has no lineage line.
+    pub lineage: String,
     /// Cell names, by id.
     pub cells: Vec<String>,
     /// The cell id of each slot.
@@ -73,7 +80,10 @@ pub struct RouterMap {
 impl RouterMap {
     /// Parses a map text; the reason (with its line) when the router would refuse it.
     pub fn parse(text: &str) -> Result<RouterMap, String> {
-        let (mut version, mut slots) = (None, None);
+        if text.contains('\r') {
+            return Err("carriage return in the map: lines end with LF only".to_owned());
+        }
+        let (mut version, mut slots, mut lineage) = (None, None, None);
         let (mut cells, mut pins) = (Vec::new(), Vec::new());
         let is_name = |name: &str| {
             !name.is_empty()
@@ -92,6 +102,17 @@ impl RouterMap {
                 "version" if version.is_none() => {
                     let parsed = rest.parse::<u64>().ok().filter(|value| *value >= 1 && rest.len() <= 15);
                     version = Some(parsed.ok_or_else(|| bad("bad version"))?);
+                }
+                "lineage" if lineage.is_none() => {
+                    let valid = !rest.is_empty()
+                        && rest.len() <= 16
+                        && rest
+                            .bytes()
+                            .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte));
+                    if !valid {
+                        return Err(bad("bad lineage (want: up to 16 lowercase hex digits)"));
+                    }
+                    lineage = Some(rest.to_owned());
                 }
                 "cell" => match rest.split_once(' ') {
                     Some((id, name)) if id.parse() == Ok(cells.len()) && is_name(name) => cells.push(name.to_owned()),
@@ -145,6 +166,7 @@ impl RouterMap {
         }
         Ok(RouterMap {
             version,
+            lineage: lineage.unwrap_or_else(|| "0".to_owned()),
             cells,
             slots,
             pins,
@@ -187,6 +209,47 @@ mod tests {
             text.ends_with("\npin 0b104b95-3532-4828-8550-89da717b9667 c-1\n"),
             "{text}"
         );
+        let read = RouterMap::parse(&text).unwrap();
+        assert_eq!(read.version, map.version());
+        assert_eq!(read.lineage, "0");
+        assert_eq!(read.cells, ["c-0", "c-1"]);
+        assert_eq!(read.slots, map.slots());
+        assert_eq!(
+            read.pins,
+            [("0b104b95-3532-4828-8550-89da717b9667".to_owned(), "c-1".to_owned())]
+        );
+        let mut renewed = map.clone();
+        renewed.new_lineage();
+        let read = RouterMap::parse(&map_text(&renewed, "x")).unwrap();
+        assert_eq!(read.lineage, format!("{:x}", renewed.lineage()));
+        assert_ne!(read.lineage, "0");
+    }
+
+    #[test]
+    fn a_map_the_router_would_refuse_is_refused_with_its_reason() {
+        let good = map_text(&PlacementMap::new(cells(3)).unwrap(), "x");
+        assert!(RouterMap::parse(&good).is_ok());
+        let slots_line = good.lines().find(|line| line.starts_with("slots ")).unwrap();
+        let cases = [
+            ("hello".to_owned(), "line 1: unknown line"),
+            (good.replace("version 1", "version 0"), "bad version"),
+            (good.replace("version 1\n", ""), "no version"),
+            (good.replace("cell 1 c-1", "cell 2 c-1"), "bad cell"),
+            (good.replace("cell 1 c-1", "cell 1 C"), "bad cell"),
+            (good.replace(slots_line, &slots_line[..200]), "256 lowercase hex digits"),
+            (
+                good.replace(slots_line, &slots_line.replacen('0', "3", 1)),
+                "slot 00 names cell id 3",
+            ),
+            (format!("{good}pin abc c-9\n"), "which the map does not have"),
+            (format!("{good}pin a;b c-1\n"), "bad pin"),
+            (good.replace("lineage 0", "lineage XYZ"), "bad lineage"),
+            (good.replace('\n', "\r\n"), "carriage return"),
+        ];
+        for (text, reason) in cases {
+            let error = RouterMap::parse(&text).unwrap_err();
+            assert!(error.contains(reason), "{reason}: {error}");
+        }
     }
 
     #[test]

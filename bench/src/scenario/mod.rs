@@ -324,7 +324,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     let metrics_after = scrape_nodes(config.nodes.as_ref()).await;
     let posts_after = jia.device_posts();
     let router_reloads = match reload_watch {
-        Some(watch) => Some(watch.stop().await),
+        Some(watch) => watch.stop().await,
         None => None,
     };
     let profiles = profiles.await.unwrap_or_default();

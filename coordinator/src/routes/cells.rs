@@ -176,7 +176,7 @@ async fn summary(
         seconds,
         cells,
         migrations,
-        router: app.state.placement.router_copy().await,
+        router: app.state.placement.router_copy(),
     }))
 }
 

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -20,13 +21,14 @@ pub struct RouterFile {
     pub url: Option<String>,
 }
 
-/// What the router was last given (see [`Placement::write_router`]).
+/// What the router was last given (see [`Placement::write_router`]); read without waiting
+/// for an update in progress (which may wait on nginx).
 #[derive(Default)]
 struct RouterCopy {
     /// The version last written to the file.
-    written: u64,
-    /// The version nginx last took (0: none yet, or the last hand-over failed).
-    handed: u64,
+    written: AtomicU64,
+    /// The version nginx last took or said it holds (0: none yet, or nginx holds another).
+    handed: AtomicU64,
 }
 
 /// The map, the unfinished migrations and the router file (see the module documentation).
@@ -36,7 +38,9 @@ pub struct Placement {
     pub(crate) migrations: Arc<Mutex<BTreeMap<u64, Migration>>>,
     router: Option<RouterFile>,
     /// Router updates happen one at a time, in map order.
-    router_copy: tokio::sync::Mutex<RouterCopy>,
+    router_copy: RouterCopy,
+    /// Router updates happen one at a time, in map order.
+    router_update: tokio::sync::Mutex<()>,
     router_client: reqwest::Client,
     secret: String,
     pub(super) gate: SlotGate,
@@ -53,7 +57,8 @@ impl Placement {
                     .collect(),
             )),
             router,
-            router_copy: tokio::sync::Mutex::new(RouterCopy::default()),
+            router_copy: RouterCopy::default(),
+            router_update: tokio::sync::Mutex::new(()),
             router_client: node_http::internal_client()
                 .timeout(ROUTER_TIMEOUT)
                 .build()
@@ -101,11 +106,12 @@ impl Placement {
 
     async fn update_router(&self, hand: bool) {
         let Some(router) = &self.router else { return };
-        let mut copy = self.router_copy.lock().await;
+        let _one_at_a_time = self.router_update.lock().await;
+        let copy = &self.router_copy;
         let map = self.map();
         let version = map.version();
-        let needs_file = copy.written < version;
-        let needs_handing = hand && router.url.is_some() && copy.handed < version;
+        let needs_file = copy.written.load(Ordering::Relaxed) < version;
+        let needs_handing = hand && router.url.is_some() && copy.handed.load(Ordering::Relaxed) < version;
         if !needs_file && !needs_handing {
             return;
         }
@@ -120,7 +126,7 @@ impl Placement {
             })
             .await;
             match result {
-                Ok(Ok(())) => copy.written = version,
+                Ok(Ok(())) => copy.written.store(version, Ordering::Relaxed),
                 Ok(Err(error)) => {
                     // nginx must never start from a map older than one it was handed.
                     tracing::error!(%error, path = %router.path.display(), version, "writing the router map failed: not handed to nginx");
@@ -140,7 +146,7 @@ impl Placement {
         let started = std::time::Instant::now();
         match self.hand_over(url, text).await {
             Ok(answer) => {
-                copy.handed = version;
+                copy.handed.store(version, Ordering::Relaxed);
                 metrics::counter!("router_map_updates_total", "outcome" => "taken").increment(1);
                 metrics::gauge!("router_map_version").set(version as f64);
                 set_versions_behind(self.map().version(), version);
@@ -194,27 +200,62 @@ impl Placement {
     }
 
     /// What the router was last given (for the cells summary).
-    pub async fn router_copy(&self) -> Option<shared::protocol::cells::RouterCopy> {
+    pub fn router_copy(&self) -> Option<shared::protocol::cells::RouterCopy> {
         let router = self.router.as_ref()?;
-        let copy = self.router_copy.lock().await;
         Some(shared::protocol::cells::RouterCopy {
-            file_version: copy.written,
-            nginx_version: router.url.as_ref().map(|_| copy.handed),
+            file_version: self.router_copy.written.load(Ordering::Relaxed),
+            nginx_version: router
+                .url
+                .as_ref()
+                .map(|_| self.router_copy.handed.load(Ordering::Relaxed)),
         })
     }
 
-    /// Hands the router every map it missed (nginx down or starting when it changed): once a
-    /// second, until the process ends. Cheap when it is up to date (no request).
+    /// What nginx says it routes by (`GET /map`'s headers): (version, lineage); `None` when
+    /// it does not answer.
+    async fn nginx_holds(&self, url: &str) -> Option<(u64, String)> {
+        let response = self
+            .router_client
+            .get(format!("{}/map", url.trim_end_matches('/')))
+            .header(shared::protocol::SECRET_HEADER, &self.secret)
+            .send()
+            .await
+            .ok()?;
+        let header = |name: &str| response.headers().get(name)?.to_str().ok().map(str::to_owned);
+        let version = header("x-placement-version")?.parse().ok()?;
+        Some((version, header("x-placement-lineage").unwrap_or_else(|| "0".to_owned())))
+    }
+
+    /// Hands the router every map it missed (nginx down or starting when it changed), and
+    /// checks once a second that nginx holds the current map (another process may have
+    /// written the file, nginx may have restarted from an older one): until the process ends.
     pub async fn keep_router(&self) {
-        if self.router.as_ref().is_none_or(|router| router.url.is_none()) {
+        let Some(url) = self.router.as_ref().and_then(|router| router.url.clone()) else {
             return;
-        }
+        };
         let mut tick = tokio::time::interval(ROUTER_RETRY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let handed = self.router_copy.lock().await.handed;
-            let current = self.map().version();
+            let map = self.map();
+            let current = map.version();
+            if self.router_copy.handed.load(Ordering::Relaxed) >= current {
+                let lineage = format!("{:x}", map.lineage());
+                match self.nginx_holds(&url).await {
+                    Some((version, held)) if version == current && held == lineage => {}
+                    Some((version, held)) => {
+                        tracing::warn!(
+                            version,
+                            lineage = held,
+                            current,
+                            "nginx routes by another map than the coordinator's: handing it over again"
+                        );
+                        self.router_copy.handed.store(0, Ordering::Relaxed);
+                    }
+                    None => {}
+                }
+            }
+            let handed = self.router_copy.handed.load(Ordering::Relaxed);
             set_versions_behind(current, handed);
             if handed < current {
                 self.write_router().await;
@@ -249,7 +290,9 @@ const ROUTER_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 /// would have no worker).
 pub fn starting_map(logged: Option<PlacementMap>, configured: &[Cell]) -> anyhow::Result<PlacementMap> {
     let Some(mut map) = logged else {
-        return Ok(PlacementMap::new(configured.to_vec())?);
+        let mut map = PlacementMap::new(configured.to_vec())?;
+        map.new_lineage();
+        return Ok(map);
     };
     for cell in map.cells() {
         if !configured.iter().any(|wanted| wanted.name == cell.name) {

@@ -330,7 +330,9 @@ async fn the_router_takes_100_migrations_without_a_reload_or_a_failed_request_an
 
     // nginx down while the map changes: the coordinator says nginx lags (the metric the
     // RouterMapBehind alert watches), and the nginx that starts again routes by the map
-    // file, which already holds the new version; the lag is gone.
+    // file, which already holds the new version; the lag is gone. (The restarted worker is
+    // brought to the coordinator's generation first: until then it refuses an export.)
+    cluster.wait_until_healthy().await;
     drop(server);
     let (status, answer) = cells_call(
         &cluster,
@@ -576,12 +578,26 @@ async fn the_control_server_takes_newer_maps_only_and_every_nginx_worker_routes_
     assert_eq!(unauthenticated.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(router_map(&front, secret).await, (version, current.clone()));
     assert_eq!(routed_to(pinned).await, "c");
-    // The same map again is no change.
-    let (status, answer) = put(current, Some(secret)).await;
+    // The same map again is no change, whatever its comments say.
+    let (status, answer) = put(format!("# handed over again\n{current}"), Some(secret)).await;
     assert_eq!(
         (status, answer.trim()),
         (StatusCode::OK, &*format!("placement map version {version} unchanged"))
     );
+
+    // A new history (a coordinator that started without its log) replaces the map whatever
+    // its version; within it, older versions are refused again.
+    let in_lineage = |text: String| text.replace("version 1\n", "version 1\nlineage beef\n");
+    let renewed = in_lineage(map_text(1, &slots_with('2', 0, '2'), &[]));
+    let (status, answer) = put(renewed.clone(), Some(secret)).await;
+    assert_eq!(
+        (status, answer.trim()),
+        (StatusCode::OK, "placement map version 1 stored")
+    );
+    assert_eq!(routed_to(pinned).await, "c");
+    let (status, answer) = put(in_lineage(map_text(1, &slots_with('1', 0, '1'), &[])), Some(secret)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{answer}");
+    assert_eq!(router_map(&front, secret).await, (1, renewed));
 
     server.assert_running();
     assert_eq!(
