@@ -30,12 +30,6 @@ pub fn upstream_name(cell: &str) -> String {
     format!("cell_{}", cell.replace('-', "_"))
 }
 
-/// `host:port` of a base URL (`http://127.0.0.3:3000/` → `127.0.0.3:3000`).
-pub fn authority(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    rest.split('/').next().unwrap_or(rest)
-}
-
 /// The router's map file for `map`, headed by `written_by` (a comment line).
 pub fn map_text(map: &PlacementMap, written_by: &str) -> String {
     let mut out = String::with_capacity(512 + 64 * map.pins().len());
@@ -260,12 +254,5 @@ mod tests {
         assert_eq!(slots.len(), SLOTS);
         assert!(slots.contains('f'));
         assert_eq!(upstream_name("c-15"), "cell_c_15");
-    }
-
-    #[test]
-    fn authority_strips_scheme_and_path() {
-        assert_eq!(authority("http://127.0.0.3:3000/"), "127.0.0.3:3000");
-        assert_eq!(authority("https://w.example:8443/x"), "w.example:8443");
-        assert_eq!(authority("127.0.0.3:3000"), "127.0.0.3:3000");
     }
 }

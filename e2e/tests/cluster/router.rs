@@ -98,11 +98,7 @@ fn nginx_processes(pid_file: &std::path::Path) -> (u32, Vec<u32>) {
         .trim()
         .parse()
         .expect("a pid");
-    let mut workers: Vec<u32> = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|child| child.parse().ok())
-        .collect();
+    let mut workers = deploy::supervise::children_of(master);
     workers.sort_unstable();
     (master, workers)
 }
