@@ -108,11 +108,17 @@ async fn post_own_batch(worker: &str, uuid: &str, lane: i64, serial: i64) -> Vec
     batch.iter().map(|condition| condition.timestamp).collect()
 }
 
-/// Waits until the (restarted) worker owning `uuid` serves it to its owner again.
+/// Waits until the (restarted) worker owning `uuid` serves it to its owner again. A transport
+/// error counts as "not yet": the agent's pooled connection to the killed process may be
+/// taken for a first try before the client notices it is closed.
 async fn wait_until_served(agent: &Agent, uuid: &str) {
     wait_until("the worker serves the ISU again", Duration::from_secs(10), || async {
-        let query = format!("end_time=1&condition_level={ALL_LEVELS}");
-        (agent.conditions(uuid, &query).await.status.as_u16() == 200).then_some(())
+        let path = format!("/api/condition/{uuid}?end_time=1&condition_level={ALL_LEVELS}");
+        let served = agent
+            .try_get(&path)
+            .await
+            .is_ok_and(|reply| reply.status.as_u16() == 200);
+        served.then_some(())
     })
     .await;
 }
