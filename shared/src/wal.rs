@@ -119,6 +119,12 @@ pub enum Tail {
     Truncate,
     /// Leave it: another process may be writing it (a read ahead of a hand-over).
     Keep,
+    /// Cut off only a torn last record (shorter than its header says: a group write cut
+    /// short by a crash, so never synced nor acknowledged); anything else (a complete record
+    /// that fails its checksum, a zero length) is an error, because the records after it may
+    /// have been acknowledged. For logs that must never lose an acknowledged record silently
+    /// (a raft log: a replica that forgets what it acknowledged breaks the quorum's promise).
+    Strict,
 }
 
 /// [`read_log`] from byte `from` (the end of a valid record, or 0): `valid_bytes` in the
@@ -167,7 +173,22 @@ pub fn read_log_from(path: &Path, from: u64, tail: Tail, mut apply: impl FnMut(&
         offset += HEADER_BYTES + length;
     };
     report.valid_bytes = from + offset as u64;
-    if let (Some(problem), Tail::Truncate) = (problem, tail) {
+    let problem = match (problem, tail) {
+        (Some(problem), Tail::Strict) if !matches!(problem, "torn header" | "torn record") => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} is damaged at byte {} ({problem}) with {} bytes after it; refusing to \
+                     start from it",
+                    path.display(),
+                    report.valid_bytes,
+                    bytes.len() - offset
+                ),
+            ));
+        }
+        (problem, _) => problem,
+    };
+    if let (Some(problem), Tail::Truncate | Tail::Strict) = (problem, tail) {
         report.truncated_bytes = (bytes.len() - offset) as u64;
         tracing::warn!(
             path = %path.display(),
@@ -653,6 +674,42 @@ mod tests {
             (1, 64),
             "a zero-filled tail is not a record"
         );
+    }
+
+    #[test]
+    fn a_strict_read_cuts_a_torn_last_record_and_refuses_a_corrupt_one() {
+        let path = scratch("strict");
+        let mut bytes = frame(b"first");
+        let good = bytes.len();
+        bytes.extend(&frame(b"second-torn")[..12]);
+        std::fs::write(&path, &bytes).unwrap();
+        let mut seen = Vec::new();
+        let report = read_log_from(&path, 0, Tail::Strict, |payload| seen.push(payload.to_vec())).unwrap();
+        assert_eq!(seen, vec![b"first".to_vec()]);
+        assert_eq!(report.truncated_bytes, 12);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), good as u64);
+
+        for damaged in [
+            {
+                let mut flipped = frame(b"second");
+                *flipped.last_mut().unwrap() ^= 1;
+                flipped
+            },
+            vec![0u8; 64],
+        ] {
+            let mut corrupt = frame(b"first");
+            corrupt.extend(damaged);
+            corrupt.extend(frame(b"after the damage"));
+            std::fs::write(&path, &corrupt).unwrap();
+            let error = read_log_from(&path, 0, Tail::Strict, |_| {}).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+            assert!(error.to_string().contains("damaged at byte"), "{error}");
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                corrupt,
+                "a refused log is left as it was"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,164 @@
+//! One replica: its stores opened from its data directory, its raft started with the
+//! group's timing, and the first membership of a new group.
+//!
+//! Timing: a leader sends heartbeats every 100 ms; a follower that hears none for a random
+//! 400–800 ms stands for election. So a dead leader is replaced in about one second (its
+//! followers' timeout, one vote round trip, the new leader's first heartbeat).
+//!
+//! A new group (no vote and no log anywhere) is initialised by each replica with the same
+//! membership, the listed replicas; openraft refuses the call on a replica that is already
+//! part of a group, which is how a restarted replica keeps the membership it has.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use openraft::{Config, ServerState, SnapshotPolicy};
+use serde::Serialize;
+
+use crate::log_store::LogStore;
+use crate::network::{Network, SNAPSHOT_CHUNK_BYTES};
+use crate::state_machine::StateMachineStore;
+use crate::{Applier, Node, NodeId, Raft};
+
+/// How a replica starts.
+pub struct ReplicaOptions {
+    pub id: NodeId,
+    /// Every replica of a new group, by id (its base URL). Used only to initialise a group
+    /// that does not exist yet.
+    pub members: BTreeMap<NodeId, String>,
+    pub data_dir: PathBuf,
+    pub secret: String,
+    /// Entries between state machine snapshots (the log is purged up to a snapshot).
+    pub snapshot_every: u64,
+}
+
+/// Why a replica could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("raft log: {0}")]
+    Log(#[from] crate::log_store::OpenError),
+    #[error("raft snapshot: {0}")]
+    Snapshot(#[from] crate::state_machine::OpenError),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("replica {0} is not among the group's members {1:?}")]
+    NotAMember(NodeId, Vec<NodeId>),
+}
+
+/// A running replica.
+pub struct Replica<A: Applier> {
+    pub id: NodeId,
+    pub raft: Raft,
+    state_machine: StateMachineStore<A>,
+}
+
+/// What a replica says of itself (`role`, `term`, how far it has applied, whom it follows).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Status {
+    pub id: NodeId,
+    pub role: &'static str,
+    pub term: u64,
+    pub leader: Option<NodeId>,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+    pub members: Vec<NodeId>,
+}
+
+/// The group's timing and snapshot policy.
+pub fn config(snapshot_every: u64) -> Arc<Config> {
+    let config = Config {
+        cluster_name: "isucondition-coordinators".into(),
+        heartbeat_interval: 100,
+        election_timeout_min: 400,
+        election_timeout_max: 800,
+        install_snapshot_timeout: 2_000,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every.max(1)),
+        snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+        max_in_snapshot_log_to_keep: 1_000,
+        ..Config::default()
+    };
+    Arc::new(config.validate().expect("the group's raft config is valid"))
+}
+
+impl<A: Applier> Replica<A> {
+    /// Opens the replica's stores (restoring its snapshot into `applier`) and starts its raft.
+    /// Must run on a tokio runtime.
+    pub async fn start(options: ReplicaOptions, applier: Arc<A>) -> Result<Replica<A>, StartError> {
+        if !options.members.contains_key(&options.id) {
+            return Err(StartError::NotAMember(
+                options.id,
+                options.members.keys().copied().collect(),
+            ));
+        }
+        let log_store = LogStore::open(&options.data_dir)?;
+        let state_machine = StateMachineStore::open(&options.data_dir, applier)?;
+        let raft = Raft::new(
+            options.id,
+            config(options.snapshot_every),
+            Network::new(&options.secret),
+            log_store,
+            state_machine.clone(),
+        )
+        .await
+        .map_err(|error| StartError::Raft(error.to_string()))?;
+        let members: BTreeMap<NodeId, Node> = options
+            .members
+            .iter()
+            .map(|(id, url)| (*id, Node { addr: url.clone() }))
+            .collect();
+        if !raft
+            .is_initialized()
+            .await
+            .map_err(|error| StartError::Raft(error.to_string()))?
+        {
+            // Every replica of a new group does this with the same members; a replica whose
+            // group has already formed is told so and keeps its own membership.
+            if let Err(error) = raft.initialize(members).await {
+                tracing::info!(%error, "raft group not initialised here");
+            }
+        }
+        Ok(Replica {
+            id: options.id,
+            raft,
+            state_machine,
+        })
+    }
+
+    /// The application this replica applies to.
+    pub fn applier(&self) -> &Arc<A> {
+        self.state_machine.applier()
+    }
+
+    /// Where this replica stands.
+    pub fn status(&self) -> Status {
+        let metrics = self.raft.metrics().borrow().clone();
+        Status {
+            id: self.id,
+            role: role_name(metrics.state),
+            term: metrics.current_term,
+            leader: metrics.current_leader,
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+            applied_index: self.state_machine.applied_index(),
+            members: metrics.membership_config.membership().voter_ids().collect(),
+        }
+    }
+
+    /// Stops the raft (its tasks end; the files stay).
+    pub async fn shutdown(&self) {
+        if let Err(error) = self.raft.shutdown().await {
+            tracing::warn!(%error, "raft shutdown");
+        }
+    }
+}
+
+/// The role's name in statuses and metrics.
+pub fn role_name(state: ServerState) -> &'static str {
+    match state {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
