@@ -1,0 +1,243 @@
+//! Three replicas over real loopback sockets: a leader is elected, writes reach every
+//! replica, a dead leader is replaced and the restarted replica catches up; the RPC routes
+//! refuse what is not a replica's call.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use consensus::state_machine::Applier;
+use consensus::{Command, NodeId, Replica, ReplicaOptions};
+use parking_lot::Mutex;
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+const SECRET: &str = "group-test-secret";
+
+#[derive(Default)]
+struct Recorder {
+    applied: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Applier for Recorder {
+    fn apply(&self, _index: u64, command: &[u8]) -> Vec<u8> {
+        self.applied.lock().push(command.to_vec());
+        Vec::new()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        serde_json::to_vec(&*self.applied.lock()).unwrap()
+    }
+
+    fn restore(&self, snapshot: &[u8]) -> Result<(), String> {
+        *self.applied.lock() = if snapshot.is_empty() {
+            Vec::new()
+        } else {
+            serde_json::from_slice(snapshot).map_err(|error| error.to_string())?
+        };
+        Ok(())
+    }
+}
+
+struct Running {
+    replica: Replica<Recorder>,
+    server: JoinHandle<()>,
+}
+
+struct Group {
+    directories: Vec<TempDir>,
+    addresses: BTreeMap<NodeId, String>,
+    listeners: BTreeMap<NodeId, std::net::SocketAddr>,
+    running: BTreeMap<NodeId, Running>,
+}
+
+impl Group {
+    async fn start() -> Group {
+        let mut addresses = BTreeMap::new();
+        let mut listeners = BTreeMap::new();
+        for id in 1..=3u64 {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let address = listener.local_addr().unwrap();
+            addresses.insert(id, format!("http://{address}"));
+            listeners.insert(id, address);
+        }
+        let mut group = Group {
+            directories: (0..3).map(|_| TempDir::new().unwrap()).collect(),
+            addresses,
+            listeners,
+            running: BTreeMap::new(),
+        };
+        for id in 1..=3 {
+            group.start_replica(id).await;
+        }
+        group
+    }
+
+    async fn start_replica(&mut self, id: NodeId) {
+        let options = ReplicaOptions {
+            id,
+            members: self.addresses.clone(),
+            data_dir: self.directories[id as usize - 1].path().to_owned(),
+            secret: SECRET.into(),
+            snapshot_every: 50,
+        };
+        let replica = Replica::start(options, Arc::new(Recorder::default())).await.unwrap();
+        let routes = consensus::network::routes(replica.raft.clone(), SECRET);
+        // The port was free a moment ago (the same one after a restart): bind it again.
+        let listener = loop {
+            match TcpListener::bind(self.listeners[&id]).await {
+                Ok(listener) => break listener,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        let server = tokio::spawn(async move {
+            axum::serve(listener, routes).await.unwrap();
+        });
+        self.running.insert(id, Running { replica, server });
+    }
+
+    async fn kill(&mut self, id: NodeId) {
+        let running = self.running.remove(&id).expect("running");
+        running.server.abort();
+        let _ = running.server.await;
+        running.replica.shutdown().await;
+    }
+
+    /// The leader every running replica names, once they agree.
+    async fn leader(&self) -> NodeId {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let named: Vec<Option<NodeId>> = self
+                .running
+                .values()
+                .map(|running| running.replica.status().leader)
+                .collect();
+            if let Some(Some(leader)) = named.first() {
+                if self.running.contains_key(leader) && named.iter().all(|named| named == &Some(*leader)) {
+                    return *leader;
+                }
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no agreed leader: {named:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn write(&self, leader: NodeId, text: &str) {
+        self.running[&leader]
+            .replica
+            .raft
+            .client_write(Command(text.as_bytes().to_vec()))
+            .await
+            .unwrap();
+    }
+
+    /// Waits until every running replica has applied `expected`, in order.
+    async fn converged(&self, expected: &[Vec<u8>]) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let all = self
+                .running
+                .values()
+                .all(|running| *running.replica.applier().applied.lock() == expected);
+            if all {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the replicas did not converge");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_leader_is_replaced_and_the_restarted_replica_catches_up() {
+    let mut group = Group::start().await;
+    let mut expected = Vec::new();
+    let first = group.leader().await;
+    for serial in 0..30 {
+        let text = format!("before {serial}");
+        group.write(first, &text).await;
+        expected.push(text.into_bytes());
+    }
+    group.converged(&expected).await;
+
+    // A follower refuses a write and names the leader.
+    let follower = *group.running.keys().find(|id| **id != first).unwrap();
+    let refused = group.running[&follower]
+        .replica
+        .raft
+        .client_write(Command(b"to a follower".to_vec()))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.forward_to_leader().and_then(|forward| forward.leader_id),
+        Some(first)
+    );
+
+    let term_before = group.running[&first].replica.status().term;
+    group.kill(first).await;
+    let second = group.leader().await;
+    assert_ne!(second, first);
+    assert!(group.running[&second].replica.status().term > term_before);
+    // 60 more: past a snapshot (every 50), so the restarted replica may get one.
+    for serial in 0..60 {
+        let text = format!("after {serial}");
+        group.write(second, &text).await;
+        expected.push(text.into_bytes());
+    }
+    group.converged(&expected).await;
+
+    group.start_replica(first).await;
+    group.converged(&expected).await;
+    let statuses: Vec<_> = group.running.values().map(|running| running.replica.status()).collect();
+    assert!(
+        statuses.iter().all(|status| status.members == vec![1, 2, 3]),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|status| status.leader == Some(second)),
+        "{statuses:?}"
+    );
+    for id in [1, 2, 3] {
+        group.kill(id).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rpc_routes_refuse_a_missing_secret_a_malformed_body_and_an_oversized_one() {
+    let group = Group::start().await;
+    let client = reqwest::Client::new();
+    let url = format!("{}{}", group.addresses[&1], consensus::network::VOTE);
+    let answer = client.post(&url).body("{}").send().await.unwrap();
+    assert_eq!(answer.status(), 401);
+    let answer = client
+        .post(&url)
+        .header(shared::protocol::SECRET_HEADER, "wrong")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 401);
+    for body in ["", "{}", "not json", "{\"vote\": 7}"] {
+        let answer = client
+            .post(&url)
+            .header(shared::protocol::SECRET_HEADER, SECRET)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400, "{body:?}");
+        assert!(answer.text().await.unwrap().starts_with("malformed raft request"));
+    }
+    let append = format!("{}{}", group.addresses[&1], consensus::network::APPEND);
+    let answer = client
+        .post(&append)
+        .header(shared::protocol::SECRET_HEADER, SECRET)
+        .body(vec![b' '; consensus::network::MAX_RPC_BYTES + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 413);
+    // The group is still whole.
+    group.leader().await;
+}
