@@ -28,6 +28,10 @@ use crate::{Node, NodeId, Raft, TypeConfig};
 pub const APPEND: &str = "/internal/raft/append";
 pub const VOTE: &str = "/internal/raft/vote";
 pub const SNAPSHOT: &str = "/internal/raft/snapshot";
+/// A command a follower forwards to the leader (raw bytes in, `{"index": N}` out).
+pub const PROPOSE: &str = "/internal/raft/propose";
+/// The leader's id on a 503 from [`PROPOSE`] (absent when no leader is known).
+pub const LEADER_HEADER: &str = "x-raft-leader";
 /// The largest RPC body a replica takes.
 pub const MAX_RPC_BYTES: usize = 16 << 20;
 /// Snapshot bytes per `install_snapshot` RPC (openraft sends them as a JSON array of
@@ -156,6 +160,7 @@ pub fn routes(raft: Raft, secret: &str) -> Router {
         .route(APPEND, post(append))
         .route(VOTE, post(vote))
         .route(SNAPSHOT, post(snapshot))
+        .route(PROPOSE, post(propose))
         .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
         .with_state(Peer {
             raft,
@@ -181,6 +186,48 @@ async fn snapshot(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> 
     match decode(&peer, &headers, &body) {
         Ok(request) => answer(&peer.raft.install_snapshot(request).await),
         Err(refused) => refused,
+    }
+}
+
+/// What [`PROPOSE`] answers: the index the command was committed and applied at (on the leader).
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Proposed {
+    pub index: u64,
+}
+
+async fn propose(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(refused) = check_secret(&peer, &headers) {
+        return refused;
+    }
+    if body.is_empty() {
+        return text(StatusCode::BAD_REQUEST, "an empty command");
+    }
+    match peer.raft.client_write(crate::Command(body.to_vec())).await {
+        Ok(written) => answer(&Proposed {
+            index: written.log_id.index,
+        }),
+        Err(error) => {
+            let leader = error.forward_to_leader().and_then(|forward| forward.leader_id);
+            let mut response = text(StatusCode::SERVICE_UNAVAILABLE, &format!("not committed: {error}"));
+            if let Some(leader) = leader {
+                response
+                    .headers_mut()
+                    .insert(LEADER_HEADER, axum::http::HeaderValue::from(leader));
+            }
+            response
+        }
+    }
+}
+
+fn check_secret(peer: &Peer, headers: &HeaderMap) -> Result<(), Response> {
+    let secret = headers
+        .get(shared::protocol::SECRET_HEADER)
+        .map(|value| value.as_bytes());
+    let authorization = headers.get(header::AUTHORIZATION).map(|value| value.as_bytes());
+    if shared::protocol::carries_secret(&peer.secret, secret, authorization) {
+        Ok(())
+    } else {
+        Err(text(StatusCode::UNAUTHORIZED, shared::error::UNAUTHORIZED_INTERNAL))
     }
 }
 

@@ -17,9 +17,9 @@ use openraft::{Config, ServerState, SnapshotPolicy};
 use serde::Serialize;
 
 use crate::log_store::LogStore;
-use crate::network::{Network, SNAPSHOT_CHUNK_BYTES};
+use crate::network::{Network, Proposed, PROPOSE, SNAPSHOT_CHUNK_BYTES};
 use crate::state_machine::StateMachineStore;
-use crate::{Applier, Node, NodeId, Raft};
+use crate::{Applier, Command, Node, NodeId, Raft};
 
 /// How a replica starts.
 pub struct ReplicaOptions {
@@ -51,6 +51,79 @@ pub struct Replica<A: Applier> {
     pub id: NodeId,
     pub raft: Raft,
     state_machine: StateMachineStore<A>,
+    secret: Arc<str>,
+}
+
+/// How long a forwarded command waits for this replica to apply it.
+const APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Commits commands from any replica (cheap to clone): the leader writes them itself; a
+/// follower forwards them to the leader and returns once it has applied them too, so its
+/// next read sees them.
+#[derive(Clone)]
+pub struct Proposer {
+    raft: Raft,
+    client: reqwest::Client,
+    secret: Arc<str>,
+}
+
+/// Why a command was not committed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    #[error("no leader is known (an election is under way)")]
+    NoLeader,
+    #[error("forwarding to the leader failed: {0}")]
+    Forward(String),
+    #[error("not committed: {0}")]
+    Raft(String),
+    #[error("committed at {0} but not applied here within {APPLY_WAIT:?}")]
+    NotApplied(u64),
+}
+
+impl Proposer {
+    /// Commits `command`; returns the index it was applied at (here too).
+    pub async fn propose(&self, command: Vec<u8>) -> Result<u64, ProposeError> {
+        let error = match self.raft.client_write(Command(command.clone())).await {
+            Ok(written) => return Ok(written.log_id.index),
+            Err(error) => error,
+        };
+        let Some(forward) = error.forward_to_leader() else {
+            return Err(ProposeError::Raft(error.to_string()));
+        };
+        let Some(leader) = forward.leader_node.clone() else {
+            return Err(ProposeError::NoLeader);
+        };
+        let answer = self
+            .client
+            .post(format!("{}{PROPOSE}", leader.addr.trim_end_matches('/')))
+            .header(shared::protocol::SECRET_HEADER, self.secret.as_ref())
+            .body(command)
+            .send()
+            .await
+            .map_err(|error| ProposeError::Forward(error.to_string()))?;
+        let status = answer.status();
+        let body = answer
+            .bytes()
+            .await
+            .map_err(|error| ProposeError::Forward(error.to_string()))?;
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&body);
+            return Err(ProposeError::Forward(format!("{status}: {}", text.trim())));
+        }
+        let proposed: Proposed =
+            serde_json::from_slice(&body).map_err(|error| ProposeError::Forward(error.to_string()))?;
+        self.raft
+            .wait(Some(APPLY_WAIT))
+            .applied_index_at_least(Some(proposed.index), "a forwarded command")
+            .await
+            .map_err(|_| ProposeError::NotApplied(proposed.index))?;
+        Ok(proposed.index)
+    }
+
+    /// The raft this proposer writes to.
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
 }
 
 /// What a replica says of itself (`role`, `term`, how far it has applied, whom it follows).
@@ -122,7 +195,21 @@ impl<A: Applier> Replica<A> {
             id: options.id,
             raft,
             state_machine,
+            secret: options.secret.as_str().into(),
         })
+    }
+
+    /// Commits commands from this replica (forwarding them to the leader when needed).
+    pub fn proposer(&self) -> Proposer {
+        Proposer {
+            raft: self.raft.clone(),
+            client: node_http::internal_client()
+                .connect_timeout(std::time::Duration::from_millis(500))
+                .timeout(std::time::Duration::from_secs(5))
+                .build()
+                .expect("an HTTP client builds"),
+            secret: self.secret.clone(),
+        }
     }
 
     /// The application this replica applies to.

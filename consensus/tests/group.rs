@@ -173,6 +173,16 @@ async fn a_dead_leader_is_replaced_and_the_restarted_replica_catches_up() {
         refused.forward_to_leader().and_then(|forward| forward.leader_id),
         Some(first)
     );
+    // Its proposer forwards the command to the leader and returns once it applied it too.
+    let proposer = group.running[&follower].replica.proposer();
+    let index = proposer.propose(b"through a follower".to_vec()).await.unwrap();
+    expected.push(b"through a follower".to_vec());
+    assert!(group.running[&follower].replica.status().applied_index >= index);
+    assert_eq!(
+        group.running[&follower].replica.applier().applied.lock().last(),
+        expected.last()
+    );
+    group.converged(&expected).await;
 
     let term_before = group.running[&first].replica.status().term;
     group.kill(first).await;
@@ -238,6 +248,9 @@ async fn the_rpc_routes_refuse_a_missing_secret_a_malformed_body_and_an_oversize
         .await
         .unwrap();
     assert_eq!(answer.status(), 413);
+    let propose = format!("{}{}", group.addresses[&1], consensus::network::PROPOSE);
+    let answer = client.post(&propose).body("command").send().await.unwrap();
+    assert_eq!(answer.status(), 401, "a command needs the secret");
     // The group is still whole.
     group.leader().await;
 }
