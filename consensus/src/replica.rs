@@ -231,6 +231,26 @@ impl<A: Applier> Replica<A> {
         }
     }
 
+    /// The leader's base URL, when one is known.
+    pub fn leader_url(&self) -> Option<String> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|node| node.addr.clone())
+    }
+
+    /// Waits (at most `timeout`) until this replica has applied `index`; false when it has not.
+    pub async fn wait_applied(&self, index: u64, timeout: std::time::Duration) -> bool {
+        self.raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "a forwarded write")
+            .await
+            .is_ok()
+    }
+
     /// Stops the raft (its tasks end; the files stay).
     pub async fn shutdown(&self) {
         if let Err(error) = self.raft.shutdown().await {

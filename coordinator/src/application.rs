@@ -49,11 +49,13 @@ impl Application {
             .await?
             .context("loading the dataset")?;
         tracing::info!(users = dataset.users.len(), isus = dataset.isus.len(), "dataset loaded");
+        let replicated = config.replica_id.is_some();
+        // A replica's state comes from its group's raft log, not from a local journal.
         let restored = match config.data_dir.clone() {
-            Some(data_dir) => tokio::task::spawn_blocking(move || journal::replay(&data_dir))
+            Some(data_dir) if !replicated => tokio::task::spawn_blocking(move || journal::replay(&data_dir))
                 .await?
                 .context("replaying the coordinator's log")?,
-            None => None,
+            _ => None,
         };
         let (logged_map, migrations) = match &restored {
             Some(restored) => (restored.placement.clone(), restored.migrations.clone()),
@@ -82,28 +84,64 @@ impl Application {
             state::Placement::new(map, migrations, router, &config.cluster_secret),
             match restored {
                 Some(restored) => Start::Restored(restored),
+                None if replicated => Start::Replicated {
+                    jia_service_url: config.jia_service_url.clone(),
+                },
                 None => Start::Fresh {
                     jia_service_url: config.jia_service_url.clone(),
                 },
             },
         );
         state.migration_grace = std::time::Duration::from_millis(config.migration_grace_ms);
-        if let Some(data_dir) = &config.data_dir {
+        if replicated {
+            state.journal = journal::Journal::replicated(state.snapshot_fn());
+        } else if let Some(data_dir) = &config.data_dir {
             state.journal = journal::Journal::open(data_dir, config.fsync, COMPACT_AFTER_BYTES, state.snapshot_fn())
                 .context("opening the coordinator's log")?;
             // The log starts with this run's generation (also compacts it).
             state.journal.snapshot().await?;
         }
-        // Before the listener: nginx may be started as soon as the file exists.
-        state.placement.write_router_file().await;
+        if !replicated {
+            // Before the listener: nginx may be started as soon as the file exists. (A
+            // group's leader writes it when it starts leading.)
+            state.placement.write_router_file().await;
+        }
         let listener = TcpListener::bind(config.listen).await?;
+        let state = Arc::new(state);
+        let replica = match config.replica_id {
+            Some(id) => {
+                let options = consensus::ReplicaOptions {
+                    id,
+                    members: config.replicas.iter().cloned().collect(),
+                    data_dir: config
+                        .data_dir
+                        .clone()
+                        .expect("clap requires --data-dir with --replica-id"),
+                    secret: config.cluster_secret.clone(),
+                    snapshot_every: config.raft_snapshot_every,
+                };
+                let applier = Arc::new(state::replica::StateApplier::new(&state));
+                let replica = consensus::Replica::start(options, applier)
+                    .await
+                    .context("starting this coordinator's replica")?;
+                state.journal.attach(replica.proposer());
+                tracing::info!(id, members = ?config.replicas, "coordinator replica started");
+                Some(Arc::new(replica))
+            }
+            None => None,
+        };
         Ok(Application {
             listener,
             state: AppState {
-                state: Arc::new(state),
+                state,
                 config: Arc::new(config),
                 jwt_key: Arc::new(jwt_key),
                 metrics,
+                replica,
+                forward_client: node_http::internal_client()
+                    .connect_timeout(std::time::Duration::from_millis(500))
+                    .timeout(std::time::Duration::from_secs(30))
+                    .build()?,
             },
         })
     }
@@ -119,6 +157,17 @@ impl Application {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
+        if let Some(replica) = self.state.replica.clone() {
+            // A replica leads or follows; its duties follow its role (see `state::replica`).
+            let lead = tokio::spawn(self.state.state.clone().lead());
+            let router = routes::all::router(self.state)?;
+            let served = axum::serve(self.listener, router)
+                .with_graceful_shutdown(shutdown)
+                .await;
+            lead.abort();
+            replica.shutdown().await;
+            return Ok(served?);
+        }
         let state = self.state.state.clone();
         let sync = tokio::spawn(async move {
             state.sync_workers_until_ready().await;

@@ -102,6 +102,25 @@ pub struct Config {
     #[arg(long, env = "ISU_MIGRATION_GRACE_MS", default_value_t = 2000)]
     pub migration_grace_ms: u64,
 
+    /// This coordinator's id in a group of replicas (1, 2, 3, …; with `--replica`). The
+    /// group keeps the coordinator's state (users, ISUs, the placement map, migrations) in a
+    /// raft log under `--data-dir`; every replica serves the API, the leader runs the
+    /// registrations, `/initialize`, migrations and the router's map. Without it, one
+    /// coordinator with its own log (or none).
+    #[arg(long, env = "ISU_REPLICA_ID", requires_all = ["replicas", "data_dir"])]
+    pub replica_id: Option<u64>,
+
+    /// A replica of the group: `ID=URL`, its base URL as its peers reach it (e.g.
+    /// `2=http://127.0.0.12:3000`). Repeat it for every replica, this one included (three
+    /// keep the group up through one failure; in the environment, separated by spaces).
+    /// Used to form a new group; a replica that already belongs to one keeps its members.
+    #[arg(long = "replica", env = "ISU_REPLICAS", value_delimiter = ' ', value_parser = parse_replica, requires = "replica_id")]
+    pub replicas: Vec<(u64, String)>,
+
+    /// Raft entries between snapshots of a replica's state (the log before one is purged).
+    #[arg(long, env = "ISU_RAFT_SNAPSHOT_EVERY", default_value_t = 10_000)]
+    pub raft_snapshot_every: u64,
+
     /// Number of Tokio worker threads (0 = one per core).
     #[arg(long, env = "ISU_THREADS", default_value_t = 0)]
     pub threads: usize,
@@ -122,6 +141,20 @@ fn parse_cell(text: &str) -> Result<Cell, String> {
         internal_url: internal_url.trim_end_matches('/').to_owned(),
         device_url: device_url.to_owned(),
     })
+}
+
+fn parse_replica(text: &str) -> Result<(u64, String), String> {
+    let usage = "expected ID=URL, e.g. 2=http://127.0.0.12:3000";
+    let (id, url) = text.split_once('=').ok_or_else(|| format!("{text:?}: {usage}"))?;
+    let id = id
+        .parse::<u64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| format!("{text:?}: the id is a number from 1: {usage}"))?;
+    if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < "http://x".len() {
+        return Err(format!("{text:?}: {url:?} is not an http(s) URL"));
+    }
+    Ok((id, url.trim_end_matches('/').to_owned()))
 }
 
 impl Config {
@@ -172,6 +205,44 @@ mod tests {
             legacy.iter().map(|cell| cell.name.as_str()).collect::<Vec<_>>(),
             ["a", "b"]
         );
+        let replicated = Config::parse_from([
+            "coordinator",
+            SECRET[0],
+            SECRET[1],
+            "--data-dir",
+            "/tmp/x",
+            "--replica-id",
+            "2",
+            "--replica",
+            "1=http://127.0.0.11:3000/",
+            "--replica",
+            "2=http://127.0.0.12:3000",
+        ]);
+        assert_eq!(replicated.replicas[0], (1, "http://127.0.0.11:3000".to_owned()));
+        for bad in ["1", "0=http://x:1", "x=http://x:1", "1=ftp://x"] {
+            let parsed = Config::try_parse_from([
+                "coordinator",
+                SECRET[0],
+                SECRET[1],
+                "--data-dir",
+                "/tmp/x",
+                "--replica-id",
+                "1",
+                "--replica",
+                bad,
+            ]);
+            assert!(parsed.expect_err(bad).to_string().contains("--replica"), "{bad}");
+        }
+        let without_data_dir = Config::try_parse_from([
+            "coordinator",
+            SECRET[0],
+            SECRET[1],
+            "--replica-id",
+            "1",
+            "--replica",
+            "1=http://x:1",
+        ]);
+        assert!(without_data_dir.is_err(), "a replica needs --data-dir");
         for bad in [
             "a",
             "a=http://x",

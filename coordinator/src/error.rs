@@ -25,6 +25,9 @@ pub enum ApiError {
     JiaRefused(StatusCode),
     #[error("internal error: {0}")]
     Internal(String),
+    /// 503: the replicas could not commit the change now (an election is under way).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl ApiError {
@@ -38,6 +41,7 @@ impl ApiError {
             ApiError::DuplicatedIsu => StatusCode::CONFLICT,
             ApiError::JiaRefused(status) => *status,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -50,7 +54,7 @@ impl ApiError {
             ApiError::IsuNotFound => messages::NOT_FOUND_ISU,
             ApiError::DuplicatedIsu => messages::DUPLICATED_ISU,
             ApiError::JiaRefused(_) => messages::JIA_SERVICE_ERROR,
-            ApiError::Internal(_) => messages::INTERNAL,
+            ApiError::Internal(_) | ApiError::Unavailable(_) => messages::INTERNAL,
         }
     }
 }

@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use shared::migration::Migration;
@@ -115,15 +116,76 @@ pub fn snapshot_record(restored: &Restored) -> Vec<u8> {
     encoder.bytes
 }
 
-/// Cheap-clone handle to the log; disabled (every call a no-op) without `--data-dir`.
+/// Cheap-clone handle to the log: the local file (`--data-dir`), the replicated log of the
+/// coordinator replicas (`--replica`), or disabled (every call a no-op).
 #[derive(Clone, Default)]
 pub struct Journal {
-    wal: Option<Wal>,
+    backend: Backend,
+}
+
+#[derive(Clone, Default)]
+enum Backend {
+    #[default]
+    Off,
+    Local(Wal),
+    Replicated(Arc<Replicated>),
+}
+
+/// The replicated backend: records are commands of the replicas' raft log, committed by the
+/// leader (a follower forwards them); a snapshot record is proposed like any other.
+struct Replicated {
+    proposer: OnceLock<consensus::Proposer>,
+    snapshot: SnapshotFn,
+}
+
+/// Why a record was not made durable.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error(transparent)]
+    Local(#[from] WalError),
+    #[error(transparent)]
+    NotCommitted(#[from] consensus::ProposeError),
+    #[error("the replicated log is not started yet")]
+    NotStarted,
 }
 
 /// The log's path in `data_dir`.
 pub fn log_path(data_dir: &Path) -> PathBuf {
     data_dir.join("coordinator.wal")
+}
+
+/// One record of the log, decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    Snapshot(Restored),
+    User { generation: u64, user: String },
+    Isu { generation: u64, isu: LoggedIsu },
+    Removed { generation: u64, uuid: String },
+    Map(PlacementMap),
+    Migration(Migration),
+}
+
+/// Decodes one record's payload; `None` for one this build cannot read.
+pub fn decode(payload: &[u8]) -> Option<Record> {
+    let mut decoder = Decoder::new(payload);
+    Some(match decoder.u8()? {
+        SNAPSHOT_TAG => Record::Snapshot(decode_snapshot(&mut decoder)?),
+        MAP_TAG => Record::Map(serde_json::from_str(decoder.str()?).ok()?),
+        MIGRATION_TAG => Record::Migration(serde_json::from_str(decoder.str()?).ok()?),
+        USER_TAG => Record::User {
+            generation: decoder.u64()?,
+            user: decoder.str()?.to_owned(),
+        },
+        ISU_TAG => Record::Isu {
+            generation: decoder.u64()?,
+            isu: LoggedIsu::decode(&mut decoder)?,
+        },
+        REMOVED_TAG => Record::Removed {
+            generation: decoder.u64()?,
+            uuid: decoder.str()?.to_owned(),
+        },
+        _ => return None,
+    })
 }
 
 /// Reads the log in `data_dir`; `None` when there is none (or it holds no snapshot).
@@ -135,18 +197,8 @@ pub fn replay(data_dir: &Path) -> std::io::Result<Option<Restored>> {
     let mut migrations: BTreeMap<u64, Migration> = BTreeMap::new();
     let mut skipped = 0u64;
     let report = read_log(&log_path(data_dir), |payload| {
-        let mut decoder = Decoder::new(payload);
-        let applied = match decoder.u8() {
-            Some(MAP_TAG) => restored.as_mut().and_then(|state| {
-                state.placement = Some(serde_json::from_str(decoder.str()?).ok()?);
-                Some(())
-            }),
-            Some(MIGRATION_TAG) => restored.as_ref().and_then(|_| {
-                let migration: Migration = serde_json::from_str(decoder.str()?).ok()?;
-                migrations.insert(migration.id, migration);
-                Some(())
-            }),
-            Some(SNAPSHOT_TAG) => decode_snapshot(&mut decoder).map(|snapshot| {
+        let applied = match decode(payload) {
+            Some(Record::Snapshot(snapshot)) => {
                 migrations = snapshot
                     .migrations
                     .iter()
@@ -158,20 +210,22 @@ pub fn replay(data_dir: &Path) -> std::io::Result<Option<Restored>> {
                     .map(|isu| (isu.uuid.clone(), (isu.id, isu.clone())))
                     .collect();
                 restored = Some(snapshot);
-            }),
-            Some(tag) => restored.as_mut().and_then(|state| {
-                if decoder.u64()? != state.generation {
-                    return None;
-                }
-                match tag {
-                    USER_TAG => state.users.push(decoder.str()?.to_owned()),
-                    ISU_TAG => {
-                        let isu = LoggedIsu::decode(&mut decoder)?;
+                Some(())
+            }
+            Some(record) => restored.as_mut().and_then(|state| {
+                match record {
+                    Record::Map(map) => state.placement = Some(map),
+                    Record::Migration(migration) => {
+                        migrations.insert(migration.id, migration);
+                    }
+                    Record::User { generation, user } if generation == state.generation => state.users.push(user),
+                    Record::Isu { generation, isu } if generation == state.generation => {
                         isus.insert(isu.uuid.clone(), (isu.id, isu));
                     }
-                    REMOVED_TAG => {
-                        isus.remove(decoder.str()?);
+                    Record::Removed { generation, uuid } if generation == state.generation => {
+                        isus.remove(&uuid);
                     }
+                    // A record of another generation (a registration that raced an `/initialize`).
                     _ => return None,
                 }
                 Some(())
@@ -254,25 +308,56 @@ impl Journal {
                 snapshot,
             },
         )?;
-        Ok(Journal { wal: Some(wal) })
+        Ok(Journal {
+            backend: Backend::Local(wal),
+        })
     }
 
-    async fn append(&self, record: impl FnOnce() -> Encoder) -> Result<(), WalError> {
-        match &self.wal {
-            Some(wal) => wal.append(&record().bytes).await,
-            None => Ok(()),
+    /// A journal whose records go to the replicas' raft log, once [`Journal::attach`] gives
+    /// it this replica's proposer; `snapshot` describes the current state.
+    pub fn replicated(snapshot: SnapshotFn) -> Journal {
+        Journal {
+            backend: Backend::Replicated(Arc::new(Replicated {
+                proposer: OnceLock::new(),
+                snapshot,
+            })),
         }
     }
 
-    /// A fresh log holding the current state (at start and after `/initialize`).
-    pub async fn snapshot(&self) -> Result<(), WalError> {
-        match &self.wal {
-            Some(wal) => wal.snapshot().await,
-            None => Ok(()),
+    /// Starts writing to the raft log (once the replica runs).
+    pub fn attach(&self, proposer: consensus::Proposer) {
+        if let Backend::Replicated(replicated) = &self.backend {
+            let _ = replicated.proposer.set(proposer);
         }
     }
 
-    pub async fn user(&self, generation: u64, user: &str) -> Result<(), WalError> {
+    /// This replica's raft, when the journal is replicated and attached.
+    pub fn raft(&self) -> Option<&consensus::Raft> {
+        match &self.backend {
+            Backend::Replicated(replicated) => replicated.proposer.get().map(consensus::Proposer::raft),
+            _ => None,
+        }
+    }
+
+    async fn append(&self, record: impl FnOnce() -> Encoder) -> Result<(), JournalError> {
+        match &self.backend {
+            Backend::Off => Ok(()),
+            Backend::Local(wal) => Ok(wal.append(&record().bytes).await?),
+            Backend::Replicated(replicated) => replicated.propose(record().bytes).await,
+        }
+    }
+
+    /// A fresh log holding the current state (at start and after `/initialize`); replicated,
+    /// a snapshot record that every replica applies (a new generation reaches them so).
+    pub async fn snapshot(&self) -> Result<(), JournalError> {
+        match &self.backend {
+            Backend::Off => Ok(()),
+            Backend::Local(wal) => Ok(wal.snapshot().await?),
+            Backend::Replicated(replicated) => replicated.propose((replicated.snapshot)()).await,
+        }
+    }
+
+    pub async fn user(&self, generation: u64, user: &str) -> Result<(), JournalError> {
         self.append(|| {
             let mut encoder = Encoder::new(USER_TAG);
             encoder.u64(generation).str(user);
@@ -281,7 +366,7 @@ impl Journal {
         .await
     }
 
-    pub async fn isu(&self, generation: u64, isu: &LoggedIsu) -> Result<(), WalError> {
+    pub async fn isu(&self, generation: u64, isu: &LoggedIsu) -> Result<(), JournalError> {
         self.append(|| {
             let mut encoder = Encoder::new(ISU_TAG);
             encoder.u64(generation);
@@ -292,17 +377,17 @@ impl Journal {
     }
 
     /// A new placement map (logged before it is published anywhere).
-    pub async fn placement(&self, map: &PlacementMap) -> Result<(), WalError> {
+    pub async fn placement(&self, map: &PlacementMap) -> Result<(), JournalError> {
         self.append_json(MAP_TAG, map).await
     }
 
     /// A migration's state after a step.
-    pub async fn migration(&self, migration: &Migration) -> Result<(), WalError> {
+    pub async fn migration(&self, migration: &Migration) -> Result<(), JournalError> {
         self.append_json(MIGRATION_TAG, migration).await
     }
 
     /// A record of `tag` holding `value` as JSON.
-    async fn append_json(&self, tag: u8, value: &impl serde::Serialize) -> Result<(), WalError> {
+    async fn append_json(&self, tag: u8, value: &impl serde::Serialize) -> Result<(), JournalError> {
         let json = serde_json::to_string(value).expect("placement records serialise");
         self.append(|| {
             let mut encoder = Encoder::new(tag);
@@ -312,13 +397,21 @@ impl Journal {
         .await
     }
 
-    pub async fn removed(&self, generation: u64, uuid: &str) -> Result<(), WalError> {
+    pub async fn removed(&self, generation: u64, uuid: &str) -> Result<(), JournalError> {
         self.append(|| {
             let mut encoder = Encoder::new(REMOVED_TAG);
             encoder.u64(generation).str(uuid);
             encoder
         })
         .await
+    }
+}
+
+impl Replicated {
+    async fn propose(&self, record: Vec<u8>) -> Result<(), JournalError> {
+        let proposer = self.proposer.get().ok_or(JournalError::NotStarted)?;
+        proposer.propose(record).await?;
+        Ok(())
     }
 }
 

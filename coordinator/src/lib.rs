@@ -43,6 +43,10 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub jwt_key: Arc<DecodingKey>,
     pub metrics: PrometheusHandle,
+    /// This coordinator's replica of its group (`--replica`), if it is one.
+    pub replica: Option<Arc<consensus::Replica<state::replica::StateApplier>>>,
+    /// Forwards a follower's leader-only writes to the leader.
+    pub forward_client: reqwest::Client,
 }
 
 impl node_http::NodeState for AppState {

@@ -33,6 +33,8 @@ pub const WORKER_PLACEMENT: &str = "/internal/placement";
 pub const COORDINATOR_PLACEMENT: &str = "/internal/placement";
 /// Coordinator: every cell's share of the map and recent figures ([`cells::CellsSummary`]).
 pub const COORDINATOR_CELLS: &str = "/internal/cells";
+/// Coordinator replica: its role, term, applied index and leader (`consensus::Status`).
+pub const COORDINATOR_REPLICA: &str = "/internal/replica";
 /// Coordinator: migrate a slot or a pinned ISU (`{"slot"|"isu", "to"}`).
 pub const COORDINATOR_MIGRATE: &str = "/internal/cells/migrate";
 /// Coordinator: move every slot and pin of a cell elsewhere (`{"cell"}`).

@@ -51,9 +51,16 @@ pub struct Config {
     #[arg(long, env = "ISU_REPLACE", requires = "data_dir")]
     pub replace: bool,
 
-    /// Base URL of the coordinator's internal routes.
-    #[arg(long, env = "ISU_COORDINATOR_URL", default_value = "http://127.0.0.1:3000")]
-    pub coordinator_url: String,
+    /// Base URL of the coordinator's internal routes; with a group of coordinator replicas,
+    /// each replica's (repeat it; in the environment, separated by spaces): the latest
+    /// conditions are pushed to every one.
+    #[arg(
+        long,
+        env = "ISU_COORDINATOR_URL",
+        value_delimiter = ' ',
+        default_value = "http://127.0.0.1:3000"
+    )]
+    pub coordinator_url: Vec<String>,
 
     /// Secret shared by the nodes (at least 16 bytes, no default; `scripts/cluster` makes a
     /// random one): required on every internal, metrics and profiling route, and the key of

@@ -1,35 +1,38 @@
-//! The latest-condition pusher: an actor that, every interval (10 ms by
-//! default), sends the coordinator one batch with the latest condition of each
-//! published ISU that changed, and nothing when nothing changed. A failed push
-//! puts its ISUs back in the queue, so the coordinator eventually converges
-//! (it keeps the newest timestamp, so a repeat is harmless). The queue holds
-//! each ISU at most once and the latest condition is read when a batch is
-//! built, so while the coordinator is down memory stays bounded by the number
-//! of ISUs however many conditions arrive. Failed pushes back off
-//! exponentially (20 ms doubling, capped at [`MAX_BACKOFF`]) and are logged
-//! once when they start, every tenth time, and once when pushes recover. Batches go in the
-//! binary form ([`LATEST_BINARY`]); a coordinator that refuses it (an older build, during a
-//! rollout) gets JSON for [`JSON_FOR`], then the binary form is tried again.
+//! The latest-condition pusher: an actor that, every interval (10 ms by default), sends each
+//! coordinator (one, or every replica of a group) one batch with the latest condition of
+//! each published ISU that changed, and nothing when nothing changed.
+//!
+//! The shard's push queue is taken once per tick and its ISUs added to one pending set per
+//! coordinator; each coordinator has its own task sending its set, so a coordinator that is
+//! slow or stopped (a replica paused, a takeover) delays only its own batches. A failed push
+//! puts its ISUs back in that coordinator's set, so every coordinator eventually converges
+//! (it keeps the newest timestamp, so a repeat is harmless). A set holds each ISU at most once
+//! and the latest condition is read when a batch is built, so while a coordinator is down
+//! memory stays bounded by the number of ISUs however many conditions arrive. Failed pushes
+//! back off exponentially (20 ms doubling, capped at [`MAX_BACKOFF`]) and are logged once
+//! when they start, every tenth time, and once when pushes recover. Batches go in the binary
+//! form ([`LATEST_BINARY`]); a coordinator that refuses it (an older build, during a rollout)
+//! gets JSON for [`JSON_FOR`], then the binary form is tried again.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-
-use tokio::time::Instant;
-
+use parking_lot::Mutex;
 use shared::backoff::Backoff;
 use shared::protocol::{encode_latest, LatestBatch, LatestItem, COORDINATOR_LATEST, LATEST_BINARY, SECRET_HEADER};
 use shared::telemetry::{BATCH_ITEMS, PUSH_LAG_SECONDS};
-use tokio::time::MissedTickBehavior;
+use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::Store;
+use crate::store::{IsuEntry, Shard, Store};
 
 /// First pause after a failed push.
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
-/// Longest pause between attempts while the coordinator is unreachable.
+/// Longest pause between attempts while a coordinator is unreachable.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
-/// How long batches go as JSON after the coordinator refused the binary form, before the
+/// How long batches go as JSON after a coordinator refused the binary form, before the
 /// binary form is tried again.
 pub const JSON_FOR: Duration = Duration::from_secs(5);
 
@@ -37,26 +40,58 @@ pub const JSON_FOR: Duration = Duration::from_secs(5);
 enum Pushed {
     Nothing,
     Sent,
-    /// The coordinator refused the binary form: the batch is queued again, for JSON.
+    /// The coordinator refused the binary form: the batch is pending again, for JSON.
     RefusedBinary,
     Failed(String),
+}
+
+/// The ISUs waiting for one coordinator, each once, with the time the oldest was queued.
+#[derive(Default)]
+struct Pending {
+    shard: Option<Arc<Shard>>,
+    /// By the entry's address: one entry per ISU of the shard.
+    entries: HashMap<usize, Arc<IsuEntry>>,
+    oldest: Option<std::time::Instant>,
+}
+
+impl Pending {
+    /// Adds `entries` of `shard` (a set of another shard, an older generation, is dropped:
+    /// the coordinator would refuse it as stale).
+    fn add(
+        &mut self,
+        shard: &Arc<Shard>,
+        entries: impl IntoIterator<Item = Arc<IsuEntry>>,
+        oldest: Option<std::time::Instant>,
+    ) {
+        if self.shard.as_ref().is_none_or(|held| !Arc::ptr_eq(held, shard)) {
+            *self = Pending {
+                shard: Some(shard.clone()),
+                ..Pending::default()
+            };
+        }
+        for entry in entries {
+            self.entries.insert(Arc::as_ptr(&entry) as usize, entry);
+        }
+        if let Some(since) = oldest {
+            self.oldest = Some(self.oldest.map_or(since, |held| held.min(since)));
+        }
+    }
 }
 
 pub struct Pusher {
     store: Store,
     client: reqwest::Client,
-    url: String,
+    urls: Vec<String>,
     /// Checked once at start (a secret that is no valid header value stops the worker), and
     /// marked sensitive, so it stays out of debug output.
     secret: reqwest::header::HeaderValue,
     interval: Duration,
-    /// After the coordinator refused a binary batch: JSON until then, then binary again
-    /// (the coordinator may have been upgraded meanwhile). `None`: binary.
-    json_until: Option<Instant>,
 }
 
 impl Pusher {
-    pub fn new(store: Store, coordinator_url: &str, secret: &str, interval: Duration) -> anyhow::Result<Pusher> {
+    /// A pusher to every URL of `coordinator_urls` (the coordinator, or each replica).
+    pub fn new(store: Store, coordinator_urls: &[String], secret: &str, interval: Duration) -> anyhow::Result<Pusher> {
+        anyhow::ensure!(!coordinator_urls.is_empty(), "no coordinator URL to push to");
         let client = node_http::internal_client()
             .timeout(Duration::from_secs(2))
             .pool_max_idle_per_host(4)
@@ -67,16 +102,80 @@ impl Pusher {
         Ok(Pusher {
             store,
             client,
-            url: format!("{}{COORDINATOR_LATEST}", coordinator_url.trim_end_matches('/')),
+            urls: coordinator_urls
+                .iter()
+                .map(|url| format!("{}{COORDINATOR_LATEST}", url.trim_end_matches('/')))
+                .collect(),
             secret,
             interval,
-            json_until: None,
         })
     }
 
-    /// Runs until `cancel` fires, then pushes what is left once (twice if the coordinator
-    /// refused the binary form of that last batch).
-    pub async fn run(mut self, cancel: CancellationToken) {
+    /// Runs until `cancel` fires, then pushes what is left once to each coordinator (twice
+    /// if it refused the binary form of that last batch).
+    pub async fn run(self, cancel: CancellationToken) {
+        let stop_targets = CancellationToken::new();
+        let mut targets = Vec::new();
+        let mut tasks = Vec::new();
+        for url in &self.urls {
+            let pending = Arc::new(Mutex::new(Pending::default()));
+            let target = Target {
+                client: self.client.clone(),
+                url: url.clone(),
+                secret: self.secret.clone(),
+                interval: self.interval,
+                pending: pending.clone(),
+                json_until: None,
+            };
+            targets.push(pending);
+            tasks.push(tokio::spawn(target.run(stop_targets.clone())));
+        }
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => self.distribute(&targets),
+                () = cancel.cancelled() => {
+                    self.distribute(&targets);
+                    stop_targets.cancel();
+                    for task in tasks {
+                        let _ = task.await;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Takes the shard's queue into every coordinator's pending set.
+    fn distribute(&self, targets: &[Arc<Mutex<Pending>>]) {
+        let shard = self.store.shard();
+        let (changed, oldest) = shard.take_changed();
+        if changed.is_empty() {
+            return;
+        }
+        for pending in targets {
+            pending
+                .lock()
+                .add(&shard, changed.iter().map(|(entry, _)| entry.clone()), oldest);
+        }
+    }
+}
+
+/// One coordinator's sender.
+struct Target {
+    client: reqwest::Client,
+    url: String,
+    secret: reqwest::header::HeaderValue,
+    interval: Duration,
+    pending: Arc<Mutex<Pending>>,
+    /// After the coordinator refused a binary batch: JSON until then, then binary again
+    /// (the coordinator may have been upgraded meanwhile). `None`: binary.
+    json_until: Option<Instant>,
+}
+
+impl Target {
+    async fn run(mut self, stop: CancellationToken) {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
@@ -87,25 +186,25 @@ impl Pusher {
                     if Instant::now() < retry_at {
                         continue;
                     }
-                    match self.push_changed().await {
+                    match self.push_pending().await {
                         Pushed::Failed(reason) => {
                             let failure = backoff.failed();
                             if failure.log {
-                                tracing::warn!(%reason, failures = failure.failures, retry_in_ms = failure.pause.as_millis() as u64, "latest push failed; will retry");
+                                tracing::warn!(%reason, url = %self.url, failures = failure.failures, retry_in_ms = failure.pause.as_millis() as u64, "latest push failed; will retry");
                             }
                             retry_at = Instant::now() + failure.pause;
                         }
                         Pushed::Sent | Pushed::Nothing | Pushed::RefusedBinary => {
                             let failures = backoff.succeeded();
                             if failures > 0 {
-                                tracing::info!(failures, "latest pushes recovered");
+                                tracing::info!(failures, url = %self.url, "latest pushes recovered");
                             }
                         }
                     }
                 }
-                () = cancel.cancelled() => {
-                    if let Pushed::RefusedBinary = self.push_changed().await {
-                        self.push_changed().await;
+                () = stop.cancelled() => {
+                    if let Pushed::RefusedBinary = self.push_pending().await {
+                        self.push_pending().await;
                     }
                     return;
                 }
@@ -113,10 +212,16 @@ impl Pusher {
         }
     }
 
-    /// Pushes one batch of what changed since the last one.
-    async fn push_changed(&mut self) -> Pushed {
-        let shard = self.store.shard();
-        let (changed, oldest) = shard.take_changed();
+    /// Pushes one batch of what is pending for this coordinator.
+    async fn push_pending(&mut self) -> Pushed {
+        let Pending { shard, entries, oldest } = std::mem::take(&mut *self.pending.lock());
+        let Some(shard) = shard else {
+            return Pushed::Nothing;
+        };
+        let changed: Vec<_> = entries
+            .into_values()
+            .filter_map(|entry| entry.latest().map(|latest| (entry, latest)))
+            .collect();
         if changed.is_empty() {
             return Pushed::Nothing;
         }
@@ -149,6 +254,12 @@ impl Pusher {
             .body(body)
             .send()
             .await;
+        let pending = self.pending.clone();
+        let put_back = |changed: Vec<(Arc<IsuEntry>, _)>| {
+            pending
+                .lock()
+                .add(&shard, changed.into_iter().map(|(entry, _)| entry), oldest);
+        };
         match result {
             Ok(response) if response.status().is_success() => {
                 metrics::histogram!(BATCH_ITEMS).record(count as f64);
@@ -158,8 +269,9 @@ impl Pusher {
                 Pushed::Sent
             }
             Ok(response) if response.status() == reqwest::StatusCode::PRECONDITION_FAILED => {
-                // The coordinator moved to another generation: this shard is stale, drop the batch.
-                tracing::debug!("latest batch refused as stale");
+                // The coordinator moved to another generation: this shard is stale, drop the
+                // batch (a replica that adopts this generation later asks for all of it again).
+                tracing::debug!(url = %self.url, "latest batch refused as stale");
                 Pushed::Sent
             }
             Ok(response)
@@ -171,9 +283,9 @@ impl Pusher {
             {
                 // A coordinator of an older build (400) or one that knows another version
                 // (415): JSON for a while, and this batch again at the next tick.
-                tracing::warn!(status = %response.status(), retry_binary_in_s = JSON_FOR.as_secs(), "the coordinator refused a binary latest batch: sending JSON");
+                tracing::warn!(status = %response.status(), url = %self.url, retry_binary_in_s = JSON_FOR.as_secs(), "the coordinator refused a binary latest batch: sending JSON");
                 self.json_until = Some(Instant::now() + JSON_FOR);
-                shard.requeue(changed.into_iter().map(|(entry, _)| entry), oldest);
+                put_back(changed);
                 Pushed::RefusedBinary
             }
             failed => {
@@ -181,7 +293,7 @@ impl Pusher {
                     Ok(response) => format!("status {}", response.status()),
                     Err(error) => error.to_string(),
                 };
-                shard.requeue(changed.into_iter().map(|(entry, _)| entry), oldest);
+                put_back(changed);
                 Pushed::Failed(reason)
             }
         }

@@ -674,6 +674,77 @@ async fn latest_batches_go_binary_and_fall_back_to_json_for_an_older_coordinator
     assert_eq!(worker.refused_pushes.load(Ordering::SeqCst), 1);
 }
 
+/// A second coordinator (a replica) that records the binary batches it takes.
+fn recording_replica() -> (Router, Arc<Mutex<Vec<LatestBatch>>>) {
+    let pushes: Arc<Mutex<Vec<LatestBatch>>> = Arc::default();
+    let recorded = pushes.clone();
+    let router = Router::new().route(
+        shared::protocol::COORDINATOR_LATEST,
+        post(move |body: Bytes| {
+            let recorded = recorded.clone();
+            async move {
+                let Ok((generation, items)) = decode_latest(&body) else {
+                    return StatusCode::BAD_REQUEST;
+                };
+                recorded.lock().push(LatestBatch {
+                    generation,
+                    items: items.iter().map(LatestItem::to_condition).collect(),
+                });
+                StatusCode::OK
+            }
+        }),
+    );
+    (router, pushes)
+}
+
+#[tokio::test]
+async fn latest_conditions_reach_every_replica_and_one_that_was_down_gets_them_when_it_is_up() {
+    // The replica's address, free until it starts.
+    let reserved = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let replica_addr = reserved.local_addr().unwrap();
+    drop(reserved);
+    let worker = TestWorker::spawn_configured(None, false, |config| {
+        config.coordinator_url.push(format!("http://{replica_addr}"));
+    })
+    .await;
+    assert_eq!(
+        worker.post_conditions(ISU, &batch(&[(7000, WARNING)])).await,
+        StatusCode::ACCEPTED
+    );
+    // The replica that is up takes it at once, whatever the other does.
+    worker.wait_for_push(7000).await;
+
+    let (router, replica_pushes) = recording_replica();
+    let listener = tokio::net::TcpListener::bind(replica_addr).await.unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let pushes = replica_pushes.clone();
+    wait_until(
+        "the replica that was down gets the latest",
+        Duration::from_secs(3),
+        || {
+            pushes
+                .lock()
+                .iter()
+                .any(|batch| batch.items.iter().any(|item| item.condition.timestamp == 7000))
+        },
+    )
+    .await;
+    // From then on both get every change.
+    assert_eq!(
+        worker.post_conditions(ISU, &batch(&[(8000, INFO)])).await,
+        StatusCode::ACCEPTED
+    );
+    worker.wait_for_push(8000).await;
+    let pushes = replica_pushes.clone();
+    wait_until("the replica gets the next change", Duration::from_secs(2), || {
+        pushes
+            .lock()
+            .iter()
+            .any(|batch| batch.items.iter().any(|item| item.condition.timestamp == 8000))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn internal_routes_require_the_cluster_secret() {
     let worker = TestWorker::spawn().await;

@@ -4,18 +4,28 @@
 use axum::middleware;
 use axum::Router;
 
-use super::{auth, cells, frontend, internal, isu, trend};
+use super::{auth, cells, frontend, internal, isu, leader, trend};
 use crate::AppState;
 
 pub fn router(state: AppState) -> anyhow::Result<Router> {
-    Ok(Router::new()
+    let on_leader = middleware::from_fn_with_state(state.clone(), leader::on_leader);
+    let raft = state
+        .replica
+        .as_ref()
+        .map(|replica| consensus::network::routes(replica.raft.clone(), &state.config.cluster_secret));
+    let router = Router::new()
         .merge(auth::router())
-        .merge(isu::router())
+        .merge(auth::initialize_router().route_layer(on_leader.clone()))
+        .merge(isu::router().route_layer(on_leader.clone()))
         .merge(trend::router())
         .merge(internal::router())
-        .merge(cells::router())
+        .merge(cells::router().route_layer(on_leader))
         .merge(node_http::debug_router())
         .merge(frontend::router(state.config.static_dir.as_deref())?)
         .route_layer(middleware::from_fn(node_http::track_request))
-        .with_state(state))
+        .with_state(state);
+    Ok(match raft {
+        Some(raft) => router.merge(raft),
+        None => router,
+    })
 }

@@ -19,10 +19,14 @@ use crate::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/initialize", post(initialize))
         .route("/api/auth", post(sign_in))
         .route("/api/signout", post(sign_out))
         .route("/api/user/me", get(me))
+}
+
+/// `POST /initialize` apart: a group's leader alone runs it.
+pub fn initialize_router() -> Router<AppState> {
+    Router::new().route("/initialize", post(initialize))
 }
 
 #[derive(Deserialize)]

@@ -25,6 +25,16 @@ pub fn router() -> Router<AppState> {
             post(latest).layer(DefaultBodyLimit::max(LATEST_BODY_LIMIT)),
         )
         .route(HEALTH, get(health))
+        .route(shared::protocol::COORDINATOR_REPLICA, get(replica))
+}
+
+/// `GET /internal/replica`: this replica's role, term, applied index and leader (404 for a
+/// coordinator that is no replica).
+async fn replica(_: ClusterPeer, State(app): State<AppState>) -> Response {
+    match &app.replica {
+        Some(replica) => axum::Json(replica.status()).into_response(),
+        None => (StatusCode::NOT_FOUND, "this coordinator is not a replica").into_response(),
+    }
 }
 
 /// 412 tells the worker its batch belongs to another generation. The binary form

@@ -2,7 +2,8 @@
 //!
 //! - [`all`]: every area's router merged, with the request metrics middleware;
 //! - `auth`, `isu`, `trend`, `internal`, `cells`, `frontend`: the areas;
-//! - `session`: the signed-in user extractor; `json`: JSON responses.
+//! - `session`: the signed-in user extractor; `json`: JSON responses;
+//! - `leader`: a follower replica forwards the leader-only writes to its leader.
 //!
 //! They use each other in one direction only (checked by `e2e/tests/structure.rs`): `all`
 //! uses the areas, the areas use `session` and `json`, and this module uses none of them
@@ -16,6 +17,7 @@ mod frontend;
 mod internal;
 mod isu;
 mod json;
+pub mod leader;
 mod session;
 mod trend;
 

@@ -170,6 +170,11 @@ impl Generation {
         self.users.write().insert(user.to_owned())
     }
 
+    /// Forgets a user whose record was not logged (the sign-in failed).
+    pub(super) fn remove_user(&self, user: &str) {
+        self.users.write().remove(user);
+    }
+
     /// The ISU `uuid` if `user` owns it.
     pub fn owned_isu(&self, uuid: &str, user: &str) -> Option<Arc<Isu>> {
         self.by_uuid

@@ -44,7 +44,7 @@ pub enum CellsError {
     #[error("migration rolled back: {0}")]
     RolledBack(String),
     #[error("logging failed: {0}")]
-    Log(#[from] shared::wal::WalError),
+    Log(#[from] crate::journal::JournalError),
 }
 
 /// What one migration did (the cells API answers with it).
@@ -371,14 +371,9 @@ impl State {
     }
 
     /// Logs a migration's new state and keeps the unfinished ones in memory (for snapshots).
-    async fn log_migration(&self, migration: &Migration) -> Result<(), shared::wal::WalError> {
+    async fn log_migration(&self, migration: &Migration) -> Result<(), crate::journal::JournalError> {
         self.journal.migration(migration).await?;
-        let mut migrations = self.placement.migrations.lock();
-        if migration.is_finished() {
-            migrations.remove(&migration.id);
-        } else {
-            migrations.insert(migration.id, migration.clone());
-        }
+        self.placement.record_migration(migration);
         Ok(())
     }
 }

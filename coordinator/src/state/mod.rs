@@ -21,6 +21,7 @@ pub mod migration;
 mod model;
 pub mod placement;
 pub mod registration;
+pub mod replica;
 mod trend;
 mod worker_sync;
 
@@ -49,6 +50,9 @@ pub enum Start {
     Fresh { jia_service_url: String },
     /// The generation, users and registrations of a replayed log.
     Restored(Restored),
+    /// A replica of a group (`--replica`): a generation drawn from the dataset until the
+    /// group's log gives it one (see [`replica`]).
+    Replicated { jia_service_url: String },
 }
 
 /// The coordinator's whole state (wrapped in `Arc` by [`AppState`](crate::AppState)).
@@ -59,6 +63,10 @@ pub struct State {
     pub journal: Journal,
     /// The generation came from the log: workers that still hold it keep their data.
     restored: bool,
+    /// One of a group of replicas (the journal is the group's raft log).
+    replicated: bool,
+    /// A replica has applied its group's generation (always true otherwise).
+    established: AtomicBool,
     dataset: Arc<Dataset>,
     pub default_icon: Bytes,
     pub session_key: SessionKey,
@@ -86,13 +94,14 @@ impl State {
         placement: Placement,
         start: Start,
     ) -> State {
-        let restored = matches!(start, Start::Restored(_));
+        let restored = matches!(start, Start::Restored(_) | Start::Replicated { .. });
+        let replicated = matches!(start, Start::Replicated { .. });
         let (generation, jia_service_url) = match start {
             Start::Restored(restored) => (
                 Generation::restored(&restored, &dataset, &default_icon),
                 restored.jia_service_url,
             ),
-            Start::Fresh { jia_service_url } => (
+            Start::Fresh { jia_service_url } | Start::Replicated { jia_service_url } => (
                 Generation::from_dataset(new_generation_id(), &dataset, &default_icon),
                 jia_service_url,
             ),
@@ -105,6 +114,8 @@ impl State {
             jia_service_url: Arc::new(RwLock::new(jia_service_url)),
             journal: Journal::default(),
             restored,
+            replicated,
+            established: AtomicBool::new(!replicated),
             dataset: Arc::new(dataset),
             default_icon,
             session_key,
@@ -171,17 +182,29 @@ impl State {
         Ok(())
     }
 
-    /// Signs a user in (creating it if needed, logged before the answer) and returns the `Set-Cookie` value.
+    /// Signs a user in (creating it if needed, logged before the answer) and returns the
+    /// `Set-Cookie` value. A user whose record was not logged is forgotten again, so a retry
+    /// logs it. Replicated, the leader tells the workers when it applies the record.
     pub async fn sign_in(self: &Arc<Self>, user: &str) -> Result<String, ApiError> {
         let generation = self.generation();
         if generation.add_user(user) {
-            self.journal
-                .user(generation.id, user)
-                .await
-                .map_err(|error| ApiError::Internal(error.to_string()))?;
-            self.user_sync.add(generation.id, user);
+            if let Err(error) = self.journal.user(generation.id, user).await {
+                generation.remove_user(user);
+                return Err(match error {
+                    crate::journal::JournalError::NotCommitted(error) => ApiError::Unavailable(error.to_string()),
+                    other => ApiError::Internal(other.to_string()),
+                });
+            }
+            if !self.replicated {
+                self.user_sync.add(generation.id, user);
+            }
         }
         Ok(self.session_key.set_cookie(user, generation.id))
+    }
+
+    /// Whether this coordinator is one of a group of replicas.
+    pub fn is_replicated(&self) -> bool {
+        self.replicated
     }
 }
 

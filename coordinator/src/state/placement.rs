@@ -79,6 +79,33 @@ impl Placement {
         map
     }
 
+    /// Takes a map from the replicated log: a newer version, or another lineage (a group
+    /// that started over). The leader set it before proposing it; applying it again is a no-op.
+    pub(super) fn adopt_map(&self, map: PlacementMap) {
+        let current = self.map();
+        if map.lineage() != current.lineage() || map.version() > current.version() {
+            self.set_map(map);
+        }
+    }
+
+    /// Keeps a migration's latest state while it is unfinished.
+    pub(super) fn record_migration(&self, migration: &Migration) {
+        let mut migrations = self.migrations.lock();
+        if migration.is_finished() {
+            migrations.remove(&migration.id);
+        } else {
+            migrations.insert(migration.id, migration.clone());
+        }
+    }
+
+    /// The unfinished migrations of a snapshot, in place of those held.
+    pub(super) fn replace_migrations(&self, migrations: &[Migration]) {
+        *self.migrations.lock() = migrations
+            .iter()
+            .map(|migration| (migration.id, migration.clone()))
+            .collect();
+    }
+
     /// What the log's snapshot needs: the map and the unfinished migrations, read when called.
     pub(super) fn snapshot_parts(&self) -> impl Fn() -> (PlacementMap, Vec<Migration>) + Send + Sync + 'static {
         let (map, migrations) = (self.map.clone(), self.migrations.clone());

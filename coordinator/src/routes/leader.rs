@@ -1,0 +1,116 @@
+//! Writes that only the leader of a group of replicas may run (registration, `/initialize`,
+//! migrations): on a follower, [`on_leader`] forwards the request to the leader as it came
+//! and answers with the leader's answer, once this replica has applied what the leader had
+//! applied when it answered, so the client's next read here sees its write.
+//!
+//! A forwarded request carries [`FORWARDED_HEADER`]; a replica that gets one while it does
+//! not lead (leadership moved meanwhile) answers 503 instead of forwarding it again, so a
+//! request crosses at most one hop. Reads and the writes any replica commits through the
+//! log (sign-in) never come here. Without replicas this is a pass-through.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+
+/// Marks a request a follower forwarded.
+pub const FORWARDED_HEADER: &str = "x-isu-forwarded-to-leader";
+/// On the leader's answer to a forwarded request: the index it had applied.
+pub const APPLIED_HEADER: &str = "x-raft-applied";
+/// The largest body forwarded (a registration with its icon is far smaller).
+const FORWARD_BODY_LIMIT: usize = 16 << 20;
+/// How long a follower waits to apply what the leader had applied.
+const APPLY_WAIT: Duration = Duration::from_secs(2);
+
+/// Headers that belong to one connection, not to the request or the answer.
+const HOP_BY_HOP: [HeaderName; 4] = [
+    header::CONNECTION,
+    header::HOST,
+    header::TRANSFER_ENCODING,
+    header::CONTENT_LENGTH,
+];
+
+pub async fn on_leader(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(replica) = app.replica.clone() else {
+        return next.run(request).await;
+    };
+    let forwarded = request.headers().contains_key(FORWARDED_HEADER);
+    if matches!(*request.method(), Method::GET | Method::HEAD) || app.state.is_leader() {
+        let mut response = next.run(request).await;
+        if forwarded {
+            let applied = replica.status().applied_index;
+            response
+                .headers_mut()
+                .insert(APPLIED_HEADER, HeaderValue::from(applied));
+        }
+        return response;
+    }
+    if forwarded {
+        return unavailable("this replica no longer leads; try again");
+    }
+    let Some(leader) = replica.leader_url() else {
+        return unavailable("no leader is known yet (an election is under way); try again");
+    };
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, FORWARD_BODY_LIMIT).await else {
+        return (StatusCode::PAYLOAD_TOO_LARGE, shared::error::PAYLOAD_TOO_LARGE).into_response();
+    };
+    let path = parts.uri.path_and_query().map_or("/", |path| path.as_str());
+    let mut forward = app
+        .forward_client
+        .request(parts.method.clone(), format!("{}{path}", leader.trim_end_matches('/')))
+        .header(FORWARDED_HEADER, replica.id.to_string())
+        .body(body);
+    for (name, value) in &parts.headers {
+        if !HOP_BY_HOP.contains(name) {
+            forward = forward.header(name, value);
+        }
+    }
+    let answer = match forward.send().await {
+        Ok(answer) => answer,
+        Err(error) => {
+            tracing::warn!(%error, %leader, "forwarding a write to the leader failed");
+            return unavailable("the leader did not answer; try again");
+        }
+    };
+    let status = answer.status();
+    let headers = answer.headers().clone();
+    let body = match answer.bytes().await {
+        Ok(body) => body,
+        Err(error) => {
+            tracing::warn!(%error, %leader, "reading the leader's answer failed");
+            return unavailable("the leader did not answer; try again");
+        }
+    };
+    let applied = headers
+        .get(APPLIED_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if let Some(applied) = applied {
+        if !replica.wait_applied(applied, APPLY_WAIT).await {
+            tracing::warn!(applied, "the leader's write was not applied here in time");
+        }
+    }
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    for (name, value) in &headers {
+        if !HOP_BY_HOP.contains(name) && name.as_str() != APPLIED_HEADER {
+            response.headers_mut().append(name, value.clone());
+        }
+    }
+    response
+}
+
+fn unavailable(message: &'static str) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::CONTENT_TYPE, shared::error::TEXT_PLAIN)],
+        message,
+    )
+        .into_response()
+}

@@ -1,0 +1,274 @@
+//! A coordinator replica's side of the replicated log (`--replica`): every replica applies
+//! the committed records of the log to its memory, and the leader alone acts on the
+//! workers, the router and JIA.
+//!
+//! The records are the local journal's (`crate::journal`): a snapshot (a generation, its
+//! users and registered ISUs, the map, the unfinished migrations), a user, an ISU, a removed
+//! ISU, a map, a migration step. The leader changes its memory before it proposes a record
+//! (as the local journal does), so applying one twice must change nothing: every rule below
+//! is idempotent, and a record of another generation is ignored (a registration that raced
+//! an `/initialize`).
+//!
+//! A new group has no generation yet: each replica starts with one drawn from the dataset,
+//! and the first leader proposes a snapshot of its own ([`State::lead`]), which every
+//! replica adopts. A replica is `established` once it has applied a snapshot record.
+//!
+//! While a replica leads ([`State::lead`]) it brings the workers to the generation (a worker
+//! that holds it keeps its data), tells them every user again (the old leader's queue died
+//! with it), finishes or rolls back the migrations it finds unfinished, keeps the router's
+//! map and watches the workers. It stops all of that when it stops leading. A follower asks
+//! the workers to push their latest conditions again once per generation it adopts, since
+//! those are soft state that no log holds.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::generation::Generation;
+use super::model::Isu;
+use super::State;
+use crate::journal::{decode, Record, Restored};
+
+/// Applies the replicated log to a [`State`] (held weakly: the raft it belongs to lives as
+/// long as the state).
+pub struct StateApplier {
+    state: Weak<State>,
+}
+
+impl StateApplier {
+    pub fn new(state: &Arc<State>) -> StateApplier {
+        StateApplier {
+            state: Arc::downgrade(state),
+        }
+    }
+}
+
+impl consensus::Applier for StateApplier {
+    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
+        let Some(state) = self.state.upgrade() else {
+            return Vec::new();
+        };
+        match decode(command) {
+            Some(record) => state.apply_record(record),
+            None => tracing::error!(
+                index,
+                bytes = command.len(),
+                "a replicated record this build cannot read; skipped"
+            ),
+        }
+        Vec::new()
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        match self.state.upgrade() {
+            Some(state) => (state.snapshot_fn())(),
+            None => Vec::new(),
+        }
+    }
+
+    fn restore(&self, snapshot: &[u8]) -> Result<(), String> {
+        if snapshot.is_empty() {
+            return Ok(());
+        }
+        let Some(state) = self.state.upgrade() else {
+            return Ok(());
+        };
+        match decode(snapshot) {
+            Some(Record::Snapshot(restored)) => {
+                state.adopt(restored);
+                Ok(())
+            }
+            _ => Err("the raft snapshot does not hold a coordinator snapshot record".into()),
+        }
+    }
+}
+
+/// How long the leader waits between attempts to bring the workers up.
+const RETRY_EVERY: Duration = Duration::from_millis(200);
+
+impl State {
+    /// Whether this replica leads its group (always true for a lone coordinator).
+    pub fn is_leader(&self) -> bool {
+        match self.journal.raft() {
+            Some(raft) => raft.metrics().borrow().state == consensus::openraft::ServerState::Leader,
+            None => !self.replicated,
+        }
+    }
+
+    /// Applies one committed record (see the module documentation).
+    fn apply_record(&self, record: Record) {
+        let current = self.generation();
+        match record {
+            Record::Snapshot(restored) => self.adopt(restored),
+            Record::User { generation, user } if generation == current.id => {
+                current.add_user(&user);
+                // Only the leader tells the workers (it is the one running the syncer).
+                if self.is_leader() {
+                    self.user_sync.add(generation, &user);
+                }
+            }
+            Record::Isu { generation, isu } if generation == current.id => {
+                if current.by_uuid.contains_key(&isu.uuid) {
+                    return; // the leader published it before proposing it
+                }
+                current.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
+                current.publish(Isu {
+                    id: isu.id,
+                    uuid: isu.uuid,
+                    name: isu.name,
+                    character: isu.character,
+                    owner: isu.owner,
+                    image: isu.image.unwrap_or_else(|| self.default_icon.clone()),
+                    latest: Mutex::new(None),
+                });
+            }
+            Record::Removed { generation, uuid } if generation == current.id => current.remove(&uuid),
+            Record::Map(map) => self.placement.adopt_map(map),
+            Record::Migration(migration) => self.placement.record_migration(&migration),
+            Record::User { .. } | Record::Isu { .. } | Record::Removed { .. } => {}
+        }
+    }
+
+    /// Takes a snapshot record's state: its generation (kept, and completed, when it is the
+    /// current one), JIA's URL, the map if newer, the unfinished migrations.
+    fn adopt(&self, restored: Restored) {
+        let current = self.generation();
+        if current.id == restored.generation {
+            for user in &restored.users {
+                current.add_user(user);
+            }
+            for isu in &restored.isus {
+                if current.by_uuid.contains_key(&isu.uuid) {
+                    continue;
+                }
+                current.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
+                current.publish(Isu {
+                    id: isu.id,
+                    uuid: isu.uuid.clone(),
+                    name: isu.name.clone(),
+                    character: isu.character.clone(),
+                    owner: isu.owner.clone(),
+                    image: isu.image.clone().unwrap_or_else(|| self.default_icon.clone()),
+                    latest: Mutex::new(None),
+                });
+            }
+        } else {
+            let generation = Generation::restored(&restored, &self.dataset, &self.default_icon);
+            *self.current.write() = Arc::new(generation);
+            tracing::info!(generation = restored.generation, "replica adopted a generation");
+        }
+        *self.jia_service_url.write() = restored.jia_service_url.clone();
+        if let Some(map) = restored.placement.clone() {
+            self.placement.adopt_map(map);
+        }
+        self.placement.replace_migrations(&restored.migrations);
+        self.established.store(true, Ordering::Release);
+    }
+
+    /// Whether this replica has applied a generation of its group.
+    pub fn is_established(&self) -> bool {
+        self.established.load(Ordering::Acquire)
+    }
+
+    /// Acts as the leader while this replica leads, and as a follower otherwise, until the
+    /// task is dropped (see the module documentation).
+    pub async fn lead(self: Arc<Self>) {
+        let Some(raft) = self.journal.raft().cloned() else {
+            return;
+        };
+        let mut metrics = raft.metrics();
+        let mut resent_for = 0u64;
+        loop {
+            let leading = metrics.borrow().state == consensus::openraft::ServerState::Leader;
+            if leading {
+                let duties = tokio::spawn(self.clone().leader_duties());
+                while metrics.borrow().state == consensus::openraft::ServerState::Leader {
+                    if metrics.changed().await.is_err() {
+                        duties.abort();
+                        return;
+                    }
+                }
+                duties.abort();
+                tracing::info!("this replica no longer leads");
+                // The next leader runs the migrations and the workers' resets from here on.
+                self.ready.store(self.is_established(), Ordering::Release);
+                continue;
+            }
+            if self.is_established() {
+                self.ready.store(true, Ordering::Release);
+                let generation = self.generation().id;
+                if resent_for != generation && self.resend_latest_everywhere(generation).await {
+                    resent_for = generation;
+                }
+            }
+            // Woken by any change of the raft's state (terms, applied entries, leaders), or
+            // every second to retry a resend that failed.
+            let _ = tokio::time::timeout(Duration::from_secs(1), metrics.changed()).await;
+        }
+    }
+
+    /// Asks every worker to push its latest conditions of `generation` again (to every
+    /// replica); true when all of them took the request.
+    async fn resend_latest_everywhere(&self, generation: u64) -> bool {
+        let asked = futures_util::future::join_all(
+            self.workers
+                .cells()
+                .map(|cell| self.workers.resend_latest(cell, generation)),
+        )
+        .await;
+        asked.iter().all(Result::is_ok)
+    }
+
+    /// What the leader does: a generation for a new group, the workers brought to it,
+    /// every user told to them again, the migrations recovered, then the router kept and the
+    /// workers watched. Ends when aborted (the replica stopped leading).
+    async fn leader_duties(self: Arc<Self>) {
+        tracing::info!(generation = self.generation().id, "this replica leads");
+        while !self.is_established() {
+            // A new group: this replica's own generation becomes the group's.
+            if let Err(error) = self.journal.snapshot().await {
+                tracing::warn!(%error, "proposing the group's first generation failed; retrying");
+                tokio::time::sleep(RETRY_EVERY).await;
+            }
+        }
+        let generation = self.generation();
+        loop {
+            let resetting = self.reset_lock.lock().await;
+            match self.reset_workers(&generation, true).await {
+                Ok(()) => break,
+                Err(error) => {
+                    drop(resetting);
+                    tracing::info!(%error, "waiting for workers");
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+            }
+        }
+        self.ready.store(true, Ordering::Release);
+        for user in generation.users.read().iter() {
+            self.user_sync.add(generation.id, user);
+        }
+        let stop_user_sync = tokio_util::sync::CancellationToken::new();
+        let _stop_on_drop = stop_user_sync.clone().drop_guard();
+        let user_sync = tokio::spawn(self.user_sync.clone().run(self.workers.clone(), stop_user_sync));
+        let keeper = self.clone();
+        let router = tokio::spawn(async move {
+            keeper.placement.write_router_file().await;
+            keeper.placement.keep_router().await;
+        });
+        let _abort_router = AbortOnDrop(router);
+        let _abort_user_sync = AbortOnDrop(user_sync);
+        self.recover_migrations().await;
+        self.watch_workers().await;
+    }
+}
+
+/// Aborts its task when dropped (a leader's duties end with its leadership).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
