@@ -31,6 +31,9 @@ pub struct ClusterOptions {
     pub activation_delay: Duration,
     /// How many workers (cells a, b, c, ...).
     pub workers: usize,
+    /// How many coordinators: 1, or a group of replicas (`--replica`), each with its own
+    /// data directory (kept across restarts, durable or not).
+    pub coordinators: usize,
     /// `target_base_url` of each cell's devices; default: the worker's own device server
     /// (`--device-listen`), as `scripts/cluster` runs it.
     pub device_urls: Option<Vec<String>>,
@@ -72,6 +75,7 @@ impl Default for ClusterOptions {
         ClusterOptions {
             activation_delay: Duration::from_millis(50),
             workers: 2,
+            coordinators: 1,
             device_urls: None,
             coordinator_args: Vec::new(),
             signer: None,
@@ -86,7 +90,11 @@ impl Default for ClusterOptions {
 
 /// A running cluster. Dropping it kills the node processes and stops the simulator.
 pub struct Cluster {
+    /// The coordinator (the first replica of a group).
     pub coordinator: String,
+    /// Every coordinator replica (the coordinator alone without a group); replica `i + 1`
+    /// is node `workers.len() + i`.
+    pub coordinators: Vec<String>,
     /// Worker A (even first hex digit), worker B (odd), then any further cells.
     pub workers: Vec<String>,
     /// The workers' own device servers (`--device-listen`): device posts only.
@@ -96,7 +104,7 @@ pub struct Cluster {
     pub signer: JwtSigner,
     /// Declared before `scratch`: the processes die before their log directory goes.
     processes: Vec<NodeProcess>,
-    /// Flags of every worker and then the coordinator, to start them again.
+    /// Flags of every worker and then the coordinator(s), to start them again.
     node_args: Vec<Vec<String>>,
     /// Node names in the same order (`worker-a`, ..., `coordinator`).
     names: Vec<&'static str>,
@@ -110,6 +118,13 @@ pub struct Cluster {
 /// Cell names of test clusters, in order.
 pub const CELL_NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 const WORKER_NAMES: [&str; 6] = ["worker-a", "worker-b", "worker-c", "worker-d", "worker-e", "worker-f"];
+const COORDINATOR_NAMES: [&str; 5] = [
+    "coordinator",
+    "coordinator-2",
+    "coordinator-3",
+    "coordinator-4",
+    "coordinator-5",
+];
 
 /// Starts a cluster with the default options and initializes it.
 pub async fn spawn_cluster() -> Cluster {
@@ -139,12 +154,24 @@ async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
         (1..=CELL_NAMES.len()).contains(&count),
         "test clusters have 1 to 6 workers"
     );
-    let ports = free_ports::<13>();
-    let coordinator_port = ports[0];
+    let replicas = options.coordinators;
+    assert!(
+        (1..=COORDINATOR_NAMES.len()).contains(&replicas),
+        "test clusters have 1 to 5 coordinators"
+    );
+    let ports = free_ports::<17>();
+    let coordinator_ports: Vec<u16> = [ports[0]]
+        .into_iter()
+        .chain(ports[13..12 + replicas].iter().copied())
+        .collect();
     let (worker_ports, device_ports) = (&ports[1..1 + count], &ports[7..7 + count]);
     let scratch = ScratchDir::new("cluster");
     let secret = format!("test-secret-{}", uuid::Uuid::new_v4().simple());
-    let coordinator = format!("http://127.0.0.1:{coordinator_port}");
+    let coordinators: Vec<String> = coordinator_ports
+        .iter()
+        .map(|port| format!("http://127.0.0.1:{port}"))
+        .collect();
+    let coordinator = coordinators[0].clone();
     let workers: Vec<String> = worker_ports
         .iter()
         .map(|port| format!("http://127.0.0.1:{port}"))
@@ -170,7 +197,7 @@ async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
     let device_urls = options.device_urls.clone().unwrap_or_else(|| device_servers.clone());
 
     let mut names: Vec<&'static str> = WORKER_NAMES[..count].to_vec();
-    names.push("coordinator");
+    names.extend(&COORDINATOR_NAMES[..replicas]);
     let mut node_args: Vec<Vec<String>> = (0..count)
         .map(|index| {
             worker_node_args(
@@ -179,35 +206,53 @@ async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
                 index,
                 worker_ports[index],
                 device_ports[index],
-                &coordinator,
+                &coordinators,
                 &secret,
             )
         })
         .collect();
-    node_args.push(Vec::new());
-    let args = &mut node_args[count];
-    args.extend(["--listen".into(), format!("127.0.0.1:{coordinator_port}")]);
-    for index in 0..count {
+    for (replica, port) in coordinator_ports.iter().enumerate() {
+        let mut args = vec!["--listen".to_owned(), format!("127.0.0.1:{port}")];
+        for index in 0..count {
+            args.extend([
+                "--worker".into(),
+                format!("{}={},{}", CELL_NAMES[index], workers[index], device_urls[index]),
+            ]);
+        }
         args.extend([
-            "--worker".into(),
-            format!("{}={},{}", CELL_NAMES[index], workers[index], device_urls[index]),
+            "--cluster-secret".into(),
+            secret.clone(),
+            "--jia-service-url".into(),
+            jia.url(),
         ]);
+        if replicas > 1 {
+            args.extend([
+                "--replica-id".into(),
+                (replica + 1).to_string(),
+                "--data-dir".into(),
+                scratch
+                    .path
+                    .join("data")
+                    .join(COORDINATOR_NAMES[replica])
+                    .display()
+                    .to_string(),
+            ]);
+            for (other, url) in coordinators.iter().enumerate() {
+                args.extend(["--replica".into(), format!("{}={url}", other + 1)]);
+            }
+        } else {
+            args.extend(data_dir_args(&options, &scratch, "coordinator"));
+        }
+        args.extend(options.coordinator_args.iter().cloned());
+        node_args.push(args);
     }
-    args.extend([
-        "--cluster-secret".into(),
-        secret.clone(),
-        "--jia-service-url".into(),
-        jia.url(),
-    ]);
-    args.extend(data_dir_args(&options, &scratch, "coordinator"));
-    args.extend(options.coordinator_args.iter().cloned());
     let fail_points = options.fail_points.clone();
-    let processes = (0..=count)
+    let processes = (0..count + replicas)
         .map(|index| {
             NodeProcess::spawn(
                 names[index],
                 node_command(
-                    index == count,
+                    index >= count,
                     &node_args[index],
                     fail_points.as_deref(),
                     options.proxy.as_deref(),
@@ -219,6 +264,7 @@ async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
 
     let mut cluster = Cluster {
         coordinator,
+        coordinators,
         workers,
         device_servers,
         jia,
@@ -327,7 +373,7 @@ impl Cluster {
         let urls: Vec<String> = self
             .workers
             .iter()
-            .chain([&self.coordinator])
+            .chain(&self.coordinators)
             .map(|base| format!("{base}/healthz"))
             .collect();
         let deadline = Instant::now() + READY_TIMEOUT;
@@ -380,7 +426,7 @@ impl Cluster {
     /// Starts node `index` again with its flags (its log file is appended to); returns once it listens.
     pub fn start_node(&mut self, index: usize) {
         let name = self.names[index];
-        let is_coordinator = index == self.workers.len();
+        let is_coordinator = index >= self.workers.len();
         self.processes[index] = NodeProcess::spawn_appending(
             name,
             node_command(
@@ -392,7 +438,7 @@ impl Cluster {
             &self.scratch.path,
         );
         let base = if is_coordinator {
-            &self.coordinator
+            &self.coordinators[index - self.workers.len()]
         } else {
             &self.workers[index]
         };
@@ -418,6 +464,7 @@ impl Cluster {
             self.options.durable,
             "add_worker restarts the coordinator: durable clusters only"
         );
+        assert_eq!(self.coordinators.len(), 1, "add_worker restarts the one coordinator");
         let index = self.workers.len();
         assert!(index < CELL_NAMES.len(), "test clusters have at most 6 workers");
         let [port, device_port] = free_ports::<2>();
@@ -427,7 +474,7 @@ impl Cluster {
             index,
             port,
             device_port,
-            &self.coordinator,
+            &self.coordinators,
             &self.secret,
         );
         let worker = format!("http://127.0.0.1:{port}");
@@ -579,7 +626,7 @@ fn worker_node_args(
     index: usize,
     port: u16,
     device_port: u16,
-    coordinator: &str,
+    coordinators: &[String],
     secret: &str,
 ) -> Vec<String> {
     let mut args: Vec<String> = vec![
@@ -589,11 +636,12 @@ fn worker_node_args(
         format!("127.0.0.1:{port}"),
         "--device-listen".into(),
         format!("127.0.0.1:{device_port}"),
-        "--coordinator-url".into(),
-        coordinator.into(),
         "--cluster-secret".into(),
         secret.into(),
     ];
+    for coordinator in coordinators {
+        args.extend(["--coordinator-url".into(), coordinator.clone()]);
+    }
     args.extend(data_dir_args(options, scratch, WORKER_NAMES[index]));
     args.extend(options.worker_args.iter().cloned());
     args

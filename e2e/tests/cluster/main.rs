@@ -18,6 +18,7 @@ mod nodes;
 mod public;
 mod reads;
 mod recovery;
+mod replicas;
 mod router;
 mod security;
 mod sessions;

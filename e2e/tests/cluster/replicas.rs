@@ -1,0 +1,189 @@
+//! Three coordinator replicas (`--replica`): every replica serves the API, a follower
+//! forwards what only the leader runs, the leader's death is survived and the killed
+//! replica catches up when it starts again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use e2e::*;
+use serde_json::Value;
+
+/// Each replica's `/internal/replica` answer (`None`: it did not answer).
+async fn statuses(cluster: &Cluster) -> Vec<Option<Value>> {
+    let mut answers = Vec::new();
+    for base in &cluster.coordinators {
+        let answer = match cluster.internal_get(&format!("{base}/internal/replica")).await {
+            Ok(response) if response.status().is_success() => response.json::<Value>().await.ok(),
+            _ => None,
+        };
+        answers.push(answer);
+    }
+    answers
+}
+
+/// The replica (0-based) every answering replica names as leader, once they agree.
+async fn agreed_leader(cluster: &Cluster) -> usize {
+    wait_until("the replicas agree on a leader", Duration::from_secs(15), || async {
+        let answers: Vec<Value> = statuses(cluster).await.into_iter().flatten().collect();
+        let leader = answers.first()?["leader"].as_u64()?;
+        let agreed = answers.iter().all(|answer| answer["leader"].as_u64() == Some(leader));
+        let leads = answers
+            .iter()
+            .any(|answer| answer["id"].as_u64() == Some(leader) && answer["role"] == "leader");
+        (agreed && leads).then_some(leader as usize - 1)
+    })
+    .await
+}
+
+/// An agent whose coordinator routes go to replica `replica`.
+fn agent_of(cluster: &Cluster, replica: usize) -> Agent {
+    Agent::new(Routes::Direct {
+        coordinator: cluster.coordinators[replica].clone(),
+        workers: cluster.workers.clone(),
+    })
+}
+
+/// The UUIDs of the signed-in user's ISUs as `agent`'s replica lists them (`None` when it
+/// does not answer 200).
+async fn listed(agent: &Agent) -> Option<BTreeSet<String>> {
+    let reply = agent.try_get("/api/isu").await.ok()?;
+    if reply.status.as_u16() != 200 {
+        return None;
+    }
+    Some(
+        reply
+            .json(200)
+            .as_array()?
+            .iter()
+            .filter_map(|isu| isu["jia_isu_uuid"].as_str().map(str::to_owned))
+            .collect(),
+    )
+}
+
+/// Samples every replica's role and term every 50 ms; the leaders seen per term.
+fn sample_leaders(cluster: &Cluster) -> (Arc<Mutex<BTreeMap<u64, BTreeSet<u64>>>>, tokio::task::JoinHandle<()>) {
+    let seen: Arc<Mutex<BTreeMap<u64, BTreeSet<u64>>>> = Arc::default();
+    let (client, secret, bases) = (
+        cluster.raw_client(),
+        cluster.secret.clone(),
+        cluster.coordinators.clone(),
+    );
+    let record = seen.clone();
+    let sampler = tokio::spawn(async move {
+        loop {
+            for base in &bases {
+                let answer = client
+                    .get(format!("{base}/internal/replica"))
+                    .header(shared::protocol::SECRET_HEADER, &secret)
+                    .timeout(Duration::from_millis(200))
+                    .send()
+                    .await;
+                let Ok(answer) = answer else { continue };
+                let Ok(status) = answer.json::<Value>().await else {
+                    continue;
+                };
+                if status["role"] == "leader" {
+                    let (term, id) = (status["term"].as_u64().unwrap(), status["id"].as_u64().unwrap());
+                    record.lock().unwrap().entry(term).or_default().insert(id);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    (seen, sampler)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_serve_the_api_survive_the_leader_s_death_and_catch_up() {
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        ..ClusterOptions::default()
+    })
+    .await;
+    let (leaders_per_term, sampler) = sample_leaders(&cluster);
+    let workers = cluster.workers.len();
+    let leader = agreed_leader(&cluster).await;
+    let follower = (leader + 1) % 3;
+
+    // Through a follower: the sign-in commits the new user, the registration is forwarded
+    // to the leader, and the follower's own list shows it at once.
+    let alice = sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await;
+    let first = cluster.known_uuid('a', 61);
+    alice.register(&first, "first", None).await.json(201);
+    assert_eq!(listed(&alice).await, Some(BTreeSet::from([first.clone()])));
+    // Every replica lists it, with the latest condition its device posted to the worker.
+    for replica in 0..3 {
+        let reader = sign_in_with(agent_of(&cluster, replica), &cluster.signer, "alice").await;
+        wait_until(
+            "every replica lists the ISU with a condition",
+            Duration::from_secs(10),
+            || async {
+                let reply = reader.try_get("/api/isu").await.ok()?;
+                let list = reply.json(200);
+                let isu = list
+                    .as_array()?
+                    .iter()
+                    .find(|isu| isu["jia_isu_uuid"] == first.as_str())?;
+                isu["latest_isu_condition"]["timestamp"].as_i64().map(|_| ())
+            },
+        )
+        .await;
+    }
+
+    // The leader dies; the survivors elect another and take writes again.
+    cluster.kill_node(workers + leader);
+    let killed_at = Instant::now();
+    let survivor = (leader + 2) % 3;
+    let bob = agent_of(&cluster, survivor);
+    let second = cluster.known_uuid('b', 62);
+    wait_until("a survivor signs a new user in", Duration::from_secs(10), || async {
+        let reply = bob.auth(Some(&cluster.signer.sign("bob"))).await;
+        (reply.status.as_u16() == 200).then_some(())
+    })
+    .await;
+    let signed_in_after = killed_at.elapsed();
+    wait_until("a survivor registers an ISU", Duration::from_secs(10), || async {
+        let reply = bob.register(&second, "second", None).await;
+        (reply.status.as_u16() == 201).then_some(())
+    })
+    .await;
+    let new_leader = agreed_leader(&cluster).await;
+    assert_ne!(new_leader, leader);
+    eprintln!("writes served again {signed_in_after:?} after the leader's death");
+
+    // The killed replica starts again from its directory and catches up.
+    cluster.start_node(workers + leader);
+    let alice_there = sign_in_with(agent_of(&cluster, leader), &cluster.signer, "alice").await;
+    let bob_there = sign_in_with(agent_of(&cluster, leader), &cluster.signer, "bob").await;
+    wait_until(
+        "the restarted replica has caught up",
+        Duration::from_secs(15),
+        || async {
+            let caught_up = listed(&alice_there).await == Some(BTreeSet::from([first.clone()]))
+                && listed(&bob_there).await == Some(BTreeSet::from([second.clone()]));
+            caught_up.then_some(())
+        },
+    )
+    .await;
+    let answers: Vec<Value> = statuses(&cluster).await.into_iter().flatten().collect();
+    assert_eq!(answers.len(), 3, "every replica answers: {answers:?}");
+
+    // JIA activated each ISU once; no term had two leaders.
+    let activations = cluster.jia.activations();
+    for uuid in [&first, &second] {
+        let count = activations
+            .iter()
+            .filter(|activation| activation.isu_uuid == *uuid)
+            .count();
+        assert_eq!(count, 1, "activations of {uuid}");
+    }
+    sampler.abort();
+    let seen = leaders_per_term.lock().unwrap().clone();
+    assert!(seen.len() >= 2, "a leader was seen in two terms at least: {seen:?}");
+    assert!(
+        seen.values().all(|leaders| leaders.len() == 1),
+        "one leader per term: {seen:?}"
+    );
+    cluster.assert_no_crash();
+}
