@@ -61,9 +61,12 @@ async fn listed(agent: &Agent) -> Option<BTreeSet<String>> {
     )
 }
 
+/// The replicas seen leading, by term.
+type LeadersPerTerm = Arc<Mutex<BTreeMap<u64, BTreeSet<u64>>>>;
+
 /// Samples every replica's role and term every 50 ms; the leaders seen per term.
-fn sample_leaders(cluster: &Cluster) -> (Arc<Mutex<BTreeMap<u64, BTreeSet<u64>>>>, tokio::task::JoinHandle<()>) {
-    let seen: Arc<Mutex<BTreeMap<u64, BTreeSet<u64>>>> = Arc::default();
+fn sample_leaders(cluster: &Cluster) -> (LeadersPerTerm, tokio::task::JoinHandle<()>) {
+    let seen: LeadersPerTerm = Arc::default();
     let (client, secret, bases) = (
         cluster.raw_client(),
         cluster.secret.clone(),
