@@ -104,7 +104,10 @@ pub struct Options {
     pub static_dir: PathBuf,
     pub public_listen: String,
     pub public_server_name: String,
-    pub coordinator: String,
+    /// The coordinator's node address, or each replica's (one upstream over all of them:
+    /// a client's requests go to one replica by its session cookie, so it reads its own
+    /// writes there; a replica that fails is skipped for two seconds).
+    pub coordinators: Vec<String>,
     /// 1 to 16 cells.
     pub cells: Vec<CellSpec>,
     /// The router's map file; default `RUN_DIR/placement.map`.
@@ -424,18 +427,21 @@ impl Resolved<'_> {
             self.run_dir.as_str(),
             self.static_dir.as_str(),
             options.public_listen.as_str(),
-            options.coordinator.as_str(),
             options.worker_processes.as_str(),
             self.placement.as_str(),
             self.secret_file.as_str(),
             options.router_control.as_str(),
         ];
+        values.extend(options.coordinators.iter().map(String::as_str));
         values.extend(
             options
                 .cells
                 .iter()
                 .flat_map(|cell| [cell.node.as_str(), cell.device_listen.as_str()]),
         );
+        if options.coordinators.is_empty() {
+            return Err(invalid("no coordinator address".to_owned()));
+        }
         if let Some(value) = values.into_iter().find(|value| unusable(value)) {
             return Err(invalid(format!(
                 "value unusable in nginx.conf (empty, or has whitespace, ; {{ }} quotes, $ or a backslash): '{value}'"
@@ -604,7 +610,7 @@ impl Resolved<'_> {
             ("PUBLIC_LISTEN", self.listen(&options.public_listen, true, true)),
             ("PUBLIC_SERVER_NAME", options.public_server_name.clone()),
             ("PUBLIC_ACCESS_LOG", public_access_log),
-            ("COORDINATOR", options.coordinator.clone()),
+            ("COORDINATOR_SERVERS", coordinator_servers(&options.coordinators)),
             ("DEVICE_SERVERS", device_servers),
             ("PLACEMENT_FILE", self.placement.clone()),
             ("STATIC_DIR", self.static_dir.clone()),
@@ -621,6 +627,27 @@ impl Resolved<'_> {
                 "template has placeholders this renderer does not know: {unknown}"
             ))
         })
+    }
+}
+
+/// The coordinator upstream's servers: one as it is; replicas by the session cookie (a
+/// client stays on one replica, which has applied its writes before answering), each one
+/// set aside for 2 s after a failure (its requests go to the next one meanwhile).
+fn coordinator_servers(coordinators: &[String]) -> String {
+    match coordinators {
+        [one] => format!("        server {one};"),
+        replicas => {
+            let mut lines = vec![format!(
+                "        hash $cookie_{} consistent;",
+                shared::session::COOKIE_NAME
+            )];
+            lines.extend(
+                replicas
+                    .iter()
+                    .map(|replica| format!("        server {replica} max_fails=1 fail_timeout=2s;")),
+            );
+            lines.join("\n")
+        }
     }
 }
 

@@ -488,7 +488,7 @@ fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow
         static_dir: inventory.web_dir.clone(),
         public_listen: socket(host.public_address, inventory.public_port()),
         public_server_name: host.server_name.clone(),
-        coordinator: internal(inventory, host),
+        coordinators: vec![internal(inventory, host)],
         cells,
         placement: Some(placement_file(inventory)),
         secret_file: PathBuf::from(ROUTER_SECRET_FILE),

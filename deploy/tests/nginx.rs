@@ -38,7 +38,7 @@ fn options(run_dir: &Path, static_dir: &Path, cells: &[&str]) -> Options {
         static_dir: static_dir.to_owned(),
         public_listen: "127.0.0.2:8080".to_owned(),
         public_server_name: "isucondition-1.t.isucon.dev".to_owned(),
-        coordinator: "127.0.0.2:3000".to_owned(),
+        coordinators: vec!["127.0.0.2:3000".to_owned()],
         cells: cells.iter().map(|spec| cell(spec)).collect(),
         placement: None,
         secret_file: static_dir.parent().unwrap_or(static_dir).join("secret"),
@@ -65,7 +65,7 @@ fn for_host_two_cells_render_as_the_fixture() {
         ],
     );
     options.public_listen = "0.0.0.0:443".to_owned();
-    options.coordinator = "10.0.0.1:3000".to_owned();
+    options.coordinators = vec!["10.0.0.1:3000".to_owned()];
     options.placement = Some("/srv/isu/coordinator/placement.map".into());
     options.secret_file = "/etc/isucondition/router.secret".into();
     options.router_control = "127.0.0.1:3099".to_owned();
@@ -75,7 +75,8 @@ fn for_host_two_cells_render_as_the_fixture() {
     assert_fixture(&text, "for-host-2-cells.conf");
 }
 
-/// Three cells (one named with a dash and its own server name), device servers, TLS.
+/// Three cells (one named with a dash and its own server name), device servers, TLS, and
+/// three coordinator replicas (balanced by the session cookie).
 #[test]
 fn for_host_three_cells_with_tls_render_as_the_fixture() {
     let mut options = options(
@@ -88,7 +89,11 @@ fn for_host_three_cells_with_tls_render_as_the_fixture() {
         ],
     );
     options.public_listen = "0.0.0.0:443".to_owned();
-    options.coordinator = "10.0.0.1:3000".to_owned();
+    options.coordinators = vec![
+        "10.0.0.1:3000".to_owned(),
+        "10.0.0.2:3001".to_owned(),
+        "10.0.0.3:3001".to_owned(),
+    ];
     options.tls = Some(Tls {
         cert: "/etc/ssl/cert.pem".into(),
         key: "/etc/ssl/key.pem".into(),
@@ -121,7 +126,7 @@ fn for_host_refuses_relative_paths_bad_users_and_unusable_values() {
     let error = nginx::render_for_host(&good, "Root;").unwrap_err().to_string();
     assert!(error.contains("is not a user name"), "{error}");
     let mut spaced = good.clone();
-    spaced.coordinator = "h:1; evil".to_owned();
+    spaced.coordinators = vec!["h:1; evil".to_owned()];
     let error = nginx::render_for_host(&spaced, "www-data").unwrap_err().to_string();
     assert!(error.contains("value unusable in nginx.conf"), "{error}");
     let mut exposed = good.clone();

@@ -134,7 +134,7 @@ fn render_config(request: &RenderRequest) -> PathBuf {
         static_dir: request.static_dir.to_owned(),
         public_listen: request.public_listen.clone(),
         public_server_name: "isucondition-1.t.isucon.dev".to_owned(),
-        coordinator: request.coordinator.clone(),
+        coordinators: vec![request.coordinator.clone()],
         cells,
         placement: None,
         secret_file: request.secret_file.clone(),

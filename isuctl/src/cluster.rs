@@ -124,6 +124,13 @@ pub struct Options {
     /// workers adds cells holding nothing (move slots to them with 'cells rebalance').
     #[arg(long, global = true, env = "ISU_WORKER_COUNT", default_value_t = 2)]
     pub workers: usize,
+    /// Number of coordinators, 1 to 5: one (the default), or a group of replicas
+    /// (`coordinator`, `coordinator-2`, ... on COORDINATOR_HOST:NODE_PORT, NODE_PORT+1, ...)
+    /// that keep the control plane up through the loss of a minority; nginx balances over
+    /// them. Each replica keeps its raft log in RUN_DIR/data/NAME (emptied at 'up' unless
+    /// --durable).
+    #[arg(long, global = true, env = "ISU_COORDINATOR_COUNT", default_value_t = 1)]
+    pub coordinators: usize,
     /// The coordinator's initial data: generated[:N] (scaled to N ISUs) or a file [default:
     /// the binary's own, 'generated'].
     #[arg(long, global = true, env = "ISU_DATASET")]
@@ -217,6 +224,9 @@ impl Cluster {
         if !(1..=shared::placement_map::MAX_CELLS).contains(&options.workers) {
             bail!("--workers must be 1 to 16");
         }
+        if !(1..=MAX_COORDINATORS).contains(&options.coordinators) {
+            bail!("--coordinators must be 1 to {MAX_COORDINATORS}");
+        }
         if !valid_fsync(&options.fsync) {
             bail!("--fsync must be always, never or <N>ms");
         }
@@ -241,6 +251,20 @@ impl Cluster {
 
     fn coordinator_listen(&self) -> String {
         format!("{}:{}", self.addresses.coordinator_host, self.addresses.node_port)
+    }
+
+    /// Every coordinator's name and address: `coordinator` on NODE_PORT, then the other
+    /// replicas of a group on the next ports.
+    fn coordinators(&self) -> Vec<(String, String)> {
+        (1..=self.options.coordinators)
+            .map(|replica| {
+                let port = self.addresses.node_port + replica as u16 - 1;
+                (
+                    coordinator_name(replica),
+                    format!("{}:{port}", self.addresses.coordinator_host),
+                )
+            })
+            .collect()
     }
 
     /// nginx's control server (the coordinator hands it each new map): `COORDINATOR_HOST:ROUTER_PORT`.
@@ -287,7 +311,8 @@ impl Cluster {
     /// Stop order (start order is the reverse: workers first, the coordinator resets them
     /// before it becomes ready); jia runs only with --jia.
     fn all_names() -> Vec<String> {
-        let mut names = vec!["jia".to_owned(), "nginx".to_owned(), "coordinator".to_owned()];
+        let mut names = vec!["jia".to_owned(), "nginx".to_owned()];
+        names.extend((1..=MAX_COORDINATORS).rev().map(coordinator_name));
         names.extend(
             (0..shared::placement_map::MAX_CELLS)
                 .rev()
@@ -300,6 +325,14 @@ impl Cluster {
         Cluster::all_names()
             .into_iter()
             .filter(|name| self.records.running(name).is_some())
+            .collect()
+    }
+
+    /// Coordinators this run dir has started (a command line recorded), in replica order.
+    fn recorded_coordinators(&self) -> Vec<String> {
+        (1..=MAX_COORDINATORS)
+            .map(coordinator_name)
+            .filter(|name| self.records.command_file(name).exists())
             .collect()
     }
 
@@ -342,8 +375,10 @@ impl Cluster {
 
     /// The `/healthz` URL of node NAME, or an error naming the nodes there are.
     fn node_health_url(&self, name: &str) -> anyhow::Result<String> {
-        if name == "coordinator" {
-            return Ok(format!("http://{}/healthz", self.coordinator_listen()));
+        let replica = (1..=MAX_COORDINATORS).find(|replica| coordinator_name(*replica) == name);
+        if let Some(replica) = replica {
+            let port = self.addresses.node_port + replica as u16 - 1;
+            return Ok(format!("http://{}:{port}/healthz", self.addresses.coordinator_host));
         }
         let index = name
             .strip_prefix("worker-")
@@ -439,7 +474,8 @@ impl Cluster {
             .and_then(|cluster| cluster.jia_url.clone())
             .unwrap_or_else(|| format!("http://{}", self.jia_listen()));
         let mut names = self.recorded_workers();
-        names.extend(["coordinator".to_owned(), "nginx".to_owned()]);
+        names.extend(self.recorded_coordinators());
+        names.push("nginx".to_owned());
         if self.records.pid_file("jia").exists() {
             names.push("jia".to_owned());
         }
@@ -477,15 +513,18 @@ impl Cluster {
         let mut names = names.to_vec();
         if names.is_empty() {
             names = self.recorded_workers();
-            names.extend(["coordinator".to_owned(), "nginx".to_owned()]);
+            names.extend(self.recorded_coordinators());
+            names.push("nginx".to_owned());
         }
         let mut files = Vec::new();
         for name in &names {
             let is_worker = name
                 .strip_prefix("worker-")
                 .is_some_and(|cell| local::cell_index(cell).is_some());
+            let is_coordinator = (1..=MAX_COORDINATORS).any(|replica| coordinator_name(replica) == *name);
             match name.as_str() {
-                "coordinator" | "jia" => files.push(self.records.log_file(name)),
+                "jia" => files.push(self.records.log_file(name)),
+                _ if is_coordinator => files.push(self.records.log_file(name)),
                 _ if is_worker => files.push(self.records.log_file(name)),
                 "nginx" => files.extend([self.records.log_file("nginx"), self.run_dir.join("nginx-error.log")]),
                 "access" => files.push(self.run_dir.join("nginx-access.log")),
@@ -823,11 +862,33 @@ fn started(name: &str, process: Process) {
     log(format!("started {name} (pid {})", process.pid));
 }
 
+/// The most coordinator replicas a local cluster runs.
+const MAX_COORDINATORS: usize = 5;
+
+/// Replica 1 is `coordinator`, the others `coordinator-2`, `coordinator-3`, ...
+fn coordinator_name(replica: usize) -> String {
+    match replica {
+        1 => "coordinator".to_owned(),
+        other => format!("coordinator-{other}"),
+    }
+}
+
 /// `cluster.json`'s value for a cluster `up` started.
 fn cluster_file(cluster: &Cluster, workers: &[Worker], jia: bool) -> ClusterFile {
+    let replicas = cluster.coordinators();
     ClusterFile {
         public_url: cluster.public_url(),
         coordinator_url: format!("http://{}", cluster.coordinator_listen()),
+        replicas: match replicas.len() {
+            1 => Vec::new(),
+            _ => replicas
+                .into_iter()
+                .map(|(name, listen)| local::Node {
+                    name,
+                    url: format!("http://{listen}"),
+                })
+                .collect(),
+        },
         workers: workers
             .iter()
             .map(|worker| local::WorkerEntry {

@@ -11,8 +11,12 @@ use serde::{Deserialize, Serialize};
 pub struct ClusterFile {
     /// nginx's public server, e.g. `http://127.0.0.2:8080`.
     pub public_url: String,
-    /// The coordinator's node address, e.g. `http://127.0.0.2:3000`.
+    /// The coordinator's node address, e.g. `http://127.0.0.2:3000` (with replicas, the first's).
     pub coordinator_url: String,
+    /// Every coordinator replica (`coordinator`, `coordinator-2`, ...) of a group; empty
+    /// with one coordinator.
+    #[serde(default)]
+    pub replicas: Vec<Node>,
     /// Every cell (worker) in order a, b, c, ...
     pub workers: Vec<WorkerEntry>,
     /// The JIA simulator's URL when `up --jia` started one.
@@ -32,18 +36,21 @@ pub struct WorkerEntry {
 }
 
 impl ClusterFile {
-    /// Every node of the cluster with its internal URL: `coordinator`, then `worker-<cell>`
-    /// for each cell in order.
+    /// Every node of the cluster with its internal URL: `coordinator` (and the other
+    /// replicas of a group), then `worker-<cell>` for each cell in order.
     pub fn nodes(&self) -> Vec<Node> {
-        let coordinator = Node {
-            name: "coordinator".to_owned(),
-            url: self.coordinator_url.clone(),
+        let coordinators = match self.replicas.is_empty() {
+            true => vec![Node {
+                name: "coordinator".to_owned(),
+                url: self.coordinator_url.clone(),
+            }],
+            false => self.replicas.clone(),
         };
         let workers = self.workers.iter().map(|worker| Node {
             name: format!("worker-{}", worker.cell),
             url: worker.url.clone(),
         });
-        std::iter::once(coordinator).chain(workers).collect()
+        coordinators.into_iter().chain(workers).collect()
     }
 }
 

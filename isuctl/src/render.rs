@@ -53,9 +53,10 @@ pub struct NginxArgs {
     /// The public server's name.
     #[arg(long, env = "ISU_PUBLIC_SERVER_NAME", default_value = "isucondition-1.t.isucon.dev")]
     pub public_server_name: String,
-    /// The coordinator's node address [default: COORDINATOR_HOST:NODE_PORT].
-    #[arg(long, env = "ISU_NGINX_COORDINATOR")]
-    pub coordinator: Option<String>,
+    /// The coordinator's node address [default: COORDINATOR_HOST:NODE_PORT]; repeat it for
+    /// each replica of a group (in the environment, separated by spaces).
+    #[arg(long, env = "ISU_NGINX_COORDINATOR", value_delimiter = ' ')]
+    pub coordinator: Vec<String>,
     /// A cell (worker): NAME=NODE_ADDR,DEVICE_LISTEN[,DEVICE_SERVER_NAME]: its node address,
     /// where its nginx device server listens, and that server's name (cell i:
     /// isucondition-(2+i).t.isucon.dev); repeat per cell (ISU_NGINX_CELLS: space-separated).
@@ -147,10 +148,11 @@ impl NginxArgs {
                 .clone()
                 .unwrap_or_else(|| format!("{}:{}", addresses.coordinator_host, addresses.public_port)),
             public_server_name: self.public_server_name.clone(),
-            coordinator: self
-                .coordinator
-                .clone()
-                .unwrap_or_else(|| format!("{}:{}", addresses.coordinator_host, addresses.node_port)),
+            coordinators: if self.coordinator.is_empty() {
+                vec![format!("{}:{}", addresses.coordinator_host, addresses.node_port)]
+            } else {
+                self.coordinator.clone()
+            },
             cells,
             placement: self.placement.clone(),
             secret_file: self.secret_file.clone().unwrap_or_else(|| run_dir.join("secret")),

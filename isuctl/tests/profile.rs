@@ -73,6 +73,7 @@ fn run_dir_of(addresses: &[SocketAddr], cells: &[&str]) -> (tempfile::TempDir, R
     let cluster = ClusterFile {
         public_url: "http://127.0.0.1:1".to_owned(),
         coordinator_url: format!("http://{}", addresses[0]),
+        replicas: Vec::new(),
         workers: cells
             .iter()
             .zip(&addresses[1..])

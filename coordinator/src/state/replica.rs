@@ -245,6 +245,9 @@ impl State {
                 }
             }
         }
+        // Before it says it is ready: nginx may start as soon as a replica is healthy, and
+        // starts from this file.
+        self.placement.write_router_file().await;
         self.ready.store(true, Ordering::Release);
         for user in generation.users.read().iter() {
             self.user_sync.add(generation.id, user);
@@ -253,10 +256,7 @@ impl State {
         let _stop_on_drop = stop_user_sync.clone().drop_guard();
         let user_sync = tokio::spawn(self.user_sync.clone().run(self.workers.clone(), stop_user_sync));
         let keeper = self.clone();
-        let router = tokio::spawn(async move {
-            keeper.placement.write_router_file().await;
-            keeper.placement.keep_router().await;
-        });
+        let router = tokio::spawn(async move { keeper.placement.keep_router().await });
         let _abort_router = AbortOnDrop(router);
         let _abort_user_sync = AbortOnDrop(user_sync);
         self.recover_migrations().await;

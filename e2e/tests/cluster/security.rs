@@ -13,9 +13,9 @@ use serde_json::{json, Value};
 use shared::dataset::generated::VIRTUAL_START;
 use shared::protocol::{
     COORDINATOR_CELLS, COORDINATOR_DRAIN, COORDINATOR_LATEST, COORDINATOR_MIGRATE, COORDINATOR_PLACEMENT,
-    COORDINATOR_REBALANCE, HEALTH, METRICS, PPROF_LAST, PPROF_PROFILE, SECRET_HEADER, WORKER_ACTIVATE, WORKER_EXPORT,
-    WORKER_FORGET, WORKER_IMPORT, WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST,
-    WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    COORDINATOR_REBALANCE, COORDINATOR_REPLICA, HEALTH, METRICS, PPROF_LAST, PPROF_PROFILE, SECRET_HEADER,
+    WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET, WORKER_IMPORT, WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH,
+    WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 use shared::session::{SessionKey, COOKIE_NAME};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -88,6 +88,7 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
     };
     requests.push(coordinator_call(reqwest::Method::GET, COORDINATOR_PLACEMENT, None));
     requests.push(coordinator_call(reqwest::Method::GET, COORDINATOR_CELLS, None));
+    requests.push(coordinator_call(reqwest::Method::GET, COORDINATOR_REPLICA, None));
     requests.push(coordinator_call(
         reqwest::Method::POST,
         COORDINATOR_MIGRATE,
@@ -238,7 +239,7 @@ async fn every_internal_route_of_every_node_refuses_a_missing_or_wrong_secret() 
             refused += 1;
         }
     }
-    assert_eq!(requests.len(), 1 + 5 + 2 * 11 + 3 * 3);
+    assert_eq!(requests.len(), 1 + 6 + 2 * 11 + 3 * 3);
     eprintln!(
         "internal routes: {refused} requests without the right secret, all refused ({} routes × {} credentials)",
         requests.len(),
@@ -387,7 +388,13 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
         ));
         targets.push(("POST", format!("/api/isu/0/../..{path}")));
     }
-    for path in [METRICS, PPROF_LAST, "/debug/pprof/profile?seconds=1", HEALTH] {
+    for path in [
+        METRICS,
+        PPROF_LAST,
+        "/debug/pprof/profile?seconds=1",
+        HEALTH,
+        COORDINATOR_REPLICA,
+    ] {
         targets.push(("GET", path.to_owned()));
         targets.push(("GET", format!("/{path}")));
         targets.push(("GET", format!("/./{}", &path[1..])));

@@ -51,7 +51,8 @@ pub(super) fn up(cluster: &Cluster, format: Format) -> anyhow::Result<()> {
     let binaries = build(cluster)?;
     let workers = cluster.workers();
 
-    let mut addresses = vec![cluster.coordinator_listen(), cluster.public_listen()];
+    let mut addresses: Vec<String> = cluster.coordinators().into_iter().map(|(_, listen)| listen).collect();
+    addresses.push(cluster.public_listen());
     addresses.extend(
         workers
             .iter()
@@ -129,7 +130,9 @@ fn show_log_tails(cluster: &Cluster) {
     for worker in cluster.workers() {
         files.push(cluster.records.log_file(&worker.name));
     }
-    files.push(cluster.records.log_file("coordinator"));
+    for (name, _) in cluster.coordinators() {
+        files.push(cluster.records.log_file(&name));
+    }
     files.push(cluster.records.log_file("nginx"));
     files.push(cluster.run_dir.join("nginx-error.log"));
     for file in files {
@@ -388,7 +391,7 @@ fn render_nginx(cluster: &Cluster, run_dir: &Path, static_dir: &Path, workers: &
     args.run_dir = Some(run_dir.to_owned());
     args.static_dir = Some(static_dir.to_owned());
     args.public_listen = Some(cluster.public_listen());
-    args.coordinator = Some(cluster.coordinator_listen());
+    args.coordinator = cluster.coordinators().into_iter().map(|(_, listen)| listen).collect();
     args.secret_file = Some(run_dir.join("secret"));
     // A coordinator without a log starts from a new map: so does the router. A durable one
     // keeps its map, and the router's file is checked against these cells.
@@ -442,7 +445,7 @@ fn start_all(
             Vec::new()
         }
     };
-    let coordinator_url = format!("http://{}", cluster.coordinator_listen());
+    let replicas = cluster.coordinators();
     let mut worker_args = Vec::new();
     for worker in workers {
         let mut command = vec![
@@ -451,9 +454,11 @@ fn start_all(
             worker.cell.to_owned(),
             "--listen".to_owned(),
             worker.listen.clone(),
-            "--coordinator-url".to_owned(),
-            coordinator_url.clone(),
         ];
+        // Every replica gets the latest conditions.
+        for (_, listen) in &replicas {
+            command.extend(["--coordinator-url".to_owned(), format!("http://{listen}")]);
+        }
         if options.devices == Devices::Direct {
             command.extend(["--device-listen".to_owned(), worker.device_listen.clone()]);
         }
@@ -465,18 +470,13 @@ fn start_all(
         ]);
     }
 
-    let mut command = vec![
-        binaries.coordinator.display().to_string(),
-        "--listen".to_owned(),
-        cluster.coordinator_listen(),
-    ];
-    command.extend(worker_args);
-    command.extend([
+    let mut common = worker_args;
+    common.extend([
         "--static-dir".to_owned(),
         inputs.static_dir.display().to_string(),
         "--router-map".to_owned(),
         run_dir.join("placement.map").display().to_string(),
-        // The coordinator hands nginx each new map there: no reload.
+        // The coordinator (a group's leader) hands nginx each new map there: no reload.
         "--router-url".to_owned(),
         format!("http://{}", cluster.router_control()),
     ]);
@@ -494,16 +494,45 @@ fn start_all(
     ];
     for (flag, value) in optional {
         if let Some(value) = value {
-            command.extend([flag.to_owned(), value]);
+            common.extend([flag.to_owned(), value]);
         }
     }
-    command.extend(durable_args("coordinator"));
-    start("coordinator", command)?;
-    // nginx starts once the coordinator has written its placement map (before it listens),
-    // so it loads that map at start: a reload right after the start would close the first
-    // clients' kept-alive connections as its old workers leave (a sign-in's connection
-    // reused for a registration at that instant fails before nginx reads the request).
-    cluster.wait_until_healthy("coordinator")?;
+    for (replica, (name, listen)) in replicas.iter().enumerate() {
+        let mut command = vec![
+            binaries.coordinator.display().to_string(),
+            "--listen".to_owned(),
+            listen.clone(),
+        ];
+        command.extend(common.iter().cloned());
+        if replicas.len() > 1 {
+            // A group: each replica's raft log in its own directory, started empty unless
+            // the cluster is durable.
+            let data_dir = run_dir.join("data").join(name);
+            if !options.durable && data_dir.exists() {
+                std::fs::remove_dir_all(&data_dir).with_context(|| format!("emptying {}", data_dir.display()))?;
+            }
+            command.extend([
+                "--replica-id".to_owned(),
+                (replica + 1).to_string(),
+                "--data-dir".to_owned(),
+                data_dir.display().to_string(),
+            ]);
+            for (other, (_, listen)) in replicas.iter().enumerate() {
+                command.extend(["--replica".to_owned(), format!("{}=http://{listen}", other + 1)]);
+            }
+        } else {
+            command.extend(durable_args(name));
+        }
+        start(name, command)?;
+    }
+    // nginx starts once the coordinator (a group's leader) has written its placement map
+    // (before it is healthy), so it loads that map at start: a reload right after the start
+    // would close the first clients' kept-alive connections as its old workers leave (a
+    // sign-in's connection reused for a registration at that instant fails before nginx
+    // reads the request).
+    for (name, _) in &replicas {
+        cluster.wait_until_healthy(name)?;
+    }
 
     let nginx_bin = deploy::nginx::default_nginx_bin();
     // One run's access log at a time (it grows by about 80 MB per minute of bench load).
@@ -521,7 +550,8 @@ fn start_all(
     command.extend(deploy::nginx::error_log_flag(&nginx_bin, run_dir));
     start("nginx", command)?;
     let mut names: Vec<String> = workers.iter().map(|worker| worker.name.clone()).collect();
-    names.extend(["coordinator".to_owned(), "nginx".to_owned()]);
+    names.extend(replicas.iter().map(|(name, _)| name.clone()));
+    names.push("nginx".to_owned());
     if options.jia {
         let mut command = vec![
             binaries.bench.display().to_string(),
@@ -560,8 +590,10 @@ fn start_all(
                 pending.push(format!("{devices} device server {}", worker.cell));
             }
         }
-        if http::status(&format!("http://{}/healthz", cluster.coordinator_listen())) != 200 {
-            pending.push("coordinator".to_owned());
+        for (name, listen) in &replicas {
+            if http::status(&format!("http://{listen}/healthz")) != 200 {
+                pending.push(name.clone());
+            }
         }
         if http::status(&format!("{}/", cluster.public_url())) != 200 {
             pending.push("nginx public server".to_owned());
