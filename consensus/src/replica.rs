@@ -46,6 +46,27 @@ pub enum StartError {
     NotAMember(NodeId, Vec<NodeId>),
 }
 
+/// Why a membership change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum MembershipError {
+    /// Not possible as asked (already a member, not one, the last one, a change in progress).
+    #[error("{0}")]
+    Refused(String),
+    /// This replica does not lead.
+    #[error("{0}")]
+    NotLeader(String),
+}
+
+impl MembershipError {
+    fn from_raft(text: String, not_leader: bool) -> MembershipError {
+        if not_leader {
+            MembershipError::NotLeader(text)
+        } else {
+            MembershipError::Refused(text)
+        }
+    }
+}
+
 /// A running replica.
 pub struct Replica<A: Applier> {
     pub id: NodeId,
@@ -249,6 +270,51 @@ impl<A: Applier> Replica<A> {
             .applied_index_at_least(Some(index), "a forwarded write")
             .await
             .is_ok()
+    }
+
+    /// Adds replica `id` at `url` to the group (run on the leader): it first catches up as a
+    /// learner, then votes. Returns once the new membership is committed.
+    pub async fn add_member(&self, id: NodeId, url: String) -> Result<Status, MembershipError> {
+        let mut voters = self.voters();
+        if voters.contains(&id) {
+            return Err(MembershipError::Refused(format!("replica {id} is already a member")));
+        }
+        self.raft
+            .add_learner(id, Node { addr: url }, true)
+            .await
+            .map_err(|error| MembershipError::from_raft(error.to_string(), error.forward_to_leader().is_some()))?;
+        voters.insert(id);
+        self.change_voters(voters).await
+    }
+
+    /// Removes replica `id` from the group (run on the leader); the group must keep one voter.
+    pub async fn remove_member(&self, id: NodeId) -> Result<Status, MembershipError> {
+        let mut voters = self.voters();
+        if !voters.remove(&id) {
+            return Err(MembershipError::Refused(format!("replica {id} is not a member")));
+        }
+        if voters.is_empty() {
+            return Err(MembershipError::Refused("the group must keep one replica".into()));
+        }
+        self.change_voters(voters).await
+    }
+
+    fn voters(&self) -> std::collections::BTreeSet<NodeId> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect()
+    }
+
+    async fn change_voters(&self, voters: std::collections::BTreeSet<NodeId>) -> Result<Status, MembershipError> {
+        self.raft
+            .change_membership(voters, false)
+            .await
+            .map_err(|error| MembershipError::from_raft(error.to_string(), error.forward_to_leader().is_some()))?;
+        Ok(self.status())
     }
 
     /// Stops the raft (its tasks end; the files stay).

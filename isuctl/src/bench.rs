@@ -27,7 +27,7 @@ use crate::output::{self, Format};
 /// users come first.
 const FIRST_MIGRATION_AFTER: Duration = Duration::from_secs(5);
 /// The node logs of a run kept beside its report (cells a to p).
-const LOGS: &str = "coordinator worker-a worker-b worker-c worker-d worker-e worker-f worker-g worker-h \
+const LOGS: &str = "coordinator coordinator-2 coordinator-3 coordinator-4 coordinator-5 worker-a worker-b worker-c worker-d worker-e worker-f worker-g worker-h \
                     worker-i worker-j worker-k worker-l worker-m worker-n worker-o worker-p nginx nginx-error";
 
 #[derive(Debug, clap::Args)]
@@ -86,6 +86,14 @@ pub struct Options {
     /// live migration); the run must still pass. Listed in RUN/migrations.log.
     #[arg(long, value_name = "S", value_parser = parse_seconds)]
     pub migrate_every: Option<f64>,
+    /// A cluster this command starts has N coordinator replicas (cluster up --coordinators).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=5))]
+    pub coordinators: Option<u32>,
+    /// During the load, SIGKILL the coordinator group's leader every S seconds, time the
+    /// takeover and start the killed replica again (needs --coordinators 3 or more, or a
+    /// running group); the report gains `control_plane`. Listed in RUN/leader-kills.log.
+    #[arg(long, value_name = "S", value_parser = parse_seconds)]
+    pub kill_leader_every: Option<f64>,
     /// Instead of a scored run, ramp the active ISUs until a latency bound or an error (the
     /// bench's --capacity); use it with --pin.
     #[arg(long)]
@@ -198,6 +206,10 @@ impl Plan {
         if let Some(workers) = options.workers {
             plan.cluster_up.extend(["--workers".to_owned(), workers.to_string()]);
         }
+        if let Some(coordinators) = options.coordinators {
+            plan.cluster_up
+                .extend(["--coordinators".to_owned(), coordinators.to_string()]);
+        }
         if let Some(dir) = &options.static_dir {
             let dir = std::path::absolute(dir).with_context(|| format!("--static-dir {}", dir.display()))?;
             plan.cluster_up
@@ -283,6 +295,8 @@ pub struct BenchRun {
     pub run_folder: PathBuf,
     pub report: PathBuf,
     pub migrations: Option<Migrations>,
+    /// With --kill-leader-every: the leader kills and what they cost.
+    pub control_plane: Option<crate::takeover::ControlPlane>,
     pub public_url: String,
     /// Whether this command started the cluster, and whether it is left running.
     pub cluster_started: bool,
@@ -371,8 +385,32 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             Duration::from_secs_f64(seconds),
         )
     });
+    let killer = match options.kill_leader_every {
+        Some(seconds) => {
+            anyhow::ensure!(
+                description.replicas.len() >= 3,
+                "bench: --kill-leader-every needs a group of at least 3 coordinators (--coordinators 3)"
+            );
+            Some(crate::takeover::LeaderKiller::start(
+                run_dir.clone(),
+                description.replicas.clone(),
+                out.join("leader-kills.log"),
+                FIRST_MIGRATION_AFTER,
+                Duration::from_secs_f64(seconds),
+            ))
+        }
+        None => None,
+    };
     let (status, score) = run_teeing(bench, format, &interrupt)?;
     let migrations = migrator.map(Migrator::stop);
+    let control_plane = killer.map(|killer| {
+        let mut plane = killer.stop(&run_dir, &description.replicas);
+        plane.failed_requests = failed_requests(&report);
+        if let Err(error) = add_to_report(&report, "control_plane", &plane) {
+            eprintln!("bench: control_plane not added to the report: {error:#}");
+        }
+        plane
+    });
 
     let mut said = String::new();
     if let Some(migrations) = &migrations {
@@ -381,6 +419,18 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             migrations.done,
             migrations.failed,
             migrations.log.display()
+        ));
+    }
+    if let Some(plane) = &control_plane {
+        said.push_str(&format!(
+            "leader kills during the run: {} ({} failed), takeover median {} ms ({:?}), failed requests {}, replicas differing after the run {} (details: {})\n",
+            plane.leader_kills,
+            plane.failed_kills,
+            plane.takeover_median_ms.map_or_else(|| "-".to_owned(), |ms| ms.to_string()),
+            plane.takeover_ms,
+            plane.failed_requests,
+            plane.lost_acknowledged,
+            plane.log.display()
         ));
     }
     keep_logs(&run_dir, &out.join("logs"));
@@ -392,7 +442,11 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             description.public_url
         ));
     }
-    let passed = status.success() && migrations.as_ref().is_none_or(|migrations| migrations.failed == 0);
+    let passed = status.success()
+        && migrations.as_ref().is_none_or(|migrations| migrations.failed == 0)
+        && control_plane
+            .as_ref()
+            .is_none_or(|plane| plane.failed_kills == 0 && plane.lost_acknowledged == 0);
     let result = BenchRun {
         passed,
         score,
@@ -400,6 +454,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         run_folder: out,
         report,
         migrations,
+        control_plane,
         public_url: description.public_url,
         cluster_started: !running,
         cluster_left_running: left_running,
@@ -619,6 +674,30 @@ impl Migrator {
     }
 }
 
+/// The run's failed requests as the bench's report counts them: errors, connection errors of
+/// every cause, timeouts (0 when the report cannot be read).
+fn failed_requests(report: &Path) -> u64 {
+    let Ok(text) = std::fs::read_to_string(report) else {
+        return 0;
+    };
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return 0;
+    };
+    let connection: u64 = value["connection_errors"]
+        .as_object()
+        .map_or(0, |causes| causes.values().filter_map(serde_json::Value::as_u64).sum());
+    value["errors"].as_u64().unwrap_or(0) + connection + value["timeouts"].as_u64().unwrap_or(0)
+}
+
+/// Adds `key: value` to the bench's JSON report.
+fn add_to_report(report: &Path, key: &str, value: &impl Serialize) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(report).with_context(|| format!("reading {}", report.display()))?;
+    let mut json: serde_json::Value = serde_json::from_str(&text)?;
+    json[key] = serde_json::to_value(value)?;
+    std::fs::write(report, serde_json::to_string_pretty(&json)? + "\n")?;
+    Ok(())
+}
+
 /// Runs `command` with its output appended to `log`; whether it succeeded.
 fn run_logged(mut command: Command, log: &Path) -> bool {
     let Ok(file) = OpenOptions::new().create(true).append(true).open(log) else {
@@ -635,7 +714,7 @@ fn run_logged(mut command: Command, log: &Path) -> bool {
 }
 
 /// `HH:MM:SS.nnnnnnnnn` of now, UTC.
-fn clock_time() -> String {
+pub(crate) fn clock_time() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

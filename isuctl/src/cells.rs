@@ -42,6 +42,30 @@ pub enum Command {
     Rebalance,
     /// Move one random slot to another cell than its owner (bench --migrate-every).
     Random,
+    /// The coordinator replicas of a group: role, term, leader, applied index and how far
+    /// each lags the most advanced, ready, state hash (equal hashes at equal indexes: the
+    /// same state). The replicas are the local cluster's, or each --replica URL.
+    Replicas {
+        /// A replica's base URL (repeat it for each; default: the local cluster's replicas).
+        #[arg(long = "replica", value_name = "URL")]
+        replicas: Vec<String>,
+    },
+    /// Add a coordinator replica to the group. Start it first with its own --replica-id, an
+    /// empty --data-dir and the group's --replica list (itself included); it catches up as a
+    /// learner, then votes.
+    AddReplica {
+        /// Its id (unused in the group so far).
+        #[arg(long)]
+        id: u64,
+        /// Its base URL, as the other replicas reach it.
+        #[arg(long)]
+        url: String,
+    },
+    /// Remove a coordinator replica from the group; stop its process afterwards.
+    RemoveReplica {
+        #[arg(long)]
+        id: u64,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -91,6 +115,39 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         }
         Command::Drain { cell } => report(api()?.drain(&checked_word(&cell)?)?, format),
         Command::Rebalance => report(api()?.rebalance()?, format),
+        Command::Replicas { replicas } => {
+            let api = api()?;
+            let bases = match replicas.is_empty() {
+                false => replicas,
+                true => {
+                    let cluster = crate::local::RunDir::from_env().cluster()?;
+                    match cluster.replicas.is_empty() {
+                        true => vec![cluster.coordinator_url],
+                        false => cluster.replicas.into_iter().map(|node| node.url).collect(),
+                    }
+                }
+            };
+            let rows: Vec<ReplicaRow> = bases
+                .into_iter()
+                .map(|base| {
+                    let answer = api.replica_at(&base).map_err(|error| format!("{error:#}"));
+                    ReplicaRow { url: base, answer }
+                })
+                .collect();
+            emit(format, &rows, render_replicas)
+        }
+        Command::AddReplica { id, url } => {
+            let answer = api()?.change_members(&shared::protocol::MembershipRequest::Add { id, url })?;
+            emit(format, &answer, |answer| {
+                format!("members now {}", answer.status["members"])
+            })
+        }
+        Command::RemoveReplica { id } => {
+            let answer = api()?.change_members(&shared::protocol::MembershipRequest::Remove(id))?;
+            emit(format, &answer, |answer| {
+                format!("members now {}", answer.status["members"])
+            })
+        }
         Command::Random => {
             let api = api()?;
             let placement = api.placement()?;
@@ -103,6 +160,66 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             report(api.migrate(&request)?, format)
         }
     }
+}
+
+/// One replica in `cells replicas`: its answer or why there is none.
+#[derive(Debug, serde::Serialize)]
+struct ReplicaRow {
+    url: String,
+    #[serde(flatten, with = "answer_or_error")]
+    answer: Result<shared::protocol::ReplicaAnswer, String>,
+}
+
+/// A replica's answer as its fields, or `{"error": ...}`.
+mod answer_or_error {
+    use serde::Serialize;
+
+    pub fn serialize<S: serde::Serializer>(
+        answer: &Result<shared::protocol::ReplicaAnswer, String>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match answer {
+            Ok(answer) => answer.serialize(serializer),
+            Err(error) => serde_json::json!({ "error": error }).serialize(serializer),
+        }
+    }
+}
+
+/// The replicas table: one line per replica; `lag` is how many entries it has applied
+/// fewer than the most advanced one.
+fn render_replicas(rows: &Vec<ReplicaRow>) -> String {
+    let most = rows
+        .iter()
+        .filter_map(|row| row.answer.as_ref().ok())
+        .filter_map(|answer| answer.status["applied_index"].as_u64())
+        .max()
+        .unwrap_or(0);
+    let mut text = format!(
+        "{:<28} {:>3} {:<10} {:>5} {:>6} {:>8} {:>5} {:<5} {}\n",
+        "replica", "id", "role", "term", "leader", "applied", "lag", "ready", "state"
+    );
+    for row in rows {
+        match &row.answer {
+            Ok(answer) => {
+                let field = |name: &str| answer.status[name].to_string();
+                let applied = answer.status["applied_index"].as_u64().unwrap_or(0);
+                text.push_str(&format!(
+                    "{:<28} {:>3} {:<10} {:>5} {:>6} {:>8} {:>5} {:<5} {}\n",
+                    row.url,
+                    field("id"),
+                    answer.status["role"].as_str().unwrap_or("?"),
+                    field("term"),
+                    field("leader"),
+                    applied,
+                    most - applied,
+                    answer.ready,
+                    answer.state_hash
+                ));
+            }
+            Err(error) => text.push_str(&format!("{:<28} down: {error}\n", row.url)),
+        }
+    }
+    text.trim_end().to_owned()
 }
 
 /// A name or UUID as the API takes it (the script's rule: letters, digits and dashes).

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use shared::protocol::cells::{CellsAnswer, CellsSummary, DrainRequest, MigrateRequest, PlacementAnswer};
 use shared::protocol::{
-    COORDINATOR_CELLS, COORDINATOR_DRAIN, COORDINATOR_MIGRATE, COORDINATOR_PLACEMENT, COORDINATOR_REBALANCE,
-    SECRET_HEADER,
+    MembershipRequest, ReplicaAnswer, COORDINATOR_CELLS, COORDINATOR_DRAIN, COORDINATOR_MEMBERS, COORDINATOR_MIGRATE,
+    COORDINATOR_PLACEMENT, COORDINATOR_REBALANCE, COORDINATOR_REPLICA, SECRET_HEADER,
 };
 
 use crate::local::RunDir;
@@ -106,6 +106,28 @@ impl CellsApi {
 
     pub fn rebalance(&self) -> anyhow::Result<Outcome> {
         self.operate(COORDINATOR_REBALANCE, &serde_json::json!({}))
+    }
+
+    /// `GET /internal/replica` of the coordinator at `base` (another replica of the group).
+    pub fn replica_at(&self, base: &str) -> anyhow::Result<ReplicaAnswer> {
+        let path = COORDINATOR_REPLICA;
+        let request = self.client.get(format!("{}{path}", base.trim_end_matches('/')));
+        let (status, body) = self.send(request, "GET", path)?;
+        if status != 200 {
+            anyhow::bail!("GET {base}{path} answered {status}: {}", body.trim());
+        }
+        serde_json::from_str(&body).with_context(|| format!("GET {path}: an answer this tool does not read"))
+    }
+
+    /// `POST /internal/replica/members`: the leader's answer once the change is committed.
+    pub fn change_members(&self, request: &MembershipRequest) -> anyhow::Result<ReplicaAnswer> {
+        let path = COORDINATOR_MEMBERS;
+        let request = self.client.post(format!("{}{path}", self.base)).json(request);
+        let (status, body) = self.send(request, "POST", path)?;
+        if status != 200 {
+            anyhow::bail!("the coordinator answered {status}: {}", body.trim());
+        }
+        serde_json::from_str(&body).with_context(|| format!("POST {path}: an answer this tool does not read"))
     }
 
     fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {

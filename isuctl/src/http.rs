@@ -27,13 +27,22 @@ fn address(authority: &str) -> Option<SocketAddr> {
 
 /// GET `url` (http only) within `timeout`; `None` when nothing answers in time.
 pub fn get(url: &str, timeout: Duration) -> Option<Answer> {
+    get_with(url, &[], timeout)
+}
+
+/// [`get`] with extra request headers (`name`, `value`).
+pub fn get_with(url: &str, headers: &[(&str, &str)], timeout: Duration) -> Option<Answer> {
     let (authority, path) = split_url(url)?;
     let mut stream = TcpStream::connect_timeout(&address(authority)?, timeout).ok()?;
     stream.set_read_timeout(Some(timeout)).ok()?;
     stream.set_write_timeout(Some(timeout)).ok()?;
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\n{extra}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut bytes = Vec::new();

@@ -23,6 +23,7 @@ pub mod output;
 pub mod profile;
 pub mod render;
 pub mod rollout;
+pub mod takeover;
 pub mod web;
 
 use clap::{Parser, Subcommand};

@@ -33,8 +33,36 @@ pub const WORKER_PLACEMENT: &str = "/internal/placement";
 pub const COORDINATOR_PLACEMENT: &str = "/internal/placement";
 /// Coordinator: every cell's share of the map and recent figures ([`cells::CellsSummary`]).
 pub const COORDINATOR_CELLS: &str = "/internal/cells";
-/// Coordinator replica: its role, term, applied index and leader (`consensus::Status`).
+/// Coordinator replica: its role, term, applied index and leader ([`ReplicaAnswer`]).
 pub const COORDINATOR_REPLICA: &str = "/internal/replica";
+
+/// Coordinator replica (the leader; a follower forwards it): add or remove a replica
+/// ([`MembershipRequest`]); answers the leader's [`ReplicaAnswer`] once committed.
+pub const COORDINATOR_MEMBERS: &str = "/internal/replica/members";
+
+/// Body of [`COORDINATOR_MEMBERS`]: `{"add": {"id": 4, "url": "http://host:port"}}` or
+/// `{"remove": 4}`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum MembershipRequest {
+    Add { id: u64, url: String },
+    Remove(u64),
+}
+
+/// Answer of [`COORDINATOR_REPLICA`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ReplicaAnswer {
+    /// `id`, `role` (leader, follower, candidate, learner, shutdown), `term`, `leader`,
+    /// `last_log_index`, `applied_index`, `members`.
+    #[serde(flatten)]
+    pub status: serde_json::Value,
+    /// Serving (`/healthz` 200): it has applied its group's generation (a leader: and brought
+    /// the workers to it).
+    pub ready: bool,
+    /// Hex hash of the replicated state (generation, users, ISUs with their icons, the map):
+    /// replicas that applied the same log show the same.
+    pub state_hash: String,
+}
 /// Coordinator: migrate a slot or a pinned ISU (`{"slot"|"isu", "to"}`).
 pub const COORDINATOR_MIGRATE: &str = "/internal/cells/migrate";
 /// Coordinator: move every slot and pin of a cell elsewhere (`{"cell"}`).

@@ -19,6 +19,7 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         .merge(isu::router().route_layer(on_leader.clone()))
         .merge(trend::router())
         .merge(internal::router())
+        .merge(internal::members_router().route_layer(on_leader.clone()))
         .merge(cells::router().route_layer(on_leader))
         .merge(node_http::debug_router())
         .merge(frontend::router(state.config.static_dir.as_deref())?)

@@ -28,13 +28,65 @@ pub fn router() -> Router<AppState> {
         .route(shared::protocol::COORDINATOR_REPLICA, get(replica))
 }
 
-/// `GET /internal/replica`: this replica's role, term, applied index and leader (404 for a
-/// coordinator that is no replica).
-async fn replica(_: ClusterPeer, State(app): State<AppState>) -> Response {
-    match &app.replica {
-        Some(replica) => axum::Json(replica.status()).into_response(),
-        None => (StatusCode::NOT_FOUND, "this coordinator is not a replica").into_response(),
+/// `POST /internal/replica/members` apart: the leader alone changes the group.
+pub fn members_router() -> Router<AppState> {
+    Router::new().route(shared::protocol::COORDINATOR_MEMBERS, post(members))
+}
+
+/// Adds or removes a replica; 400 for a body that is not a [`MembershipRequest`], 409 when
+/// the change is refused, 404 for a coordinator that is no replica.
+async fn members(_: ClusterPeer, State(app): State<AppState>, body: Bytes) -> Response {
+    let Some(replica) = &app.replica else {
+        return (StatusCode::NOT_FOUND, "this coordinator is not a replica").into_response();
+    };
+    let request: shared::protocol::MembershipRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(error) => {
+            let message = format!(
+                "expected {{\"add\": {{\"id\": N, \"url\": \"http://host:port\"}}}} or {{\"remove\": N}}: {error}"
+            );
+            return (StatusCode::BAD_REQUEST, message).into_response();
+        }
+    };
+    let changed = match request {
+        shared::protocol::MembershipRequest::Add { id, url } => {
+            if id == 0 || !(url.starts_with("http://") || url.starts_with("https://")) {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    "a replica id is a number from 1, its URL http(s)://host:port",
+                )
+                    .into_response();
+            }
+            replica.add_member(id, url.trim_end_matches('/').to_owned()).await
+        }
+        shared::protocol::MembershipRequest::Remove(id) => replica.remove_member(id).await,
+    };
+    match changed {
+        Ok(_) => replica_answer(&app, replica),
+        Err(consensus::MembershipError::NotLeader(message)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, message).into_response()
+        }
+        Err(consensus::MembershipError::Refused(message)) => (StatusCode::CONFLICT, message).into_response(),
     }
+}
+
+/// `GET /internal/replica`: this replica's role, term, applied index and leader, whether it
+/// is ready, and a hash of its replicated state (equal on replicas that applied the same
+/// log); 404 for a coordinator that is no replica.
+async fn replica(_: ClusterPeer, State(app): State<AppState>) -> Response {
+    let Some(replica) = &app.replica else {
+        return (StatusCode::NOT_FOUND, "this coordinator is not a replica").into_response();
+    };
+    replica_answer(&app, replica)
+}
+
+fn replica_answer(app: &AppState, replica: &consensus::Replica<crate::state::replica::StateApplier>) -> Response {
+    axum::Json(shared::protocol::ReplicaAnswer {
+        status: serde_json::to_value(replica.status()).unwrap_or_default(),
+        ready: app.state.is_ready(),
+        state_hash: format!("{:016x}", app.state.state_hash()),
+    })
+    .into_response()
 }
 
 /// 412 tells the worker its batch belongs to another generation. The binary form

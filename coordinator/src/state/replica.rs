@@ -167,6 +167,24 @@ impl State {
         self.established.store(true, Ordering::Release);
     }
 
+    /// A hash of the replicated state: the generation, its users, its ISUs (icons included)
+    /// and the placement map; not the latest conditions (soft state).
+    pub fn state_hash(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let generation = self.generation();
+        let mut hasher = std::hash::DefaultHasher::new();
+        generation.id.hash(&mut hasher);
+        let mut users: Vec<String> = generation.users.read().iter().cloned().collect();
+        users.sort();
+        users.hash(&mut hasher);
+        for isu in generation.all.read().iter() {
+            (isu.id, &isu.uuid, &isu.name, &isu.character, &isu.owner, &isu.image[..]).hash(&mut hasher);
+        }
+        let map = self.placement.map();
+        serde_json::to_string(&*map).unwrap_or_default().hash(&mut hasher);
+        hasher.finish()
+    }
+
     /// Whether this replica has applied a generation of its group.
     pub fn is_established(&self) -> bool {
         self.established.load(Ordering::Acquire)

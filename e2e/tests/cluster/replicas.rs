@@ -172,6 +172,51 @@ async fn three_replicas_serve_the_api_survive_the_leader_s_death_and_catch_up() 
     let answers: Vec<Value> = statuses(&cluster).await.into_iter().flatten().collect();
     assert_eq!(answers.len(), 3, "every replica answers: {answers:?}");
 
+    // Membership: through a follower (forwarded to the leader) a replica leaves the group
+    // and joins it again; bad requests get a clear 4xx.
+    let leader = agreed_leader(&cluster).await;
+    let (follower, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    let members_url = format!(
+        "{}{}",
+        cluster.coordinators[follower],
+        shared::protocol::COORDINATOR_MEMBERS
+    );
+    let client = cluster.raw_client();
+    let change = |body: Value| {
+        client
+            .post(&members_url)
+            .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+            .json(&body)
+            .send()
+    };
+    let removed = change(serde_json::json!({"remove": other + 1})).await.unwrap();
+    assert_eq!(removed.status(), 200);
+    let members = removed.json::<Value>().await.unwrap()["members"].clone();
+    assert_eq!(members.as_array().unwrap().len(), 2, "{members}");
+    let again = change(serde_json::json!({"remove": other + 1})).await.unwrap();
+    assert_eq!(again.status(), 409, "not a member any more");
+    let added = change(serde_json::json!({"add": {"id": other + 1, "url": cluster.coordinators[other]}}))
+        .await
+        .unwrap();
+    assert_eq!(added.status(), 200);
+    assert_eq!(
+        added.json::<Value>().await.unwrap()["members"],
+        serde_json::json!([1, 2, 3])
+    );
+    for bad in [
+        serde_json::json!({"bogus": 1}),
+        serde_json::json!({"add": {"id": 0, "url": "x"}}),
+    ] {
+        assert_eq!(change(bad.clone()).await.unwrap().status(), 400, "{bad}");
+    }
+    let without_secret = client
+        .post(&members_url)
+        .json(&serde_json::json!({"remove": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(without_secret.status(), 401);
+
     // JIA activated each ISU once; no term had two leaders.
     let activations = cluster.jia.activations();
     for uuid in [&first, &second] {

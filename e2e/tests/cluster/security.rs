@@ -12,10 +12,10 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::dataset::generated::VIRTUAL_START;
 use shared::protocol::{
-    COORDINATOR_CELLS, COORDINATOR_DRAIN, COORDINATOR_LATEST, COORDINATOR_MIGRATE, COORDINATOR_PLACEMENT,
-    COORDINATOR_REBALANCE, COORDINATOR_REPLICA, HEALTH, METRICS, PPROF_LAST, PPROF_PROFILE, SECRET_HEADER,
-    WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET, WORKER_IMPORT, WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH,
-    WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    COORDINATOR_CELLS, COORDINATOR_DRAIN, COORDINATOR_LATEST, COORDINATOR_MEMBERS, COORDINATOR_MIGRATE,
+    COORDINATOR_PLACEMENT, COORDINATOR_REBALANCE, COORDINATOR_REPLICA, HEALTH, METRICS, PPROF_LAST, PPROF_PROFILE,
+    SECRET_HEADER, WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET, WORKER_IMPORT, WORKER_PLACEMENT, WORKER_PROVISIONAL,
+    WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
 };
 use shared::session::{SessionKey, COOKIE_NAME};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -89,6 +89,11 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
     requests.push(coordinator_call(reqwest::Method::GET, COORDINATOR_PLACEMENT, None));
     requests.push(coordinator_call(reqwest::Method::GET, COORDINATOR_CELLS, None));
     requests.push(coordinator_call(reqwest::Method::GET, COORDINATOR_REPLICA, None));
+    requests.push(coordinator_call(
+        reqwest::Method::POST,
+        COORDINATOR_MEMBERS,
+        Some(json!({"remove": 1})),
+    ));
     requests.push(coordinator_call(
         reqwest::Method::POST,
         COORDINATOR_MIGRATE,
@@ -239,7 +244,7 @@ async fn every_internal_route_of_every_node_refuses_a_missing_or_wrong_secret() 
             refused += 1;
         }
     }
-    assert_eq!(requests.len(), 1 + 6 + 2 * 11 + 3 * 3);
+    assert_eq!(requests.len(), 1 + 7 + 2 * 11 + 3 * 3);
     eprintln!(
         "internal routes: {refused} requests without the right secret, all refused ({} routes × {} credentials)",
         requests.len(),
@@ -376,6 +381,7 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
         COORDINATOR_MIGRATE,
         COORDINATOR_DRAIN,
         COORDINATOR_REBALANCE,
+        COORDINATOR_MEMBERS,
     ] {
         targets.push(("POST", path.to_owned()));
         targets.push(("POST", format!("/{path}")));

@@ -1,0 +1,255 @@
+//! `bench --kill-leader-every S`: during the load, the coordinator group's leader is killed
+//! (SIGKILL, `cluster kill`) every S seconds, the takeover is timed, and the killed replica is
+//! started again from its directory and waited for before the next kill (two replicas down
+//! at once would leave no majority).
+//!
+//! A takeover lasts from the kill until another replica says it leads in a later term and is
+//! ready (`/healthz` 200: it has brought the workers to the generation, so it takes writes).
+//! After the run, every replica must show the same state hash once they have applied the same
+//! index: what one acknowledged, all hold. The figures go to the report's `control_plane`.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use shared::protocol::{ReplicaAnswer, COORDINATOR_REPLICA, SECRET_HEADER};
+
+use crate::http;
+use crate::local::{self, Node, RunDir};
+
+/// How long a takeover may take before the kill is counted as failed.
+const TAKEOVER_LIMIT: Duration = Duration::from_secs(15);
+/// How long a restarted replica may take to be ready again.
+const RESTART_LIMIT: Duration = Duration::from_secs(60);
+/// How long the replicas may take to apply the same index after the run.
+const SETTLE_LIMIT: Duration = Duration::from_secs(20);
+
+/// The report's `control_plane`.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ControlPlane {
+    pub replicas: usize,
+    pub leader_kills: u32,
+    /// Each kill's takeover, in milliseconds.
+    pub takeover_ms: Vec<u64>,
+    /// The median of `takeover_ms`.
+    pub takeover_median_ms: Option<u64>,
+    /// Kills after which no replica took over within 15 s, or the killed one did not come back.
+    pub failed_kills: u32,
+    /// The bench's errors, connection errors and timeouts of the run.
+    pub failed_requests: u64,
+    /// Replicas whose state differs from the others' once all applied the same index (0: all
+    /// hold everything any of them acknowledged).
+    pub lost_acknowledged: u64,
+    /// Each replica's state hash after the run.
+    pub state_hashes: Vec<String>,
+    pub log: PathBuf,
+}
+
+/// The thread that kills leaders.
+pub struct LeaderKiller {
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<ControlPlane>,
+}
+
+/// One replica's answer (`None`: it did not answer).
+fn answer_of(node: &Node, secret: &str) -> Option<ReplicaAnswer> {
+    let url = format!("{}{COORDINATOR_REPLICA}", node.url.trim_end_matches('/'));
+    let answer = http::get_with(&url, &[(SECRET_HEADER, secret)], Duration::from_millis(500))?;
+    (answer.status == 200)
+        .then(|| serde_json::from_str(&answer.body).ok())
+        .flatten()
+}
+
+fn role(answer: &ReplicaAnswer) -> &str {
+    answer.status["role"].as_str().unwrap_or_default()
+}
+
+fn term(answer: &ReplicaAnswer) -> u64 {
+    answer.status["term"].as_u64().unwrap_or_default()
+}
+
+fn applied(answer: &ReplicaAnswer) -> u64 {
+    answer.status["applied_index"].as_u64().unwrap_or_default()
+}
+
+impl LeaderKiller {
+    pub fn start(
+        run_dir: RunDir,
+        replicas: Vec<Node>,
+        log: PathBuf,
+        first_after: Duration,
+        every: Duration,
+    ) -> LeaderKiller {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let mut plane = ControlPlane {
+                replicas: replicas.len(),
+                log: log.clone(),
+                ..ControlPlane::default()
+            };
+            let note = |line: String| {
+                if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(&log) {
+                    let _ = writeln!(file, "{line}");
+                }
+            };
+            let Ok(secret) = run_dir.secret() else {
+                note("no cluster secret: no leader killed".to_owned());
+                return plane;
+            };
+            let mut wait = first_after;
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
+                wait = every;
+                match kill_one(&run_dir, &replicas, &secret, &note) {
+                    Some(takeover) => {
+                        plane.leader_kills += 1;
+                        plane.takeover_ms.push(takeover.as_millis() as u64);
+                    }
+                    None => {
+                        plane.leader_kills += 1;
+                        plane.failed_kills += 1;
+                    }
+                }
+            }
+            plane
+        });
+        LeaderKiller { stop, thread }
+    }
+
+    /// Stops after the kill in progress, then compares the replicas' states.
+    pub fn stop(self, run_dir: &RunDir, replicas: &[Node]) -> ControlPlane {
+        let _ = self.stop.send(());
+        let mut plane = self.thread.join().unwrap_or_default();
+        let mut sorted = plane.takeover_ms.clone();
+        sorted.sort_unstable();
+        plane.takeover_median_ms = sorted.get(sorted.len() / 2).copied();
+        if let Ok(secret) = run_dir.secret() {
+            let (hashes, lost) = settled_hashes(replicas, &secret);
+            plane.state_hashes = hashes;
+            plane.lost_acknowledged = lost;
+        }
+        plane
+    }
+}
+
+/// Kills the leader, times the takeover, starts the killed replica again and waits until it
+/// is ready; the takeover, or `None` when something did not happen in time.
+fn kill_one(run_dir: &RunDir, replicas: &[Node], secret: &str, note: &impl Fn(String)) -> Option<Duration> {
+    let answers: Vec<Option<ReplicaAnswer>> = replicas.iter().map(|node| answer_of(node, secret)).collect();
+    let leaders: Vec<usize> = (0..replicas.len())
+        .filter(|index| answers[*index].as_ref().is_some_and(|answer| role(answer) == "leader"))
+        .collect();
+    let [leader] = leaders[..] else {
+        note(format!(
+            "{} no single leader ({} leading); no kill",
+            clock(),
+            leaders.len()
+        ));
+        return None;
+    };
+    let name = &replicas[leader].name;
+    let term_before = answers[leader].as_ref().map(term).unwrap_or_default();
+    let killed_at = Instant::now();
+    if !run(local::cluster_command()
+        .args(["kill", name])
+        .env("ISU_RUN_DIR", &run_dir.path))
+    {
+        note(format!("{} killing {name} failed", clock()));
+        return None;
+    }
+    let takeover = loop {
+        let took_over = replicas
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| *index != leader)
+            .any(|(_, node)| {
+                answer_of(node, secret)
+                    .is_some_and(|answer| role(&answer) == "leader" && term(&answer) > term_before && answer.ready)
+            });
+        if took_over {
+            break Some(killed_at.elapsed());
+        }
+        if killed_at.elapsed() > TAKEOVER_LIMIT {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    match takeover {
+        Some(took) => note(format!(
+            "{} killed {name} (term {term_before}); taken over in {} ms",
+            clock(),
+            took.as_millis()
+        )),
+        None => note(format!(
+            "{} killed {name} (term {term_before}); no takeover within {TAKEOVER_LIMIT:?}",
+            clock()
+        )),
+    }
+    if !run(local::cluster_command()
+        .args(["start", name])
+        .env("ISU_RUN_DIR", &run_dir.path))
+    {
+        note(format!("{} starting {name} again failed", clock()));
+        return None;
+    }
+    let started = Instant::now();
+    while !answer_of(&replicas[leader], secret).is_some_and(|answer| answer.ready) {
+        if started.elapsed() > RESTART_LIMIT {
+            note(format!(
+                "{} {name} not ready {RESTART_LIMIT:?} after its start",
+                clock()
+            ));
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    note(format!(
+        "{} {name} ready again after {} ms",
+        clock(),
+        started.elapsed().as_millis()
+    ));
+    takeover
+}
+
+/// Waits until every replica has applied the same index, then their state hashes and how
+/// many differ from the most common one.
+fn settled_hashes(replicas: &[Node], secret: &str) -> (Vec<String>, u64) {
+    let started = Instant::now();
+    loop {
+        let answers: Vec<Option<ReplicaAnswer>> = replicas.iter().map(|node| answer_of(node, secret)).collect();
+        let indexes: Vec<Option<u64>> = answers.iter().map(|answer| answer.as_ref().map(applied)).collect();
+        let settled = indexes.iter().all(|index| index.is_some() && *index == indexes[0]);
+        if settled || started.elapsed() > SETTLE_LIMIT {
+            let hashes: Vec<String> = answers
+                .iter()
+                .map(|answer| {
+                    answer
+                        .as_ref()
+                        .map_or_else(|| "unanswered".to_owned(), |answer| answer.state_hash.clone())
+                })
+                .collect();
+            let most = hashes
+                .iter()
+                .map(|hash| hashes.iter().filter(|other| *other == hash).count())
+                .max()
+                .unwrap_or(0);
+            return (hashes.clone(), (hashes.len() - most) as u64);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn run(command: &mut Command) -> bool {
+    command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+fn clock() -> String {
+    crate::bench::clock_time()
+}
