@@ -138,6 +138,9 @@ struct Replicated {
     snapshot: SnapshotFn,
 }
 
+/// How long a replicated record took to be committed (and applied here).
+pub const RAFT_COMMIT_SECONDS: &str = "coordinator_raft_commit_seconds";
+
 /// Why a record was not made durable.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -410,7 +413,9 @@ impl Journal {
 impl Replicated {
     async fn propose(&self, record: Vec<u8>) -> Result<(), JournalError> {
         let proposer = self.proposer.get().ok_or(JournalError::NotStarted)?;
+        let started = std::time::Instant::now();
         proposer.propose(record).await?;
+        metrics::histogram!(RAFT_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
         Ok(())
     }
 }

@@ -16,7 +16,12 @@ fn main() -> anyhow::Result<()> {
     shared::telemetry::init_tracing();
     let _fail_points = node_http::fail_points_from_env();
     shared::runtime(config.threads)?.block_on(async move {
-        let metrics = shared::telemetry::init_metrics("coordinator", "coordinator")?;
+        // Each replica of a group is its own node in the metrics (as `isuctl cluster` names it).
+        let node = match config.replica_id {
+            Some(id) if id > 1 => format!("coordinator-{id}"),
+            _ => "coordinator".to_owned(),
+        };
+        let metrics = shared::telemetry::init_metrics(&node, "coordinator")?;
         let application = Application::build(config, metrics).await?;
         tracing::info!(address = %application.local_addr(), "coordinator listening");
         application.run_until_stopped(shared::shutdown_signal()).await

@@ -199,14 +199,17 @@ impl State {
         let mut metrics = raft.metrics();
         let mut resent_for = 0u64;
         loop {
+            record_raft_metrics(&metrics.borrow());
             let leading = metrics.borrow().state == consensus::openraft::ServerState::Leader;
             if leading {
+                metrics::counter!(RAFT_LEADERSHIPS).increment(1);
                 let duties = tokio::spawn(self.clone().leader_duties());
                 while metrics.borrow().state == consensus::openraft::ServerState::Leader {
                     if metrics.changed().await.is_err() {
                         duties.abort();
                         return;
                     }
+                    record_raft_metrics(&metrics.borrow());
                 }
                 duties.abort();
                 tracing::info!("this replica no longer leads");
@@ -280,6 +283,25 @@ impl State {
         self.recover_migrations().await;
         self.watch_workers().await;
     }
+}
+
+/// This replica's term.
+pub const RAFT_TERM: &str = "coordinator_raft_term";
+/// 1 while this replica leads, else 0.
+pub const RAFT_LEADER: &str = "coordinator_raft_leader";
+/// The last log entry this replica applied.
+pub const RAFT_APPLIED_INDEX: &str = "coordinator_raft_applied_index";
+/// The last log entry this replica holds.
+pub const RAFT_LOG_INDEX: &str = "coordinator_raft_log_index";
+/// How many times this replica became the leader.
+pub const RAFT_LEADERSHIPS: &str = "coordinator_raft_leaderships_total";
+
+fn record_raft_metrics(raft: &consensus::openraft::RaftMetrics<consensus::NodeId, consensus::Node>) {
+    let leading = raft.state == consensus::openraft::ServerState::Leader;
+    metrics::gauge!(RAFT_TERM).set(raft.current_term as f64);
+    metrics::gauge!(RAFT_LEADER).set(if leading { 1.0 } else { 0.0 });
+    metrics::gauge!(RAFT_APPLIED_INDEX).set(raft.last_applied.map_or(0, |log_id| log_id.index) as f64);
+    metrics::gauge!(RAFT_LOG_INDEX).set(raft.last_log_index.unwrap_or(0) as f64);
 }
 
 /// Aborts its task when dropped (a leader's duties end with its leadership).
