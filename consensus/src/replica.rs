@@ -75,6 +75,12 @@ pub struct Replica<A: Applier> {
     secret: Arc<str>,
 }
 
+/// How long a write waits for the group to have a leader again (an election takes about a
+/// second).
+pub const ELECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often a write waiting for a leader tries again.
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// How long a forwarded command waits for this replica to apply it.
 const APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -102,11 +108,34 @@ pub enum ProposeError {
 }
 
 impl Proposer {
-    /// Commits `command`; returns the index it was applied at (here too).
+    /// Commits `command`; returns the index it was applied at (here too). While the group
+    /// elects a leader (none known, or the known one does not answer) it tries again every
+    /// [`RETRY_EVERY`] for up to [`ELECTION_WAIT`], so a takeover delays a write instead of
+    /// failing it. A command may then be committed twice (a forward whose answer was lost):
+    /// applying one is idempotent by the application's rule.
     pub async fn propose(&self, command: Vec<u8>) -> Result<u64, ProposeError> {
-        let error = match self.raft.client_write(Command(command.clone())).await {
-            Ok(written) => return Ok(written.log_id.index),
-            Err(error) => error,
+        let deadline = tokio::time::Instant::now() + ELECTION_WAIT;
+        loop {
+            match self.propose_once(&command).await {
+                Ok(index) => return Ok(index),
+                Err(error @ (ProposeError::NoLeader | ProposeError::Forward(_))) => {
+                    if tokio::time::Instant::now() + RETRY_EVERY >= deadline {
+                        return Err(error);
+                    }
+                    tokio::time::sleep(RETRY_EVERY).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    async fn propose_once(&self, command: &[u8]) -> Result<u64, ProposeError> {
+        let written = tokio::time::timeout(ELECTION_WAIT, self.raft.client_write(Command(command.to_vec()))).await;
+        let error = match written {
+            Ok(Ok(written)) => return Ok(written.log_id.index),
+            Ok(Err(error)) => error,
+            // A leader that lost its majority waits for it; the caller is told, not held.
+            Err(_) => return Err(ProposeError::Raft("no majority answered in time".into())),
         };
         let Some(forward) = error.forward_to_leader() else {
             return Err(ProposeError::Raft(error.to_string()));
@@ -118,7 +147,7 @@ impl Proposer {
             .client
             .post(format!("{}{PROPOSE}", leader.addr.trim_end_matches('/')))
             .header(shared::protocol::SECRET_HEADER, self.secret.as_ref())
-            .body(command)
+            .body(command.to_vec())
             .send()
             .await
             .map_err(|error| ProposeError::Forward(error.to_string()))?;

@@ -13,16 +13,20 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         .replica
         .as_ref()
         .map(|replica| consensus::network::routes(replica.raft.clone(), &state.config.cluster_secret));
-    let router = Router::new()
+    let when_ready = middleware::from_fn_with_state(state.clone(), leader::when_ready);
+    let public = Router::new()
         .merge(auth::router())
         .merge(auth::initialize_router().route_layer(on_leader.clone()))
         .merge(isu::router().route_layer(on_leader.clone()))
         .merge(trend::router())
+        .merge(frontend::router(state.config.static_dir.as_deref())?)
+        .route_layer(when_ready);
+    let router = Router::new()
+        .merge(public)
         .merge(internal::router())
         .merge(internal::members_router().route_layer(on_leader.clone()))
         .merge(cells::router().route_layer(on_leader))
         .merge(node_http::debug_router())
-        .merge(frontend::router(state.config.static_dir.as_deref())?)
         .route_layer(middleware::from_fn(node_http::track_request))
         .with_state(state);
     Ok(match raft {

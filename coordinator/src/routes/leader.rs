@@ -18,12 +18,18 @@ use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 
+type Replica = consensus::Replica<crate::state::replica::StateApplier>;
+
 /// Marks a request a follower forwarded.
 pub const FORWARDED_HEADER: &str = "x-isu-forwarded-to-leader";
 /// On the leader's answer to a forwarded request: the index it had applied.
 pub const APPLIED_HEADER: &str = "x-raft-applied";
 /// The largest body forwarded (a registration with its icon is far smaller).
 const FORWARD_BODY_LIMIT: usize = 16 << 20;
+/// On a 503 of a replica that got a forwarded request but no longer leads.
+const NOT_LEADER_HEADER: &str = "x-isu-not-leader";
+/// How often a forwarded write waiting for a leader tries again.
+const RETRY_EVERY: Duration = Duration::from_millis(50);
 /// How long a follower waits to apply what the leader had applied.
 const APPLY_WAIT: Duration = Duration::from_secs(2);
 
@@ -51,39 +57,60 @@ pub async fn on_leader(State(app): State<AppState>, request: Request, next: Next
         return response;
     }
     if forwarded {
-        return unavailable("this replica no longer leads; try again");
+        return not_leader();
     }
-    let Some(leader) = replica.leader_url() else {
-        return unavailable("no leader is known yet (an election is under way); try again");
-    };
+    forward(&app, &replica, request).await
+}
+
+/// Sends `request` to the leader as it came and answers with the leader's answer, once this
+/// replica has applied what the leader had applied (see the module documentation).
+async fn forward(app: &AppState, replica: &Replica, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let Ok(body) = axum::body::to_bytes(body, FORWARD_BODY_LIMIT).await else {
         return (StatusCode::PAYLOAD_TOO_LARGE, shared::error::PAYLOAD_TOO_LARGE).into_response();
     };
-    let path = parts.uri.path_and_query().map_or("/", |path| path.as_str());
-    let mut forward = app
-        .forward_client
-        .request(parts.method.clone(), format!("{}{path}", leader.trim_end_matches('/')))
-        .header(FORWARDED_HEADER, replica.id.to_string())
-        .body(body);
-    for (name, value) in &parts.headers {
-        if !HOP_BY_HOP.contains(name) {
-            forward = forward.header(name, value);
+    let path = parts.uri.path_and_query().map_or("/", |path| path.as_str()).to_owned();
+    // While the group elects (no leader known, the known one gone or no longer leading),
+    // the request waits and goes to the next leader: nothing was done with it yet.
+    let deadline = tokio::time::Instant::now() + consensus::replica::ELECTION_WAIT;
+    let answer = loop {
+        let retry = match replica.leader_url() {
+            None => "no leader is known yet (an election is under way)",
+            Some(leader) => {
+                let mut forward = app
+                    .forward_client
+                    .request(parts.method.clone(), format!("{}{path}", leader.trim_end_matches('/')))
+                    .header(FORWARDED_HEADER, replica.id.to_string())
+                    .body(body.clone());
+                for (name, value) in &parts.headers {
+                    if !HOP_BY_HOP.contains(name) {
+                        forward = forward.header(name, value);
+                    }
+                }
+                match forward.send().await {
+                    Ok(answer) if answer.headers().contains_key(NOT_LEADER_HEADER) => "the leader moved on",
+                    Ok(answer) => break answer,
+                    Err(error) if error.is_connect() => "the leader does not answer",
+                    Err(error) => {
+                        // Sent, maybe done: not sent again.
+                        tracing::warn!(%error, %leader, "forwarding a write to the leader failed");
+                        return unavailable("the leader did not answer; try again");
+                    }
+                }
+            }
+        };
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(reason = retry, "no leader took a forwarded request in time");
+            return unavailable("no leader is known yet (an election is under way); try again");
         }
-    }
-    let answer = match forward.send().await {
-        Ok(answer) => answer,
-        Err(error) => {
-            tracing::warn!(%error, %leader, "forwarding a write to the leader failed");
-            return unavailable("the leader did not answer; try again");
-        }
+        tokio::time::sleep(RETRY_EVERY).await;
     };
     let status = answer.status();
     let headers = answer.headers().clone();
     let body = match answer.bytes().await {
         Ok(body) => body,
         Err(error) => {
-            tracing::warn!(%error, %leader, "reading the leader's answer failed");
+            tracing::warn!(%error, "reading the leader's answer failed");
             return unavailable("the leader did not answer; try again");
         }
     };
@@ -104,6 +131,34 @@ pub async fn on_leader(State(app): State<AppState>, request: Request, next: Next
         }
     }
     response
+}
+
+/// A replica serves the public API once it is ready (it has applied its group's generation
+/// and received the workers' latest conditions). Before, it hands each request to the
+/// leader (nginx sends a client back to a restarted replica as soon as it listens), or
+/// answers 503 while no leader is known; a leader serves its own. A lone coordinator is not
+/// held back here.
+pub async fn when_ready(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(replica) = app.replica.clone() else {
+        return next.run(request).await;
+    };
+    if app.state.is_ready() || app.state.is_leader() {
+        return next.run(request).await;
+    }
+    if request.headers().contains_key(FORWARDED_HEADER) {
+        // Forwarded here as if this were the leader: the sender asks the next one.
+        return not_leader();
+    }
+    forward(&app, &replica, request).await
+}
+
+/// 503 to a replica that forwarded a request here as if this replica led.
+fn not_leader() -> Response {
+    let mut refused = unavailable("this replica does not lead; try again");
+    refused
+        .headers_mut()
+        .insert(NOT_LEADER_HEADER, HeaderValue::from_static("1"));
+    refused
 }
 
 fn unavailable(message: &'static str) -> Response {

@@ -85,6 +85,11 @@ impl consensus::Applier for StateApplier {
     }
 }
 
+/// A starting replica serves once its latest conditions stopped growing for this long…
+const SETTLE_STEP: Duration = Duration::from_millis(100);
+/// …or after this long at most.
+const SETTLE_LIMIT: Duration = Duration::from_secs(2);
+
 /// How long the leader waits between attempts to bring the workers up.
 const RETRY_EVERY: Duration = Duration::from_millis(200);
 
@@ -218,15 +223,41 @@ impl State {
                 continue;
             }
             if self.is_established() {
-                self.ready.store(true, Ordering::Release);
                 let generation = self.generation().id;
                 if resent_for != generation && self.resend_latest_everywhere(generation).await {
                     resent_for = generation;
+                    if !self.is_ready() {
+                        // Serving once the workers' latest conditions are in: a client moved
+                        // here from another replica must not see a smaller trend.
+                        self.settle_latest().await;
+                        self.ready.store(true, Ordering::Release);
+                        tracing::info!(generation, "replica ready");
+                    }
                 }
             }
             // Woken by any change of the raft's state (terms, applied entries, leaders), or
             // every second to retry a resend that failed.
             let _ = tokio::time::timeout(Duration::from_secs(1), metrics.changed()).await;
+        }
+    }
+
+    /// Waits (at most [`SETTLE_LIMIT`]) until the number of ISUs with a latest condition stops
+    /// growing for [`SETTLE_STEP`]: the workers' pushes asked for have arrived.
+    async fn settle_latest(&self) {
+        let with_latest = || {
+            let generation = self.generation();
+            let all = generation.all.read();
+            all.iter().filter(|isu| isu.latest_key().is_some()).count()
+        };
+        let started = tokio::time::Instant::now();
+        let mut seen = with_latest();
+        while started.elapsed() < SETTLE_LIMIT {
+            tokio::time::sleep(SETTLE_STEP).await;
+            let now = with_latest();
+            if now == seen {
+                return;
+            }
+            seen = now;
         }
     }
 
