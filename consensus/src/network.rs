@@ -30,6 +30,9 @@ pub const VOTE: &str = "/internal/raft/vote";
 pub const SNAPSHOT: &str = "/internal/raft/snapshot";
 /// A command a follower forwards to the leader (raw bytes in, `{"index": N}` out).
 pub const PROPOSE: &str = "/internal/raft/propose";
+/// The index a replica has applied (`{"index": N}`): a follower catching up reads the
+/// leader's.
+pub const APPLIED: &str = "/internal/raft/applied";
 /// The leader's id on a 503 from [`PROPOSE`] (absent when no leader is known).
 pub const LEADER_HEADER: &str = "x-raft-leader";
 /// The largest RPC body a replica takes.
@@ -161,6 +164,7 @@ pub fn routes(raft: Raft, secret: &str) -> Router {
         .route(VOTE, post(vote))
         .route(SNAPSHOT, post(snapshot))
         .route(PROPOSE, post(propose))
+        .route(APPLIED, axum::routing::get(applied))
         .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
         .with_state(Peer {
             raft,
@@ -217,6 +221,19 @@ async fn propose(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> R
             response
         }
     }
+}
+
+async fn applied(State(peer): State<Peer>, headers: HeaderMap) -> Response {
+    if let Err(refused) = check_secret(&peer, &headers) {
+        return refused;
+    }
+    let index = peer
+        .raft
+        .metrics()
+        .borrow()
+        .last_applied
+        .map_or(0, |log_id| log_id.index);
+    answer(&Proposed { index })
 }
 
 fn check_secret(peer: &Peer, headers: &HeaderMap) -> Result<(), Response> {

@@ -17,7 +17,7 @@ use openraft::{Config, ServerState, SnapshotPolicy};
 use serde::Serialize;
 
 use crate::log_store::LogStore;
-use crate::network::{Network, Proposed, PROPOSE, SNAPSHOT_CHUNK_BYTES};
+use crate::network::{Network, Proposed, APPLIED, PROPOSE, SNAPSHOT_CHUNK_BYTES};
 use crate::state_machine::StateMachineStore;
 use crate::{Applier, Command, Node, NodeId, Raft};
 
@@ -168,6 +168,41 @@ impl Proposer {
             .await
             .map_err(|_| ProposeError::NotApplied(proposed.index))?;
         Ok(proposed.index)
+    }
+
+    /// Waits until this replica has applied everything the leader had applied when asked
+    /// (a read barrier: a replica that starts catches up before it serves). The index reached.
+    pub async fn catch_up(&self) -> Result<u64, ProposeError> {
+        let metrics = self.raft.metrics().borrow().clone();
+        if metrics.state == openraft::ServerState::Leader {
+            return Ok(metrics.last_applied.map_or(0, |log_id| log_id.index));
+        }
+        let leader = metrics
+            .current_leader
+            .and_then(|leader| metrics.membership_config.membership().get_node(&leader).cloned())
+            .ok_or(ProposeError::NoLeader)?;
+        let answer = self
+            .client
+            .get(format!("{}{APPLIED}", leader.addr.trim_end_matches('/')))
+            .header(shared::protocol::SECRET_HEADER, self.secret.as_ref())
+            .send()
+            .await
+            .map_err(|error| ProposeError::Forward(error.to_string()))?;
+        if !answer.status().is_success() {
+            return Err(ProposeError::Forward(format!("{APPLIED} answered {}", answer.status())));
+        }
+        let body = answer
+            .bytes()
+            .await
+            .map_err(|error| ProposeError::Forward(error.to_string()))?;
+        let leader_applied: Proposed =
+            serde_json::from_slice(&body).map_err(|error| ProposeError::Forward(error.to_string()))?;
+        self.raft
+            .wait(Some(APPLY_WAIT))
+            .applied_index_at_least(Some(leader_applied.index), "catching up with the leader")
+            .await
+            .map_err(|_| ProposeError::NotApplied(leader_applied.index))?;
+        Ok(leader_applied.index)
     }
 
     /// The raft this proposer writes to.

@@ -342,6 +342,16 @@ impl Journal {
         }
     }
 
+    /// Replicated: waits until this replica has applied what the leader had (see
+    /// [`consensus::Proposer::catch_up`]); a local or disabled journal has nothing to wait for.
+    pub async fn catch_up(&self) -> Result<(), JournalError> {
+        if let Backend::Replicated(replicated) = &self.backend {
+            let proposer = replicated.proposer.get().ok_or(JournalError::NotStarted)?;
+            proposer.catch_up().await?;
+        }
+        Ok(())
+    }
+
     async fn append(&self, record: impl FnOnce() -> Encoder) -> Result<(), JournalError> {
         match &self.backend {
             Backend::Off => Ok(()),

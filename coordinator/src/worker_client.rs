@@ -227,6 +227,19 @@ impl WorkerClient {
             .await
     }
 
+    /// Every published ISU's latest condition on the worker of `cell`, as a binary batch.
+    pub async fn latest_all(&self, cell: CellId, generation: u64) -> Result<bytes::Bytes, WorkerCallError> {
+        let response = self
+            .post_for_response(
+                cell,
+                shared::protocol::WORKER_LATEST_ALL,
+                &ResendLatest { generation },
+                CALL_TIMEOUT,
+            )
+            .await?;
+        response.bytes().await.map_err(self.transport(cell))
+    }
+
     /// Sends the placement map (the worker keeps it if newer than its copy). One attempt: the
     /// coordinator's worker watch sends it again to a worker whose copy is older.
     pub async fn placement(&self, cell: CellId, map: &PlacementMap) -> Result<(), WorkerCallError> {

@@ -27,6 +27,10 @@ pub const WORKER_ROLLBACK: &str = "/internal/isu/rollback";
 /// Worker: push the latest condition of every published ISU again (a restarted
 /// coordinator restored its ISUs from its log, but not their latest conditions).
 pub const WORKER_RESEND_LATEST: &str = "/internal/latest/resend";
+/// Worker: the latest condition of every published ISU, now (POST `{"generation"}`, the
+/// answer a binary batch as [`LATEST_BINARY`]): a coordinator replica that starts pulls it
+/// from every worker before it serves.
+pub const WORKER_LATEST_ALL: &str = "/internal/latest/all";
 /// Worker: the coordinator's placement map (taken when newer than the worker's copy).
 pub const WORKER_PLACEMENT: &str = "/internal/placement";
 /// Coordinator: the current placement map (GET) and operations on it (cells API).

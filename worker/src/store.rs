@@ -556,6 +556,15 @@ impl Shard {
         (changed, oldest)
     }
 
+    /// Every published ISU with its latest condition (a coordinator replica pulls them all).
+    pub fn published_latest(&self) -> Vec<(Arc<IsuEntry>, Condition)> {
+        self.isus
+            .iter()
+            .filter(|entry| entry.is_published())
+            .filter_map(|entry| entry.latest().map(|latest| (entry.value().clone(), latest)))
+            .collect()
+    }
+
     /// Queues every published ISU with a condition (the coordinator asked for all of them again).
     pub fn requeue_published(&self) -> usize {
         let published: Vec<Arc<IsuEntry>> = self

@@ -18,6 +18,9 @@ use super::model::{Isu, Latest, Outcome};
 use super::trend::{Trend, TrendCache};
 use crate::journal::{LoggedIsu, Restored};
 
+/// The most early latest conditions a generation keeps (ISUs registered moments ago).
+const EARLY_LATEST_LIMIT: usize = 10_000;
+
 /// Everything that `/initialize` resets.
 pub struct Generation {
     pub id: u64,
@@ -28,6 +31,10 @@ pub struct Generation {
     pub(super) all: Arc<RwLock<Vec<Arc<Isu>>>>,
     /// Registrations in flight, by UUID.
     pub(super) pending: Mutex<HashMap<String, watch::Receiver<Outcome>>>,
+    /// Latest conditions pushed for ISUs this node does not know yet (a replica that has not
+    /// applied their registration when the worker's push arrives), taken when it does; at
+    /// most [`EARLY_LATEST_LIMIT`].
+    early_latest: Mutex<HashMap<Box<str>, Latest>>,
     pub(super) next_id: AtomicI64,
     /// Ids from here on are registrations (below: the dataset's ISUs).
     pub(super) first_registered_id: i64,
@@ -44,6 +51,7 @@ impl Generation {
             by_owner: DashMap::new(),
             all: Arc::new(RwLock::new(Vec::new())),
             pending: Mutex::new(HashMap::new()),
+            early_latest: Mutex::new(HashMap::new()),
             next_id: AtomicI64::new(dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1),
             first_registered_id: dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1,
             trend_cache: Arc::new(TrendCache::new()),
@@ -133,6 +141,12 @@ impl Generation {
 
     /// Adds a registered ISU and schedules a trend rebuild.
     pub(super) fn publish(&self, isu: Isu) -> Arc<Isu> {
+        if let Some(early) = self.early_latest.lock().remove(isu.uuid.as_str()) {
+            let mut latest = isu.latest.lock();
+            if latest.as_ref().is_none_or(|known| known.timestamp < early.timestamp) {
+                *latest = Some(early);
+            }
+        }
         let isu = self.insert(isu);
         self.changed();
         isu
@@ -195,7 +209,13 @@ impl Generation {
     pub fn apply_latest(&self, items: &[LatestItem<'_>]) -> usize {
         let changed = items
             .iter()
-            .filter(|item| self.by_uuid.get(item.uuid).is_some_and(|isu| isu.offer_latest(item)))
+            .filter(|item| match self.by_uuid.get(item.uuid) {
+                Some(isu) => isu.offer_latest(item),
+                None => {
+                    self.keep_early(item);
+                    false
+                }
+            })
             .count();
         if changed > 0 {
             self.changed();
@@ -203,9 +223,31 @@ impl Generation {
         changed
     }
 
+    /// Keeps the newest pushed condition of an ISU not known yet (see `early_latest`).
+    fn keep_early(&self, item: &LatestItem<'_>) {
+        let mut early = self.early_latest.lock();
+        let full = early.len() >= EARLY_LATEST_LIMIT;
+        let newer = early.get(item.uuid).is_none_or(|kept| kept.timestamp < item.timestamp);
+        if newer && (!full || early.contains_key(item.uuid)) {
+            early.insert(
+                item.uuid.into(),
+                Latest {
+                    timestamp: item.timestamp,
+                    flags: item.flags,
+                    message: item.message.into(),
+                },
+            );
+        }
+    }
+
     /// Records that the trend may have changed (rebuilt in the background).
     fn changed(&self) {
         self.trend_cache.changed(&self.all);
+    }
+
+    /// Builds the trend now (a replica about to serve, after it took every latest condition).
+    pub(super) fn rebuild_trend_now(&self) {
+        self.trend_cache.rebuild(&self.all);
     }
 
     /// The trend as of the last build (never built on the request path).

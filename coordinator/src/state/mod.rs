@@ -187,6 +187,19 @@ impl State {
     /// logs it. Replicated, the leader tells the workers when it applies the record.
     pub async fn sign_in(self: &Arc<Self>, user: &str) -> Result<String, ApiError> {
         let generation = self.generation();
+        if generation.has_user(user) {
+            return Ok(self.session_key.set_cookie(user, generation.id));
+        }
+        // To completion even if the client leaves: a user added here but neither logged nor
+        // forgotten again would exist on this replica only.
+        let (state, user) = (self.clone(), user.to_owned());
+        tokio::spawn(async move { state.sign_in_new(&user).await })
+            .await
+            .map_err(|error| ApiError::Internal(error.to_string()))?
+    }
+
+    async fn sign_in_new(&self, user: &str) -> Result<String, ApiError> {
+        let generation = self.generation();
         if generation.add_user(user) {
             if let Err(error) = self.journal.user(generation.id, user).await {
                 generation.remove_user(user);

@@ -16,9 +16,9 @@
 //! While a replica leads ([`State::lead`]) it brings the workers to the generation (a worker
 //! that holds it keeps its data), tells them every user again (the old leader's queue died
 //! with it), finishes or rolls back the migrations it finds unfinished, keeps the router's
-//! map and watches the workers. It stops all of that when it stops leading. A follower asks
-//! the workers to push their latest conditions again once per generation it adopts, since
-//! those are soft state that no log holds.
+//! map and watches the workers. It stops all of that when it stops leading. A follower pulls
+//! every worker's latest conditions once per generation it adopts (they are soft state that
+//! no log holds) and serves only then; the workers' pushes bring every later change.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -84,11 +84,6 @@ impl consensus::Applier for StateApplier {
         }
     }
 }
-
-/// A starting replica serves once its latest conditions stopped growing for this long…
-const SETTLE_STEP: Duration = Duration::from_millis(100);
-/// …or after this long at most.
-const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 
 /// How long the leader waits between attempts to bring the workers up.
 const RETRY_EVERY: Duration = Duration::from_millis(200);
@@ -224,12 +219,14 @@ impl State {
             }
             if self.is_established() {
                 let generation = self.generation().id;
-                if resent_for != generation && self.resend_latest_everywhere(generation).await {
+                // Serving once it has applied what the leader had and the workers' latest
+                // conditions are in (of every ISU it knows by then): a client moved here
+                // from another replica must not see a smaller trend. Pushes bring the rest.
+                let caught_up = self.is_ready() || self.journal.catch_up().await.is_ok();
+                if caught_up && resent_for != generation && self.pull_latest_everywhere(generation).await {
                     resent_for = generation;
                     if !self.is_ready() {
-                        // Serving once the workers' latest conditions are in: a client moved
-                        // here from another replica must not see a smaller trend.
-                        self.settle_latest().await;
+                        self.generation().rebuild_trend_now();
                         self.ready.store(true, Ordering::Release);
                         tracing::info!(generation, "replica ready");
                     }
@@ -241,36 +238,29 @@ impl State {
         }
     }
 
-    /// Waits (at most [`SETTLE_LIMIT`]) until the number of ISUs with a latest condition stops
-    /// growing for [`SETTLE_STEP`]: the workers' pushes asked for have arrived.
-    async fn settle_latest(&self) {
-        let with_latest = || {
-            let generation = self.generation();
-            let all = generation.all.read();
-            all.iter().filter(|isu| isu.latest_key().is_some()).count()
-        };
-        let started = tokio::time::Instant::now();
-        let mut seen = with_latest();
-        while started.elapsed() < SETTLE_LIMIT {
-            tokio::time::sleep(SETTLE_STEP).await;
-            let now = with_latest();
-            if now == seen {
-                return;
-            }
-            seen = now;
-        }
-    }
-
-    /// Asks every worker to push its latest conditions of `generation` again (to every
-    /// replica); true when all of them took the request.
-    async fn resend_latest_everywhere(&self, generation: u64) -> bool {
-        let asked = futures_util::future::join_all(
+    /// Takes every worker's latest conditions of `generation` (a full resync, pulled); true
+    /// when every worker answered.
+    async fn pull_latest_everywhere(&self, generation: u64) -> bool {
+        let pulled = futures_util::future::join_all(
             self.workers
                 .cells()
-                .map(|cell| self.workers.resend_latest(cell, generation)),
+                .map(|cell| self.workers.latest_all(cell, generation)),
         )
         .await;
-        asked.iter().all(Result::is_ok)
+        let mut complete = true;
+        for batch in pulled {
+            let Ok(body) = batch else {
+                complete = false;
+                continue;
+            };
+            match shared::protocol::decode_latest(&body) {
+                Ok((batch_generation, items)) if batch_generation == generation => {
+                    self.generation().apply_latest(&items);
+                }
+                _ => complete = false,
+            }
+        }
+        complete
     }
 
     /// What the leader does: a generation for a new group, the workers brought to it,

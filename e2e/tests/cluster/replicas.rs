@@ -171,6 +171,26 @@ async fn three_replicas_serve_the_api_survive_the_leader_s_death_and_catch_up() 
     .await;
     let answers: Vec<Value> = statuses(&cluster).await.into_iter().flatten().collect();
     assert_eq!(answers.len(), 3, "every replica answers: {answers:?}");
+    // Ready, it had pulled every worker's latest conditions: its trend holds as many ISUs as
+    // the leader's (the trend lists the ISUs that have a condition).
+    let trend_size = |replica: usize| {
+        let agent = agent_of(&cluster, replica);
+        async move {
+            let trend = agent.trend().await.json(200);
+            trend
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|character| {
+                    ["info", "warning", "critical"]
+                        .iter()
+                        .map(|level| character[*level].as_array().map_or(0, Vec::len))
+                        .sum::<usize>()
+                })
+                .sum::<usize>()
+        }
+    };
+    assert_eq!(trend_size(leader).await, trend_size(new_leader).await);
 
     // Membership: through a follower (forwarded to the leader) a replica leaves the group
     // and joins it again; bad requests get a clear 4xx.

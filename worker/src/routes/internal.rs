@@ -29,6 +29,7 @@ pub fn router() -> Router<AppState> {
         .route(WORKER_PUBLISH, post(publish))
         .route(WORKER_ROLLBACK, post(rollback))
         .route(WORKER_RESEND_LATEST, post(resend_latest))
+        .route(shared::protocol::WORKER_LATEST_ALL, post(latest_all))
         .route(WORKER_PLACEMENT, post(placement))
         .route(HEALTH, get(health))
 }
@@ -122,6 +123,34 @@ async fn resend_latest(
     let queued = state.store.current(resend.generation)?.requeue_published();
     tracing::info!(queued, "latest conditions queued again for the coordinator");
     Ok(StatusCode::OK)
+}
+
+/// Every published ISU's latest condition, as one binary batch of this generation.
+async fn latest_all(
+    _: ClusterPeer,
+    State(state): State<AppState>,
+    Json(resend): Json<ResendLatest>,
+) -> Result<axum::response::Response, WorkerError> {
+    use axum::response::IntoResponse;
+    let shard = state.store.current(resend.generation)?;
+    let latest = shard.published_latest();
+    let body = {
+        let messages = shard.messages.view();
+        shared::protocol::encode_latest(
+            shard.generation,
+            latest.iter().map(|(entry, condition)| shared::protocol::LatestItem {
+                uuid: &entry.uuid,
+                timestamp: condition.timestamp,
+                flags: condition.flags,
+                message: messages.text(condition.message),
+            }),
+        )
+    };
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, shared::protocol::LATEST_BINARY)],
+        body,
+    )
+        .into_response())
 }
 
 /// The coordinator's map: taken when newer than this worker's copy (saved before the answer).
