@@ -15,9 +15,17 @@ impl FromRequestParts<AppState> for SignedIn {
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Self::Rejection> {
         let session = node_http::session_of(&app.state.session_key, &parts.headers).ok_or(ApiError::NotSignedIn)?;
         if app.state.generation().has_user(&session.user) {
-            Ok(SignedIn(session.user))
-        } else {
-            Err(ApiError::NotSignedIn)
+            return Ok(SignedIn(session.user));
         }
+        // A replica may not have applied a sign-in that another replica just committed (a
+        // client moved here when its replica died): once caught up with the leader, it knows.
+        if app.replica.is_some()
+            && session.generation == app.state.generation().id
+            && app.state.journal.catch_up().await.is_ok()
+            && app.state.generation().has_user(&session.user)
+        {
+            return Ok(SignedIn(session.user));
+        }
+        Err(ApiError::NotSignedIn)
     }
 }

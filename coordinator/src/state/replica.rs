@@ -85,6 +85,9 @@ impl consensus::Applier for StateApplier {
     }
 }
 
+/// A starting replica serves this long after its pull at the earliest (see `lead`).
+const PUSHES_RESUMED_AFTER: Duration = Duration::from_millis(1200);
+
 /// How long the leader waits between attempts to bring the workers up.
 const RETRY_EVERY: Duration = Duration::from_millis(200);
 
@@ -226,6 +229,10 @@ impl State {
                 if caught_up && resent_for != generation && self.pull_latest_everywhere(generation).await {
                     resent_for = generation;
                     if !self.is_ready() {
+                        // The workers retry a push to a replica that was down at most
+                        // `worker::pusher::MAX_BACKOFF` (1 s) after their last failure: past
+                        // that, what changed while it was down has reached it too.
+                        tokio::time::sleep(PUSHES_RESUMED_AFTER).await;
                         self.generation().rebuild_trend_now();
                         self.ready.store(true, Ordering::Release);
                         tracing::info!(generation, "replica ready");
