@@ -129,6 +129,18 @@ impl Proposer {
         }
     }
 
+    /// Commits `command` only while this replica leads: a step of a protocol the leader
+    /// runs (a registration) must not be committed for a replica that no longer leads (it
+    /// would race the next leader ending the same protocol).
+    pub async fn propose_as_leader(&self, command: Vec<u8>) -> Result<u64, ProposeError> {
+        let written = tokio::time::timeout(ELECTION_WAIT, self.raft.client_write(Command(command))).await;
+        match written {
+            Ok(Ok(written)) => Ok(written.log_id.index),
+            Ok(Err(error)) => Err(ProposeError::Raft(error.to_string())),
+            Err(_) => Err(ProposeError::Raft("no majority answered in time".into())),
+        }
+    }
+
     async fn propose_once(&self, command: &[u8]) -> Result<u64, ProposeError> {
         let written = tokio::time::timeout(ELECTION_WAIT, self.raft.client_write(Command(command.to_vec()))).await;
         let error = match written {

@@ -33,6 +33,24 @@ const ISU_TAG: u8 = 3;
 const REMOVED_TAG: u8 = 4;
 const MAP_TAG: u8 = 5;
 const MIGRATION_TAG: u8 = 6;
+const REGISTERING_TAG: u8 = 7;
+const PUBLISHED_TAG: u8 = 8;
+
+/// A registration the replicated log has seen start and not end (replicas only): its ISU is
+/// provisional on its worker and maybe activated at JIA (`accepted: false`), or logged with
+/// its character and maybe not yet published on its worker (`accepted: true`). A new leader
+/// rolls back the first kind and publishes the second.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Unfinished {
+    pub uuid: String,
+    pub id: i64,
+    pub owner: String,
+    pub accepted: bool,
+    /// The request's id (`x-isu-request-id`, set by nginx and kept by a forwarding replica):
+    /// the same request sent again is answered from its outcome instead of run twice.
+    #[serde(default)]
+    pub request: Option<String>,
+}
 
 /// A registered ISU as logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +105,8 @@ pub struct Restored {
     pub placement: Option<PlacementMap>,
     /// The last state of every migration that had not finished, by id.
     pub migrations: Vec<Migration>,
+    /// Registrations started and not ended (replicas only).
+    pub unfinished: Vec<Unfinished>,
 }
 
 /// One record holding `restored` whole.
@@ -113,6 +133,8 @@ pub fn snapshot_record(restored: &Restored) -> Vec<u8> {
     for migration in &restored.migrations {
         encoder.str(&serde_json::to_string(migration).expect("a migration serialises"));
     }
+    // Written since replicas: a snapshot without it has no unfinished registration.
+    encoder.str(&serde_json::to_string(&restored.unfinished).expect("registrations serialise"));
     encoder.bytes
 }
 
@@ -164,6 +186,8 @@ pub enum Record {
     User { generation: u64, user: String },
     Isu { generation: u64, isu: LoggedIsu },
     Removed { generation: u64, uuid: String },
+    Registering { generation: u64, unfinished: Unfinished },
+    Published { generation: u64, uuid: String },
     Map(PlacementMap),
     Migration(Migration),
 }
@@ -184,6 +208,14 @@ pub fn decode(payload: &[u8]) -> Option<Record> {
             isu: LoggedIsu::decode(&mut decoder)?,
         },
         REMOVED_TAG => Record::Removed {
+            generation: decoder.u64()?,
+            uuid: decoder.str()?.to_owned(),
+        },
+        REGISTERING_TAG => Record::Registering {
+            generation: decoder.u64()?,
+            unfinished: serde_json::from_str(decoder.str()?).ok()?,
+        },
+        PUBLISHED_TAG => Record::Published {
             generation: decoder.u64()?,
             uuid: decoder.str()?.to_owned(),
         },
@@ -285,6 +317,10 @@ fn decode_snapshot(decoder: &mut Decoder<'_>) -> Option<Restored> {
             .collect::<Option<Vec<Migration>>>()?;
         (placement, migrations)
     };
+    let unfinished = match decoder.is_empty() {
+        true => Vec::new(),
+        false => serde_json::from_str(decoder.str()?).ok()?,
+    };
     Some(Restored {
         generation,
         jia_service_url,
@@ -292,6 +328,7 @@ fn decode_snapshot(decoder: &mut Decoder<'_>) -> Option<Restored> {
         isus,
         placement,
         migrations,
+        unfinished,
     })
 }
 
@@ -356,7 +393,16 @@ impl Journal {
         match &self.backend {
             Backend::Off => Ok(()),
             Backend::Local(wal) => Ok(wal.append(&record().bytes).await?),
-            Backend::Replicated(replicated) => replicated.propose(record().bytes).await,
+            Backend::Replicated(replicated) => replicated.propose(record().bytes, false).await,
+        }
+    }
+
+    /// [`Journal::append`] of a step of a protocol only the leader runs: replicated, it is
+    /// committed only while this replica leads (never forwarded).
+    async fn append_as_leader(&self, record: impl FnOnce() -> Encoder) -> Result<(), JournalError> {
+        match &self.backend {
+            Backend::Replicated(replicated) => replicated.propose(record().bytes, true).await,
+            _ => self.append(record).await,
         }
     }
 
@@ -366,7 +412,7 @@ impl Journal {
         match &self.backend {
             Backend::Off => Ok(()),
             Backend::Local(wal) => Ok(wal.snapshot().await?),
-            Backend::Replicated(replicated) => replicated.propose((replicated.snapshot)()).await,
+            Backend::Replicated(replicated) => replicated.propose((replicated.snapshot)(), true).await,
         }
     }
 
@@ -380,7 +426,7 @@ impl Journal {
     }
 
     pub async fn isu(&self, generation: u64, isu: &LoggedIsu) -> Result<(), JournalError> {
-        self.append(|| {
+        self.append_as_leader(|| {
             let mut encoder = Encoder::new(ISU_TAG);
             encoder.u64(generation);
             isu.encode(&mut encoder);
@@ -399,10 +445,11 @@ impl Journal {
         self.append_json(MIGRATION_TAG, migration).await
     }
 
-    /// A record of `tag` holding `value` as JSON.
+    /// A record of `tag` holding `value` as JSON (a step of a migration or a map change, which
+    /// only the leader runs).
     async fn append_json(&self, tag: u8, value: &impl serde::Serialize) -> Result<(), JournalError> {
         let json = serde_json::to_string(value).expect("placement records serialise");
-        self.append(|| {
+        self.append_as_leader(|| {
             let mut encoder = Encoder::new(tag);
             encoder.str(&json);
             encoder
@@ -410,8 +457,29 @@ impl Journal {
         .await
     }
 
+    /// A registration starts (replicas only): before its ISU is provisional on its worker.
+    pub async fn registering(&self, generation: u64, unfinished: &Unfinished) -> Result<(), JournalError> {
+        let json = serde_json::to_string(unfinished).expect("registrations serialise");
+        self.append_as_leader(|| {
+            let mut encoder = Encoder::new(REGISTERING_TAG);
+            encoder.u64(generation).str(&json);
+            encoder
+        })
+        .await
+    }
+
+    /// A registration ended: its ISU is published on its worker (replicas only).
+    pub async fn published(&self, generation: u64, uuid: &str) -> Result<(), JournalError> {
+        self.append_as_leader(|| {
+            let mut encoder = Encoder::new(PUBLISHED_TAG);
+            encoder.u64(generation).str(uuid);
+            encoder
+        })
+        .await
+    }
+
     pub async fn removed(&self, generation: u64, uuid: &str) -> Result<(), JournalError> {
-        self.append(|| {
+        self.append_as_leader(|| {
             let mut encoder = Encoder::new(REMOVED_TAG);
             encoder.u64(generation).str(uuid);
             encoder
@@ -421,10 +489,13 @@ impl Journal {
 }
 
 impl Replicated {
-    async fn propose(&self, record: Vec<u8>) -> Result<(), JournalError> {
+    async fn propose(&self, record: Vec<u8>, as_leader: bool) -> Result<(), JournalError> {
         let proposer = self.proposer.get().ok_or(JournalError::NotStarted)?;
         let started = std::time::Instant::now();
-        proposer.propose(record).await?;
+        match as_leader {
+            true => proposer.propose_as_leader(record).await?,
+            false => proposer.propose(record).await?,
+        };
         metrics::histogram!(RAFT_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
         Ok(())
     }

@@ -158,6 +158,11 @@ impl Agent {
 
     /// `POST /api/isu` as the frontend and the bench send it; no `image` part when `image` is `None`.
     pub async fn register(&self, uuid: &str, name: &str, image: Option<&[u8]>) -> Reply {
+        self.register_with(uuid, name, image, &[]).await
+    }
+
+    /// [`Agent::register`] with extra headers.
+    pub async fn register_with(&self, uuid: &str, name: &str, image: Option<&[u8]>, headers: &[(&str, &str)]) -> Reply {
         let mut form = reqwest::multipart::Form::new()
             .text("jia_isu_uuid", uuid.to_owned())
             .text("isu_name", name.to_owned());
@@ -168,7 +173,11 @@ impl Agent {
                 .expect("a valid MIME type");
             form = form.part("image", part);
         }
-        self.send(self.client.post(self.url("/api/isu")).multipart(form)).await
+        let mut request = self.client.post(self.url("/api/isu")).multipart(form);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        self.send(request).await
     }
 
     pub async fn isu(&self, uuid: &str) -> Reply {

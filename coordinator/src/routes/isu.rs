@@ -87,8 +87,17 @@ async fn list(user: SignedIn, State(app): State<AppState>) -> Result<Response, A
 async fn register(
     user: SignedIn,
     State(app): State<AppState>,
+    headers: axum::http::HeaderMap,
     form: Result<Multipart, MultipartRejection>,
 ) -> Result<Response, ApiError> {
+    // nginx's id of the request (the same on its retries and on a replica's forwards).
+    let request = headers
+        .get(super::leader::REQUEST_ID_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .filter(|id| {
+            (1..=64).contains(&id.len()) && id.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+        })
+        .map(str::to_owned);
     let mut form = form.map_err(|_| ApiError::BadRequest(messages::BAD_FORMAT_ICON))?;
     let (mut uuid, mut name, mut image) = (String::new(), String::new(), None);
     while let Some(field) = form.next_field().await.map_err(form_error)? {
@@ -115,6 +124,7 @@ async fn register(
             uuid,
             name,
             image,
+            request,
         })
         .await?;
     let mut response = json(&IsuBody::from(&*isu))?;

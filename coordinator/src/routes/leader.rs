@@ -22,6 +22,10 @@ type Replica = consensus::Replica<crate::state::replica::StateApplier>;
 
 /// Marks a request a follower forwarded.
 pub const FORWARDED_HEADER: &str = "x-isu-forwarded-to-leader";
+/// A request's id: nginx sets it (`$request_id`, the same on its retries); a forwarding
+/// replica keeps it, or sets one, and sends a registration again with it when the leader
+/// died before answering: the leader answers a registration it has seen from its outcome.
+pub const REQUEST_ID_HEADER: &str = "x-isu-request-id";
 /// On the leader's answer to a forwarded request: the index it had applied.
 pub const APPLIED_HEADER: &str = "x-raft-applied";
 /// The largest body forwarded (a registration with its icon is far smaller).
@@ -70,6 +74,17 @@ async fn forward(app: &AppState, replica: &Replica, request: Request) -> Respons
         return (StatusCode::PAYLOAD_TOO_LARGE, shared::error::PAYLOAD_TOO_LARGE).into_response();
     };
     let path = parts.uri.path_and_query().map_or("/", |path| path.as_str()).to_owned();
+    let mut parts = parts;
+    if !parts.headers.contains_key(REQUEST_ID_HEADER) {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        parts.headers.insert(
+            REQUEST_ID_HEADER,
+            HeaderValue::from_str(&id).expect("hex is a header value"),
+        );
+    }
+    // A registration is answered from its outcome when sent again with its id: one whose
+    // leader died before answering goes to the next leader instead of failing.
+    let sent_again_is_safe = parts.method == Method::POST && parts.uri.path() == "/api/isu";
     // While the group elects (no leader known, the known one gone or no longer leading),
     // the request waits and goes to the next leader: nothing was done with it yet.
     let deadline = tokio::time::Instant::now() + consensus::replica::ELECTION_WAIT;
@@ -91,6 +106,10 @@ async fn forward(app: &AppState, replica: &Replica, request: Request) -> Respons
                     Ok(answer) if answer.headers().contains_key(NOT_LEADER_HEADER) => "the leader moved on",
                     Ok(answer) => break answer,
                     Err(error) if error.is_connect() => "the leader does not answer",
+                    Err(error) if sent_again_is_safe => {
+                        tracing::warn!(%error, %leader, "a forwarded registration lost its answer; sending it again");
+                        "the leader did not answer"
+                    }
                     Err(error) => {
                         // Sent, maybe done: not sent again.
                         tracing::warn!(%error, %leader, "forwarding a write to the leader failed");

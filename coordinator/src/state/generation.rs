@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use super::model::{Isu, Latest, Outcome};
 use super::trend::{Trend, TrendCache};
-use crate::journal::{LoggedIsu, Restored};
+use crate::journal::{LoggedIsu, Restored, Unfinished};
 
 /// The most early latest conditions a generation keeps (ISUs registered moments ago).
 const EARLY_LATEST_LIMIT: usize = 10_000;
@@ -35,6 +35,10 @@ pub struct Generation {
     /// applied their registration when the worker's push arrives), taken when it does; at
     /// most [`EARLY_LATEST_LIMIT`].
     early_latest: Mutex<HashMap<Box<str>, Latest>>,
+    /// Registrations the replicated log has seen start and not end, by UUID (replicas only).
+    pub(super) unfinished: Mutex<std::collections::BTreeMap<String, Unfinished>>,
+    /// The UUID each registration request (by its id) was for, since the generation began.
+    pub(super) requests: Mutex<HashMap<String, String>>,
     pub(super) next_id: AtomicI64,
     /// Ids from here on are registrations (below: the dataset's ISUs).
     pub(super) first_registered_id: i64,
@@ -52,6 +56,8 @@ impl Generation {
             all: Arc::new(RwLock::new(Vec::new())),
             pending: Mutex::new(HashMap::new()),
             early_latest: Mutex::new(HashMap::new()),
+            unfinished: Mutex::new(std::collections::BTreeMap::new()),
+            requests: Mutex::new(HashMap::new()),
             next_id: AtomicI64::new(dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1),
             first_registered_id: dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1,
             trend_cache: Arc::new(TrendCache::new()),
@@ -100,6 +106,11 @@ impl Generation {
                 latest: Mutex::new(None),
             });
         }
+        *generation.unfinished.lock() = restored
+            .unfinished
+            .iter()
+            .map(|unfinished| (unfinished.uuid.clone(), unfinished.clone()))
+            .collect();
         generation.trend_cache.rebuild(&generation.all);
         generation
     }
@@ -120,6 +131,7 @@ impl Generation {
             jia_service_url: jia_service_url.to_owned(),
             users,
             isus,
+            unfinished: self.unfinished.lock().values().cloned().collect(),
             ..Restored::default()
         }
     }

@@ -17,6 +17,7 @@ use super::model::{Isu, Outcome};
 use super::State;
 use crate::error::ApiError;
 use crate::jia_client::ActivateError;
+use crate::journal::Unfinished;
 
 /// A registration request, after parsing.
 pub struct Registration {
@@ -25,6 +26,8 @@ pub struct Registration {
     pub name: String,
     /// `None` = the default icon.
     pub image: Option<Bytes>,
+    /// The request's id (replicas: a request sent again is answered from its outcome).
+    pub request: Option<String>,
 }
 
 /// A UUID claimed by a registration in flight. Dropping it (also when the
@@ -44,6 +47,17 @@ impl Drop for Claim {
     }
 }
 
+/// Crash tests only (fail points, off in any deployment): `registration-started=return(UUID)`
+/// or `registration-accepted=return(UUID)` holds that ISU's registration there for a minute
+/// (after its start is logged; after its ISU is logged with its character), so a test can
+/// kill the leader at that step.
+async fn hold_for_crash_test(step: &'static str, uuid: &str) {
+    if node_http::fail_points_on() && fail::eval(step, |target| target).flatten().as_deref() == Some(uuid) {
+        tracing::warn!(step, uuid, "registration held (fail point)");
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+}
+
 /// How long a registration of a UUID waits for a concurrent one of the same UUID.
 const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
 
@@ -59,6 +73,9 @@ impl State {
 
     async fn register_inner(&self, registration: Registration) -> Result<Arc<Isu>, ApiError> {
         let generation = self.generation();
+        if let Some(outcome) = self.outcome_of_sent_again(&generation, &registration).await {
+            return outcome;
+        }
         let (mut claim, id) = self.claim(&generation, &registration.uuid).await?;
         let result = self.activate_and_publish(&generation, &registration, id).await;
         if result.is_ok() {
@@ -126,18 +143,33 @@ impl State {
             owner: registration.owner.clone(),
             name: registration.name.clone(),
         };
-        self.workers
-            .provisional(cell, &provisional)
-            .await
-            .map_err(|error| match error.status() {
-                Some(reqwest::StatusCode::CONFLICT) => ApiError::DuplicatedIsu,
-                _ => ApiError::Internal(error.to_string()),
-            })?;
+        if self.replicated {
+            // Replicas: the start is logged first, so a next leader ends what this one leaves.
+            let unfinished = Unfinished {
+                uuid: registration.uuid.clone(),
+                id,
+                owner: registration.owner.clone(),
+                accepted: false,
+                request: registration.request.clone(),
+            };
+            self.journal
+                .registering(generation.id, &unfinished)
+                .await
+                .map_err(|error| ApiError::Unavailable(error.to_string()))?;
+            hold_for_crash_test("registration-started", &registration.uuid).await;
+        }
         let rollback = RollbackIsu {
             generation: generation.id,
             id,
             uuid: registration.uuid.clone(),
         };
+        if let Err(error) = self.workers.provisional(cell, &provisional).await {
+            self.log_rolled_back(generation, &registration.uuid).await;
+            return Err(match error.status() {
+                Some(reqwest::StatusCode::CONFLICT) => ApiError::DuplicatedIsu,
+                _ => ApiError::Internal(error.to_string()),
+            });
+        }
         let service_url = self.jia_service_url.read().clone();
         let asked_jia = std::time::Instant::now();
         let activated = self.jia.activate(&service_url, &device_url, &registration.uuid).await;
@@ -146,6 +178,7 @@ impl State {
             Ok(character) => character,
             Err(error) => {
                 self.rollback_worker(cell, &rollback).await;
+                self.log_rolled_back(generation, &registration.uuid).await;
                 return Err(match error {
                     ActivateError::Refused(status) => ApiError::JiaRefused(status),
                     other => ApiError::Internal(other.to_string()),
@@ -167,6 +200,7 @@ impl State {
             self.rollback_worker(cell, &rollback).await;
             return Err(ApiError::Internal(error.to_string()));
         }
+        hold_for_crash_test("registration-accepted", &registration.uuid).await;
         let publish = PublishIsu {
             generation: generation.id,
             uuid: registration.uuid.clone(),
@@ -181,9 +215,110 @@ impl State {
             self.rollback_worker(cell, &rollback).await;
             return Err(ApiError::Internal(error.to_string()));
         }
+        if self.replicated {
+            if let Err(error) = self.journal.published(generation.id, &registration.uuid).await {
+                // Left unfinished: the next leader publishes it again (idempotent).
+                tracing::warn!(%error, uuid = %registration.uuid, "logging a published registration failed");
+            }
+        }
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
             .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
         Ok(isu)
+    }
+
+    /// Replicas: the outcome of a registration request seen before (its id logged with its
+    /// start, by this leader or an earlier one), once it is over: the ISU it registered, or a
+    /// 503 when it was rolled back (it is not run again: JIA may have activated the ISU).
+    /// `None` for a request not seen, or one of another user.
+    async fn outcome_of_sent_again(
+        &self,
+        generation: &Arc<Generation>,
+        registration: &Registration,
+    ) -> Option<Result<Arc<Isu>, ApiError>> {
+        let request = registration.request.as_ref()?;
+        let uuid = generation.requests.lock().get(request).cloned()?;
+        if uuid != registration.uuid {
+            return None;
+        }
+        // Still running here (its first answer was lost on the way): wait for its end.
+        let deadline = tokio::time::Instant::now() + CONCURRENT_REGISTRATION_WAIT;
+        while generation.pending.lock().contains_key(&uuid)
+            || generation
+                .unfinished
+                .lock()
+                .get(&uuid)
+                .is_some_and(|unfinished| !unfinished.accepted)
+        {
+            if tokio::time::Instant::now() >= deadline {
+                return Some(Err(ApiError::Unavailable(format!(
+                    "registration of {uuid} still in flight"
+                ))));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        match generation.owned_isu(&uuid, &registration.owner) {
+            Some(isu) => {
+                tracing::info!(%uuid, %request, "a registration sent again is answered from its outcome");
+                Some(Ok(isu))
+            }
+            None => Some(Err(ApiError::Unavailable(format!(
+                "registration of {uuid} was interrupted and rolled back"
+            )))),
+        }
+    }
+
+    /// Replicas: logs that a registration logged as started was rolled back.
+    async fn log_rolled_back(&self, generation: &Generation, uuid: &str) {
+        if self.replicated {
+            if let Err(error) = self.journal.removed(generation.id, uuid).await {
+                tracing::error!(%error, %uuid, "logging a rolled-back registration failed");
+            }
+        }
+    }
+
+    /// A new leader ends the registrations an old one left unfinished: one logged with its
+    /// character (JIA activated it) is published on its worker; one that was only started is
+    /// rolled back there (JIA is never asked again: it activates an ISU at most once, and
+    /// the old leader may have asked). Each end is logged; one that fails stays unfinished
+    /// for the next leader.
+    pub(super) async fn finish_registrations(&self, generation: &Arc<Generation>) {
+        let unfinished: Vec<Unfinished> = generation.unfinished.lock().values().cloned().collect();
+        for registration in unfinished {
+            let cell = self.placement.map().owner(&registration.uuid);
+            let isu = generation.by_uuid.get(&registration.uuid).map(|isu| isu.clone());
+            match (registration.accepted, isu) {
+                (true, Some(isu)) => {
+                    let publish = PublishIsu {
+                        generation: generation.id,
+                        uuid: isu.uuid.clone(),
+                        id: isu.id,
+                        character: isu.character.clone(),
+                    };
+                    match self.workers.publish(cell, &publish).await {
+                        Ok(()) => {
+                            tracing::warn!(uuid = %isu.uuid, "published a registration the old leader left unfinished");
+                            if let Err(error) = self.journal.published(generation.id, &isu.uuid).await {
+                                tracing::warn!(%error, uuid = %isu.uuid, "logging a published registration failed");
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, uuid = %isu.uuid, "publishing an unfinished registration failed")
+                        }
+                    }
+                }
+                _ => {
+                    let rollback = RollbackIsu {
+                        generation: generation.id,
+                        id: registration.id,
+                        uuid: registration.uuid.clone(),
+                    };
+                    if self.workers.rollback(cell, &rollback).await.is_ok() {
+                        tracing::warn!(uuid = %registration.uuid, "rolled back a registration the old leader left unfinished");
+                        self.log_rolled_back(generation, &registration.uuid).await;
+                    }
+                }
+            }
+        }
     }
 
     async fn rollback_worker(&self, cell: CellId, rollback: &RollbackIsu) {

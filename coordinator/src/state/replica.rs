@@ -113,6 +113,9 @@ impl State {
                 }
             }
             Record::Isu { generation, isu } if generation == current.id => {
+                if let Some(unfinished) = current.unfinished.lock().get_mut(&isu.uuid) {
+                    unfinished.accepted = true;
+                }
                 if current.by_uuid.contains_key(&isu.uuid) {
                     return; // the leader published it before proposing it
                 }
@@ -127,10 +130,26 @@ impl State {
                     latest: Mutex::new(None),
                 });
             }
-            Record::Removed { generation, uuid } if generation == current.id => current.remove(&uuid),
+            Record::Removed { generation, uuid } if generation == current.id => {
+                current.unfinished.lock().remove(&uuid);
+                current.remove(&uuid);
+            }
+            Record::Registering { generation, unfinished } if generation == current.id => {
+                if let Some(request) = &unfinished.request {
+                    current.requests.lock().insert(request.clone(), unfinished.uuid.clone());
+                }
+                current.unfinished.lock().insert(unfinished.uuid.clone(), unfinished);
+            }
+            Record::Published { generation, uuid } if generation == current.id => {
+                current.unfinished.lock().remove(&uuid);
+            }
             Record::Map(map) => self.placement.adopt_map(map),
             Record::Migration(migration) => self.placement.record_migration(&migration),
-            Record::User { .. } | Record::Isu { .. } | Record::Removed { .. } => {}
+            Record::User { .. }
+            | Record::Isu { .. }
+            | Record::Removed { .. }
+            | Record::Registering { .. }
+            | Record::Published { .. } => {}
         }
     }
 
@@ -157,6 +176,11 @@ impl State {
                     latest: Mutex::new(None),
                 });
             }
+            *current.unfinished.lock() = restored
+                .unfinished
+                .iter()
+                .map(|unfinished| (unfinished.uuid.clone(), unfinished.clone()))
+                .collect();
         } else {
             let generation = Generation::restored(&restored, &self.dataset, &self.default_icon);
             *self.current.write() = Arc::new(generation);
@@ -294,6 +318,7 @@ impl State {
                 }
             }
         }
+        self.finish_registrations(&generation).await;
         // Before it says it is ready: nginx may start as soon as a replica is healthy, and
         // starts from this file.
         self.placement.write_router_file().await;

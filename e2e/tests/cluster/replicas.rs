@@ -113,8 +113,16 @@ async fn three_replicas_serve_the_api_survive_the_leader_s_death_and_catch_up() 
     // to the leader, and the follower's own list shows it at once.
     let alice = sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await;
     let first = cluster.known_uuid('a', 61);
-    alice.register(&first, "first", None).await.json(201);
+    let request = [("x-isu-request-id", "e2e-request-1")];
+    let created = alice.register_with(&first, "first", None, &request).await.json(201);
     assert_eq!(listed(&alice).await, Some(BTreeSet::from([first.clone()])));
+    // The same request sent again (nginx's retry, a forward whose answer was lost) is
+    // answered from its outcome; another request for the same ISU is a duplicate.
+    assert_eq!(
+        alice.register_with(&first, "first", None, &request).await.json(201),
+        created
+    );
+    assert_eq!(alice.register(&first, "first", None).await.status.as_u16(), 409);
     // Every replica lists it, with the latest condition its device posted to the worker.
     for replica in 0..3 {
         let reader = sign_in_with(agent_of(&cluster, replica), &cluster.signer, "alice").await;
@@ -253,5 +261,77 @@ async fn three_replicas_serve_the_api_survive_the_leader_s_death_and_catch_up() 
         seen.values().all(|leaders| leaders.len() == 1),
         "one leader per term: {seen:?}"
     );
+    cluster.assert_no_crash();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accepted_one() {
+    let rolled_back = test_uuid('c', 71);
+    let published = test_uuid('d', 72);
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        fail_points: Some(format!(
+            "registration-started=return({rolled_back});registration-accepted=return({published})"
+        )),
+        ..ClusterOptions::default()
+    })
+    .await;
+    cluster.make_known(&rolled_back);
+    cluster.make_known(&published);
+    let workers = cluster.workers.len();
+
+    // The leader dies after logging the start (before the worker and JIA hear of it).
+    let leader = agreed_leader(&cluster).await;
+    let follower = (leader + 1) % 3;
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
+    let registering = {
+        let (alice, uuid) = (alice.clone(), rolled_back.clone());
+        tokio::spawn(async move { alice.register(&uuid, "rolled back", None).await })
+    };
+    cluster.wait_for_log(workers + leader, "registration held").await;
+    cluster.kill_node(workers + leader);
+    // The follower sends it again to the next leader, which has rolled it back.
+    let answer = registering.await.unwrap();
+    assert_eq!(answer.status.as_u16(), 503, "{}", answer.text());
+    assert_eq!(listed(&alice).await, Some(BTreeSet::new()));
+    cluster.start_node(workers + leader);
+
+    // The next leader dies after logging the ISU with its character (JIA activated it),
+    // before its worker published it: the one after publishes it.
+    let second_leader = agreed_leader(&cluster).await;
+    let follower = (0..3).find(|replica| *replica != second_leader).unwrap();
+    let bob = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "bob").await);
+    let registering = {
+        let (bob, uuid) = (bob.clone(), published.clone());
+        tokio::spawn(async move { bob.register(&uuid, "published", None).await })
+    };
+    cluster.wait_for_log(workers + second_leader, "registration held").await;
+    cluster.kill_node(workers + second_leader);
+    let answer = registering.await.unwrap();
+    let created = answer.json(201);
+    assert_eq!(created["jia_isu_uuid"], published.as_str());
+    assert_eq!(listed(&bob).await, Some(BTreeSet::from([published.clone()])));
+    // Published on its worker: its conditions are readable there.
+    wait_until(
+        "the worker serves the published ISU",
+        Duration::from_secs(10),
+        || async {
+            let path = format!("/api/condition/{published}?end_time=2000000000&condition_level=info,warning,critical");
+            let reply = bob.try_get(&path).await.ok()?;
+            (reply.status.as_u16() == 200).then_some(())
+        },
+    )
+    .await;
+    // JIA never heard of the rolled-back one and activated the other once.
+    let activations = cluster.jia.activations();
+    let count = |uuid: &str| {
+        activations
+            .iter()
+            .filter(|activation| activation.isu_uuid == uuid)
+            .count()
+    };
+    assert_eq!((count(&rolled_back), count(&published)), (0, 1));
+    cluster.start_node(workers + second_leader);
+    agreed_leader(&cluster).await;
     cluster.assert_no_crash();
 }
