@@ -328,6 +328,11 @@ impl<A: Applier> Replica<A> {
         }
     }
 
+    /// The index of the last entry this replica applied.
+    pub fn applied_index(&self) -> u64 {
+        self.state_machine.applied_index()
+    }
+
     /// The leader's base URL, when one is known.
     pub fn leader_url(&self) -> Option<String> {
         let metrics = self.raft.metrics().borrow().clone();

@@ -53,7 +53,7 @@ pub async fn on_leader(State(app): State<AppState>, request: Request, next: Next
     if matches!(*request.method(), Method::GET | Method::HEAD) || app.state.is_leader() {
         let mut response = next.run(request).await;
         if forwarded {
-            let applied = replica.status().applied_index;
+            let applied = replica.applied_index();
             response
                 .headers_mut()
                 .insert(APPLIED_HEADER, HeaderValue::from(applied));
@@ -162,13 +162,49 @@ pub async fn when_ready(State(app): State<AppState>, request: Request, next: Nex
         return next.run(request).await;
     };
     if app.state.is_ready() || app.state.is_leader() {
-        return next.run(request).await;
+        return read_your_writes(&replica, request, next).await;
     }
     if request.headers().contains_key(FORWARDED_HEADER) {
         // Forwarded here as if this were the leader: the sender asks the next one.
         return not_leader();
     }
     forward(&app, &replica, request).await
+}
+
+/// The cookie that carries how far a client's last write was applied.
+pub const APPLIED_COOKIE: &str = "isucondition_applied";
+
+/// Read-your-writes across replicas: a client's write answers with a cookie naming the log
+/// index this replica had applied when it answered, and any later request of that client,
+/// on whichever replica (nginx moves a client when its replica dies), first waits until
+/// that replica has applied as far (at most 2 s).
+async fn read_your_writes(replica: &Replica, request: Request, next: Next) -> Response {
+    let seen = request
+        .headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().strip_prefix(APPLIED_COOKIE)?.strip_prefix('='))
+        .filter_map(|index| index.parse::<u64>().ok())
+        .max();
+    if let Some(seen) = seen {
+        if seen > replica.applied_index() && !replica.wait_applied(seen, APPLY_WAIT).await {
+            tracing::warn!(seen, "a client's last write was not applied here in time");
+        }
+    }
+    let wrote = !matches!(*request.method(), Method::GET | Method::HEAD);
+    let mut response = next.run(request).await;
+    if wrote && response.status().is_success() {
+        let cookie = format!(
+            "{APPLIED_COOKIE}={}; Path=/; HttpOnly; SameSite=Lax",
+            replica.applied_index()
+        );
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
 }
 
 /// 503 to a replica that forwarded a request here as if this replica led.

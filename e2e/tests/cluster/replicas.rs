@@ -114,7 +114,17 @@ async fn three_replicas_serve_the_api_survive_the_leader_s_death_and_catch_up() 
     let alice = sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await;
     let first = cluster.known_uuid('a', 61);
     let request = [("x-isu-request-id", "e2e-request-1")];
-    let created = alice.register_with(&first, "first", None, &request).await.json(201);
+    let reply = alice.register_with(&first, "first", None, &request).await;
+    let created = reply.json(201);
+    // How far the write was applied, for the client's next request on any replica.
+    assert!(
+        reply
+            .set_cookies
+            .iter()
+            .any(|cookie| cookie.starts_with("isucondition_applied=")),
+        "{:?}",
+        reply.set_cookies
+    );
     assert_eq!(listed(&alice).await, Some(BTreeSet::from([first.clone()])));
     // The same request sent again (nginx's retry, a forward whose answer was lost) is
     // answered from its outcome; another request for the same ISU is a duplicate.
