@@ -322,6 +322,13 @@ impl State {
     }
 
     async fn rollback_worker(&self, cell: CellId, rollback: &RollbackIsu) {
+        if self.replicated && !self.is_leader() {
+            // A replica that stopped leading mid-registration (paused, cut off) leaves the
+            // worker alone: the next leader ends the registration from the log, and may
+            // have published it already.
+            tracing::warn!(uuid = %rollback.uuid, "no longer leading: the worker's rollback is left to the leader");
+            return;
+        }
         if let Err(error) = self.workers.rollback(cell, rollback).await {
             tracing::error!(%error, uuid = %rollback.uuid, "rollback on worker failed");
         }
