@@ -155,31 +155,41 @@ impl Proposer {
         let Some(leader) = forward.leader_node.clone() else {
             return Err(ProposeError::NoLeader);
         };
-        let answer = self
+        let request = self
             .client
             .post(format!("{}{PROPOSE}", leader.addr.trim_end_matches('/')))
+            .body(command.to_vec());
+        let proposed = self.leader_index(request).await?;
+        self.wait_applied(proposed, "a forwarded command").await
+    }
+
+    /// Sends `request` to the leader with the secret; the index its answer names.
+    async fn leader_index(&self, request: reqwest::RequestBuilder) -> Result<u64, ProposeError> {
+        let forward = |error: reqwest::Error| ProposeError::Forward(error.to_string());
+        let answer = request
             .header(shared::protocol::SECRET_HEADER, self.secret.as_ref())
-            .body(command.to_vec())
             .send()
             .await
-            .map_err(|error| ProposeError::Forward(error.to_string()))?;
+            .map_err(forward)?;
         let status = answer.status();
-        let body = answer
-            .bytes()
-            .await
-            .map_err(|error| ProposeError::Forward(error.to_string()))?;
+        let body = answer.bytes().await.map_err(forward)?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&body);
             return Err(ProposeError::Forward(format!("{status}: {}", text.trim())));
         }
-        let proposed: Proposed =
+        let answered: Proposed =
             serde_json::from_slice(&body).map_err(|error| ProposeError::Forward(error.to_string()))?;
+        Ok(answered.index)
+    }
+
+    /// Waits (at most [`APPLY_WAIT`]) until this replica has applied `index`.
+    async fn wait_applied(&self, index: u64, what: &str) -> Result<u64, ProposeError> {
         self.raft
             .wait(Some(APPLY_WAIT))
-            .applied_index_at_least(Some(proposed.index), "a forwarded command")
+            .applied_index_at_least(Some(index), what)
             .await
-            .map_err(|_| ProposeError::NotApplied(proposed.index))?;
-        Ok(proposed.index)
+            .map_err(|_| ProposeError::NotApplied(index))?;
+        Ok(index)
     }
 
     /// Waits until this replica has applied everything the leader had applied when asked
@@ -193,28 +203,11 @@ impl Proposer {
             .current_leader
             .and_then(|leader| metrics.membership_config.membership().get_node(&leader).cloned())
             .ok_or(ProposeError::NoLeader)?;
-        let answer = self
+        let request = self
             .client
-            .get(format!("{}{APPLIED}", leader.addr.trim_end_matches('/')))
-            .header(shared::protocol::SECRET_HEADER, self.secret.as_ref())
-            .send()
-            .await
-            .map_err(|error| ProposeError::Forward(error.to_string()))?;
-        if !answer.status().is_success() {
-            return Err(ProposeError::Forward(format!("{APPLIED} answered {}", answer.status())));
-        }
-        let body = answer
-            .bytes()
-            .await
-            .map_err(|error| ProposeError::Forward(error.to_string()))?;
-        let leader_applied: Proposed =
-            serde_json::from_slice(&body).map_err(|error| ProposeError::Forward(error.to_string()))?;
-        self.raft
-            .wait(Some(APPLY_WAIT))
-            .applied_index_at_least(Some(leader_applied.index), "catching up with the leader")
-            .await
-            .map_err(|_| ProposeError::NotApplied(leader_applied.index))?;
-        Ok(leader_applied.index)
+            .get(format!("{}{APPLIED}", leader.addr.trim_end_matches('/')));
+        let leader_applied = self.leader_index(request).await?;
+        self.wait_applied(leader_applied, "catching up with the leader").await
     }
 
     /// The raft this proposer writes to.

@@ -2,43 +2,19 @@
 //! replica, a dead leader is replaced and the restarted replica catches up; the RPC routes
 //! refuse what is not a replica's call.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use consensus::state_machine::Applier;
+use common::Recorder;
 use consensus::{Command, NodeId, Replica, ReplicaOptions};
-use parking_lot::Mutex;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 const SECRET: &str = "group-test-secret";
-
-#[derive(Default)]
-struct Recorder {
-    applied: Mutex<Vec<Vec<u8>>>,
-}
-
-impl Applier for Recorder {
-    fn apply(&self, _index: u64, command: &[u8]) -> Vec<u8> {
-        self.applied.lock().push(command.to_vec());
-        Vec::new()
-    }
-
-    fn snapshot(&self) -> Vec<u8> {
-        serde_json::to_vec(&*self.applied.lock()).unwrap()
-    }
-
-    fn restore(&self, snapshot: &[u8]) -> Result<(), String> {
-        *self.applied.lock() = if snapshot.is_empty() {
-            Vec::new()
-        } else {
-            serde_json::from_slice(snapshot).map_err(|error| error.to_string())?
-        };
-        Ok(())
-    }
-}
 
 struct Running {
     replica: Replica<Recorder>,

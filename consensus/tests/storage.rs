@@ -1,43 +1,18 @@
 //! The replica's stores against openraft's own storage test suite, and what they do with a
 //! damaged log or snapshot at start.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::Recorder;
 use consensus::log_store::{LogStore, LOG_FILE};
-use consensus::state_machine::{Applier, StateMachineStore, SNAPSHOT_FILE};
+use consensus::state_machine::{StateMachineStore, SNAPSHOT_FILE};
 use consensus::{Command, NodeId, TypeConfig};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::{Entry, EntryPayload, LogId, RaftSnapshotBuilder, StorageError};
-use parking_lot::Mutex;
 use tempfile::TempDir;
-
-/// The commands applied, in order.
-#[derive(Default)]
-struct Recorder {
-    applied: Mutex<Vec<Vec<u8>>>,
-}
-
-impl Applier for Recorder {
-    fn apply(&self, _index: u64, command: &[u8]) -> Vec<u8> {
-        let mut applied = self.applied.lock();
-        applied.push(command.to_vec());
-        (applied.len() as u64).to_le_bytes().to_vec()
-    }
-
-    fn snapshot(&self) -> Vec<u8> {
-        serde_json::to_vec(&*self.applied.lock()).unwrap()
-    }
-
-    fn restore(&self, snapshot: &[u8]) -> Result<(), String> {
-        *self.applied.lock() = if snapshot.is_empty() {
-            Vec::new()
-        } else {
-            serde_json::from_slice(snapshot).map_err(|error| error.to_string())?
-        };
-        Ok(())
-    }
-}
 
 struct Builder;
 
