@@ -197,7 +197,14 @@ impl Proposer {
     pub async fn catch_up(&self) -> Result<u64, ProposeError> {
         let metrics = self.raft.metrics().borrow().clone();
         if metrics.state == openraft::ServerState::Leader {
-            return Ok(metrics.last_applied.map_or(0, |log_id| log_id.index));
+            // A new leader knows the entries of earlier terms committed only once an entry
+            // of its own term is: wait until it has applied them all.
+            let read = tokio::time::timeout(APPLY_WAIT, self.raft.ensure_linearizable()).await;
+            return match read {
+                Ok(Ok(log_id)) => Ok(log_id.map_or(0, |log_id| log_id.index)),
+                Ok(Err(error)) => Err(ProposeError::Raft(error.to_string())),
+                Err(_) => Err(ProposeError::Raft("no majority answered in time".into())),
+            };
         }
         let leader = metrics
             .current_leader

@@ -50,7 +50,19 @@ pub async fn on_leader(State(app): State<AppState>, request: Request, next: Next
         return next.run(request).await;
     };
     let forwarded = request.headers().contains_key(FORWARDED_HEADER);
-    if matches!(*request.method(), Method::GET | Method::HEAD) || app.state.is_leader() {
+    let reads = matches!(*request.method(), Method::GET | Method::HEAD);
+    if !reads && app.state.is_leader() {
+        // A new leader takes writes once it has applied the earlier terms and ended their
+        // registrations (a registration sent again must find its outcome).
+        let deadline = tokio::time::Instant::now() + consensus::replica::ELECTION_WAIT;
+        while !app.state.takes_leader_writes() && app.state.is_leader() {
+            if tokio::time::Instant::now() >= deadline {
+                return unavailable("this replica is taking over; try again");
+            }
+            tokio::time::sleep(RETRY_EVERY).await;
+        }
+    }
+    if reads || app.state.is_leader() {
         let mut response = next.run(request).await;
         if forwarded {
             let applied = replica.applied_index();

@@ -67,6 +67,9 @@ pub struct State {
     replicated: bool,
     /// A replica has applied its group's generation (always true otherwise).
     established: AtomicBool,
+    /// A replica leads and has applied every entry of earlier terms and ended the
+    /// registrations they left: it takes leader-only writes (always true otherwise).
+    leading: AtomicBool,
     dataset: Arc<Dataset>,
     pub default_icon: Bytes,
     pub session_key: SessionKey,
@@ -116,6 +119,7 @@ impl State {
             restored,
             replicated,
             established: AtomicBool::new(!replicated),
+            leading: AtomicBool::new(!replicated),
             dataset: Arc::new(dataset),
             default_icon,
             session_key,

@@ -212,6 +212,12 @@ impl State {
         hasher.finish()
     }
 
+    /// Whether this replica leads and is ready to take leader-only writes (a lone
+    /// coordinator always is).
+    pub fn takes_leader_writes(&self) -> bool {
+        self.leading.load(Ordering::Acquire) && self.is_leader()
+    }
+
     /// Whether this replica has applied a generation of its group.
     pub fn is_established(&self) -> bool {
         self.established.load(Ordering::Acquire)
@@ -239,6 +245,7 @@ impl State {
                     record_raft_metrics(&metrics.borrow());
                 }
                 duties.abort();
+                self.leading.store(false, Ordering::Release);
                 tracing::info!("this replica no longer leads");
                 // The next leader runs the migrations and the workers' resets from here on.
                 self.ready.store(self.is_established(), Ordering::Release);
@@ -299,6 +306,12 @@ impl State {
     /// workers watched. Ends when aborted (the replica stopped leading).
     async fn leader_duties(self: Arc<Self>) {
         tracing::info!(generation = self.generation().id, "this replica leads");
+        // Everything committed in earlier terms applied first: the registrations they left
+        // are known before any write is taken.
+        while let Err(error) = self.journal.catch_up().await {
+            tracing::warn!(%error, "a new leader waits to apply the earlier terms' entries");
+            tokio::time::sleep(RETRY_EVERY).await;
+        }
         while !self.is_established() {
             // A new group: this replica's own generation becomes the group's.
             if let Err(error) = self.journal.snapshot().await {
@@ -319,6 +332,7 @@ impl State {
             }
         }
         self.finish_registrations(&generation).await;
+        self.leading.store(true, Ordering::Release);
         // Before it says it is ready: nginx may start as soon as a replica is healthy, and
         // starts from this file.
         self.placement.write_router_file().await;
