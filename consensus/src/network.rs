@@ -35,8 +35,9 @@ pub const PROPOSE: &str = "/internal/raft/propose";
 pub const APPLIED: &str = "/internal/raft/applied";
 /// The leader's id on a 503 from [`PROPOSE`] (absent when no leader is known).
 pub const LEADER_HEADER: &str = "x-raft-leader";
-/// The largest RPC body a replica takes.
-pub const MAX_RPC_BYTES: usize = 16 << 20;
+/// The largest RPC body a replica takes: [`crate::replica::MAX_PAYLOAD_ENTRIES`] entries of
+/// registrations with icons as base64 fit.
+pub const MAX_RPC_BYTES: usize = 64 << 20;
 /// Snapshot bytes per `install_snapshot` RPC (openraft sends them as a JSON array of
 /// numbers: up to about four times as many bytes on the wire, within [`MAX_RPC_BYTES`]).
 pub const SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
@@ -227,12 +228,17 @@ async fn applied(State(peer): State<Peer>, headers: HeaderMap) -> Response {
     if let Err(refused) = check_secret(&peer, &headers) {
         return refused;
     }
-    let index = peer
-        .raft
-        .metrics()
-        .borrow()
-        .last_applied
-        .map_or(0, |log_id| log_id.index);
+    // A new leader answers once it has applied what earlier leaders acknowledged.
+    let linearizable = tokio::time::timeout(Duration::from_secs(2), peer.raft.ensure_linearizable()).await;
+    let index = match linearizable {
+        Ok(Ok(log_id)) => log_id.map_or(0, |log_id| log_id.index),
+        _ => peer
+            .raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |log_id| log_id.index),
+    };
     answer(&Proposed { index })
 }
 

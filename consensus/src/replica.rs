@@ -235,6 +235,10 @@ pub struct Status {
     pub members: Vec<NodeId>,
 }
 
+/// Entries per append RPC: a registration's entry may carry an icon, so a batch of openraft's
+/// default 300 could pass the RPC body bound, and a follower behind would never catch up.
+pub const MAX_PAYLOAD_ENTRIES: u64 = 32;
+
 /// The group's timing and snapshot policy.
 pub fn config(snapshot_every: u64) -> Arc<Config> {
     let config = Config {
@@ -246,6 +250,7 @@ pub fn config(snapshot_every: u64) -> Arc<Config> {
         snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every.max(1)),
         snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
         max_in_snapshot_log_to_keep: 1_000,
+        max_payload_entries: MAX_PAYLOAD_ENTRIES,
         ..Config::default()
     };
     Arc::new(config.validate().expect("the group's raft config is valid"))

@@ -132,7 +132,17 @@ impl<A: Applier> StateMachineStore<A> {
     }
 
     /// Writes `stored` as the durable snapshot, then keeps it as the current one.
+    /// Under the current snapshot's lock, so a snapshot being built and one being installed
+    /// never write the file at once, and an older one never replaces a newer one (openraft
+    /// builds in a task of its own, and may have purged the log up to the newer one).
     fn keep(&self, stored: Stored) -> Result<(), StorageError<NodeId>> {
+        let mut current = self.current.lock();
+        if current
+            .as_ref()
+            .is_some_and(|held| held.meta.last_log_id >= stored.meta.last_log_id)
+        {
+            return Ok(());
+        }
         write_snapshot(&self.path, &stored).map_err(|error| {
             StorageIOError::new(
                 ErrorSubject::Snapshot(Some(stored.meta.signature())),
@@ -140,7 +150,7 @@ impl<A: Applier> StateMachineStore<A> {
                 AnyError::new(&error),
             )
         })?;
-        *self.current.lock() = Some(stored);
+        *current = Some(stored);
         Ok(())
     }
 }

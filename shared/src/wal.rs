@@ -119,10 +119,11 @@ pub enum Tail {
     Truncate,
     /// Leave it: another process may be writing it (a read ahead of a hand-over).
     Keep,
-    /// Cut off only a torn last record (shorter than its header says: a group write cut
-    /// short by a crash, so never synced nor acknowledged); anything else (a complete record
-    /// that fails its checksum, a zero length) is an error, because the records after it may
-    /// have been acknowledged. For logs that must never lose an acknowledged record silently
+    /// Cut off only a torn last group write (a record shorter than its header says, within
+    /// one group's length of the end, or a zero-filled tail: a write cut short by a crash,
+    /// so never synced nor acknowledged); anything else (a complete record that fails its
+    /// checksum, a length pointing far past the end, a zero length before other bytes) is
+    /// an error, because the records after it may have been acknowledged. For logs that must never lose an acknowledged record silently
     /// (a raft log: a replica that forgets what it acknowledged breaks the quorum's promise).
     Strict,
 }
@@ -173,8 +174,17 @@ pub fn read_log_from(path: &Path, from: u64, tail: Tail, mut apply: impl FnMut(&
         offset += HEADER_BYTES + length;
     };
     report.valid_bytes = from + offset as u64;
+    // Strict: a torn last group write is at most one group long, and a crash may leave its
+    // space zero-filled; anything else is damage to records that may have been acknowledged.
+    let rest = &bytes[offset..];
+    let torn_tail = match problem {
+        Some("torn header") => true,
+        Some("torn record") => rest.len() <= GROUP_BYTES + HEADER_BYTES,
+        Some("bad length") => rest.iter().all(|byte| *byte == 0),
+        _ => false,
+    };
     let problem = match (problem, tail) {
-        (Some(problem), Tail::Strict) if !matches!(problem, "torn header" | "torn record") => {
+        (Some(problem), Tail::Strict) if !torn_tail => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
@@ -689,13 +699,30 @@ mod tests {
         assert_eq!(report.truncated_bytes, 12);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), good as u64);
 
+        // A zero-filled tail (the space a crash left) is a torn write too.
+        let mut zeros = frame(b"first");
+        zeros.extend([0u8; 64]);
+        std::fs::write(&path, &zeros).unwrap();
+        let report = read_log_from(&path, 0, Tail::Strict, |_| {}).unwrap();
+        assert_eq!((report.records, report.truncated_bytes), (1, 64));
+
+        // A length that points past the end by more than a group write is a damaged header.
+        let mut long = frame(b"first");
+        let mut bogus = frame(b"second");
+        bogus[3] = 0x7f;
+        long.extend(bogus);
+        long.extend(vec![7u8; GROUP_BYTES + 100]);
         for damaged in [
             {
                 let mut flipped = frame(b"second");
                 *flipped.last_mut().unwrap() ^= 1;
                 flipped
             },
-            vec![0u8; 64],
+            {
+                let mut zeros = vec![0u8; 64];
+                zeros.extend(frame(b"not zero"));
+                zeros
+            },
         ] {
             let mut corrupt = frame(b"first");
             corrupt.extend(damaged);
@@ -710,6 +737,9 @@ mod tests {
                 "a refused log is left as it was"
             );
         }
+        std::fs::write(&path, &long).unwrap();
+        let error = read_log_from(&path, 0, Tail::Strict, |_| {}).unwrap_err();
+        assert!(error.to_string().contains("damaged at byte"), "{error}");
     }
 
     #[test]

@@ -256,9 +256,11 @@ impl Target {
             .await;
         let pending = self.pending.clone();
         let put_back = |changed: Vec<(Arc<IsuEntry>, _)>| {
-            pending
-                .lock()
-                .add(&shard, changed.into_iter().map(|(entry, _)| entry), oldest);
+            let mut pending = pending.lock();
+            // A set of a newer shard (an `/initialize` meanwhile) is kept: this batch is stale.
+            if pending.shard.as_ref().is_none_or(|held| Arc::ptr_eq(held, &shard)) {
+                pending.add(&shard, changed.into_iter().map(|(entry, _)| entry), oldest);
+            }
         };
         match result {
             Ok(response) if response.status().is_success() => {
