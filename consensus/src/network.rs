@@ -33,8 +33,6 @@ pub const PROPOSE: &str = "/internal/raft/propose";
 /// The index a replica has applied (`{"index": N}`): a follower catching up reads the
 /// leader's.
 pub const APPLIED: &str = "/internal/raft/applied";
-/// The leader's id on a 503 from [`PROPOSE`] (absent when no leader is known).
-pub const LEADER_HEADER: &str = "x-raft-leader";
 /// The largest RPC body a replica takes: [`crate::replica::MAX_PAYLOAD_ENTRIES`] entries of
 /// registrations with icons as base64 fit.
 pub const MAX_RPC_BYTES: usize = 64 << 20;
@@ -211,16 +209,8 @@ async fn propose(State(peer): State<Peer>, headers: HeaderMap, body: Bytes) -> R
         Ok(written) => answer(&Proposed {
             index: written.log_id.index,
         }),
-        Err(error) => {
-            let leader = error.forward_to_leader().and_then(|forward| forward.leader_id);
-            let mut response = text(StatusCode::SERVICE_UNAVAILABLE, &format!("not committed: {error}"));
-            if let Some(leader) = leader {
-                response
-                    .headers_mut()
-                    .insert(LEADER_HEADER, axum::http::HeaderValue::from(leader));
-            }
-            response
-        }
+        // The sender asks its own raft for the leader again and retries.
+        Err(error) => text(StatusCode::SERVICE_UNAVAILABLE, &format!("not committed: {error}")),
     }
 }
 
@@ -256,13 +246,7 @@ fn check_secret(peer: &Peer, headers: &HeaderMap) -> Result<(), Response> {
 
 /// The request, once the secret and the body are checked.
 fn decode<T: DeserializeOwned>(peer: &Peer, headers: &HeaderMap, body: &[u8]) -> Result<T, Response> {
-    let secret = headers
-        .get(shared::protocol::SECRET_HEADER)
-        .map(|value| value.as_bytes());
-    let authorization = headers.get(header::AUTHORIZATION).map(|value| value.as_bytes());
-    if !shared::protocol::carries_secret(&peer.secret, secret, authorization) {
-        return Err(text(StatusCode::UNAUTHORIZED, shared::error::UNAUTHORIZED_INTERNAL));
-    }
+    check_secret(peer, headers)?;
     serde_json::from_slice(body).map_err(|error| {
         let message = format!("malformed raft request: {error}");
         text(StatusCode::BAD_REQUEST, &message)

@@ -94,6 +94,18 @@ pub struct Proposer {
     secret: Arc<str>,
 }
 
+/// openraft's refusal of a write (this replica does not lead, or the change is not allowed).
+type ClientWriteRefusal = openraft::error::RaftError<NodeId, openraft::error::ClientWriteError<NodeId, Node>>;
+
+/// Whether `raft` has applied `index` within `timeout` (`what` names the wait in openraft's
+/// messages).
+async fn applied_within(raft: &Raft, index: u64, timeout: std::time::Duration, what: &str) -> bool {
+    raft.wait(Some(timeout))
+        .applied_index_at_least(Some(index), what)
+        .await
+        .is_ok()
+}
+
 /// Why a command was not committed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProposeError {
@@ -133,21 +145,25 @@ impl Proposer {
     /// runs (a registration) must not be committed for a replica that no longer leads (it
     /// would race the next leader ending the same protocol).
     pub async fn propose_as_leader(&self, command: Vec<u8>) -> Result<u64, ProposeError> {
-        let written = tokio::time::timeout(ELECTION_WAIT, self.raft.client_write(Command(command))).await;
-        match written {
-            Ok(Ok(written)) => Ok(written.log_id.index),
-            Ok(Err(error)) => Err(ProposeError::Raft(error.to_string())),
+        self.write_here(command)
+            .await?
+            .map_err(|error| ProposeError::Raft(error.to_string()))
+    }
+
+    /// Commits `command` through this replica's raft: its index, or openraft's refusal (this
+    /// replica does not lead). A leader that lost its majority waits for it; the caller is
+    /// told after [`ELECTION_WAIT`], not held.
+    async fn write_here(&self, command: Vec<u8>) -> Result<Result<u64, ClientWriteRefusal>, ProposeError> {
+        match tokio::time::timeout(ELECTION_WAIT, self.raft.client_write(Command(command))).await {
+            Ok(written) => Ok(written.map(|written| written.log_id.index)),
             Err(_) => Err(ProposeError::Raft("no majority answered in time".into())),
         }
     }
 
     async fn propose_once(&self, command: &[u8]) -> Result<u64, ProposeError> {
-        let written = tokio::time::timeout(ELECTION_WAIT, self.raft.client_write(Command(command.to_vec()))).await;
-        let error = match written {
-            Ok(Ok(written)) => return Ok(written.log_id.index),
-            Ok(Err(error)) => error,
-            // A leader that lost its majority waits for it; the caller is told, not held.
-            Err(_) => return Err(ProposeError::Raft("no majority answered in time".into())),
+        let error = match self.write_here(command.to_vec()).await? {
+            Ok(index) => return Ok(index),
+            Err(error) => error,
         };
         let Some(forward) = error.forward_to_leader() else {
             return Err(ProposeError::Raft(error.to_string()));
@@ -184,12 +200,10 @@ impl Proposer {
 
     /// Waits (at most [`APPLY_WAIT`]) until this replica has applied `index`.
     async fn wait_applied(&self, index: u64, what: &str) -> Result<u64, ProposeError> {
-        self.raft
-            .wait(Some(APPLY_WAIT))
-            .applied_index_at_least(Some(index), what)
-            .await
-            .map_err(|_| ProposeError::NotApplied(index))?;
-        Ok(index)
+        match applied_within(&self.raft, index, APPLY_WAIT, what).await {
+            true => Ok(index),
+            false => Err(ProposeError::NotApplied(index)),
+        }
     }
 
     /// Waits until this replica has applied everything the leader had applied when asked
@@ -351,11 +365,7 @@ impl<A: Applier> Replica<A> {
 
     /// Waits (at most `timeout`) until this replica has applied `index`; false when it has not.
     pub async fn wait_applied(&self, index: u64, timeout: std::time::Duration) -> bool {
-        self.raft
-            .wait(Some(timeout))
-            .applied_index_at_least(Some(index), "a forwarded write")
-            .await
-            .is_ok()
+        applied_within(&self.raft, index, timeout, "a write seen elsewhere").await
     }
 
     /// Adds replica `id` at `url` to the group (run on the leader): it first catches up as a

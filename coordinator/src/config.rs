@@ -132,7 +132,7 @@ fn parse_cell(text: &str) -> Result<Cell, String> {
     let (internal_url, device_url) = urls.split_once(',').ok_or_else(|| format!("{text:?}: {usage}"))?;
     shared::placement_map::check_name(name).map_err(|error| error.to_string())?;
     for url in [internal_url, device_url] {
-        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < "http://x".len() {
+        if !is_http_url(url) {
             return Err(format!("{text:?}: {url:?} is not an http(s) URL"));
         }
     }
@@ -151,10 +151,15 @@ fn parse_replica(text: &str) -> Result<(u64, String), String> {
         .ok()
         .filter(|id| *id > 0)
         .ok_or_else(|| format!("{text:?}: the id is a number from 1: {usage}"))?;
-    if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < "http://x".len() {
+    if !is_http_url(url) {
         return Err(format!("{text:?}: {url:?} is not an http(s) URL"));
     }
     Ok((id, url.trim_end_matches('/').to_owned()))
+}
+
+/// `http://` or `https://` and a host (a cell's or a replica's URL).
+pub fn is_http_url(url: &str) -> bool {
+    (url.starts_with("http://") || url.starts_with("https://")) && url.len() >= "http://x".len()
 }
 
 impl Config {

@@ -417,12 +417,7 @@ impl Journal {
     }
 
     pub async fn user(&self, generation: u64, user: &str) -> Result<(), JournalError> {
-        self.append(|| {
-            let mut encoder = Encoder::new(USER_TAG);
-            encoder.u64(generation).str(user);
-            encoder
-        })
-        .await
+        self.append(|| of_generation(USER_TAG, generation, user)).await
     }
 
     pub async fn isu(&self, generation: u64, isu: &LoggedIsu) -> Result<(), JournalError> {
@@ -460,32 +455,27 @@ impl Journal {
     /// A registration starts (replicas only): before its ISU is provisional on its worker.
     pub async fn registering(&self, generation: u64, unfinished: &Unfinished) -> Result<(), JournalError> {
         let json = serde_json::to_string(unfinished).expect("registrations serialise");
-        self.append_as_leader(|| {
-            let mut encoder = Encoder::new(REGISTERING_TAG);
-            encoder.u64(generation).str(&json);
-            encoder
-        })
-        .await
+        self.append_as_leader(|| of_generation(REGISTERING_TAG, generation, &json))
+            .await
     }
 
     /// A registration ended: its ISU is published on its worker (replicas only).
     pub async fn published(&self, generation: u64, uuid: &str) -> Result<(), JournalError> {
-        self.append_as_leader(|| {
-            let mut encoder = Encoder::new(PUBLISHED_TAG);
-            encoder.u64(generation).str(uuid);
-            encoder
-        })
-        .await
+        self.append_as_leader(|| of_generation(PUBLISHED_TAG, generation, uuid))
+            .await
     }
 
     pub async fn removed(&self, generation: u64, uuid: &str) -> Result<(), JournalError> {
-        self.append_as_leader(|| {
-            let mut encoder = Encoder::new(REMOVED_TAG);
-            encoder.u64(generation).str(uuid);
-            encoder
-        })
-        .await
+        self.append_as_leader(|| of_generation(REMOVED_TAG, generation, uuid))
+            .await
     }
+}
+
+/// A record of `tag` holding `generation` and one string (a user, a UUID, a JSON value).
+fn of_generation(tag: u8, generation: u64, text: &str) -> Encoder {
+    let mut encoder = Encoder::new(tag);
+    encoder.u64(generation).str(text);
+    encoder
 }
 
 impl Replicated {

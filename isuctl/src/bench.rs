@@ -9,11 +9,11 @@
 //! declares, by clap's own description of them, and passes every other one to the bench.
 
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use crate::local::{self, ClusterFile, RunDir};
 use crate::output::{self, Format};
+use crate::periodic::{append_line, Periodic};
 
 /// Wait after the bench starts before the first live migration: its initialize and first
 /// users come first.
@@ -629,10 +630,7 @@ impl Interrupt {
 
 /// Moves a random slot every few seconds through `cells random` until stopped; each outcome
 /// is a line of the log (`ok <time>` or `FAILED <time>`, after the command's own output).
-struct Migrator {
-    stop: mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<Migrations>,
-}
+struct Migrator(Periodic<Migrations>);
 
 impl Migrator {
     /// `migrate` is the command of one migration (`cells random` against the cluster).
@@ -642,35 +640,25 @@ impl Migrator {
         first_after: Duration,
         every: Duration,
     ) -> Migrator {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let mut migrations = Migrations {
-                log: log.clone(),
-                ..Migrations::default()
-            };
-            let mut wait = first_after;
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
-                let moved = run_logged(migrate(), &log);
-                let line = if moved { "ok" } else { "FAILED" };
-                if moved {
-                    migrations.done += 1;
-                } else {
-                    migrations.failed += 1;
-                }
-                if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(&log) {
-                    let _ = writeln!(file, "{line} {}", clock_time());
-                }
-                wait = every;
+        let migrations = Migrations {
+            log: log.clone(),
+            ..Migrations::default()
+        };
+        Migrator(Periodic::start(first_after, every, migrations, move |migrations| {
+            let moved = run_logged(migrate(), &log);
+            if moved {
+                migrations.done += 1;
+            } else {
+                migrations.failed += 1;
             }
-            migrations
-        });
-        Migrator { stop, thread }
+            let line = if moved { "ok" } else { "FAILED" };
+            append_line(&log, &format!("{line} {}", clock_time()));
+        }))
     }
 
     /// Stops after the migration in progress, if any, and returns the count.
     fn stop(self) -> Migrations {
-        let _ = self.stop.send(());
-        self.thread.join().unwrap_or_default()
+        self.0.stop()
     }
 }
 
@@ -699,7 +687,7 @@ fn add_to_report(report: &Path, key: &str, value: &impl Serialize) -> anyhow::Re
 }
 
 /// Runs `command` with its output appended to `log`; whether it succeeded.
-fn run_logged(mut command: Command, log: &Path) -> bool {
+pub(crate) fn run_logged(mut command: Command, log: &Path) -> bool {
     let Ok(file) = OpenOptions::new().create(true).append(true).open(log) else {
         return false;
     };

@@ -110,33 +110,37 @@ impl CellsApi {
 
     /// `GET /internal/replica` of the coordinator at `base` (another replica of the group).
     pub fn replica_at(&self, base: &str) -> anyhow::Result<ReplicaAnswer> {
-        let path = COORDINATOR_REPLICA;
-        let request = self.client.get(format!("{}{path}", base.trim_end_matches('/')));
-        let (status, body) = self.send(request, "GET", path)?;
-        if status != 200 {
-            anyhow::bail!("GET {base}{path} answered {status}: {}", body.trim());
-        }
-        serde_json::from_str(&body).with_context(|| format!("GET {path}: an answer this tool does not read"))
+        let request = self
+            .client
+            .get(format!("{}{COORDINATOR_REPLICA}", base.trim_end_matches('/')));
+        self.read(request, "GET", COORDINATOR_REPLICA)
     }
 
     /// `POST /internal/replica/members`: the leader's answer once the change is committed.
     pub fn change_members(&self, request: &MembershipRequest) -> anyhow::Result<ReplicaAnswer> {
-        let path = COORDINATOR_MEMBERS;
-        let request = self.client.post(format!("{}{path}", self.base)).json(request);
-        let (status, body) = self.send(request, "POST", path)?;
-        if status != 200 {
-            anyhow::bail!("the coordinator answered {status}: {}", body.trim());
-        }
-        serde_json::from_str(&body).with_context(|| format!("POST {path}: an answer this tool does not read"))
+        let request = self
+            .client
+            .post(format!("{}{COORDINATOR_MEMBERS}", self.base))
+            .json(request);
+        self.read(request, "POST", COORDINATOR_MEMBERS)
     }
 
     fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        let request = self.client.get(format!("{}{path}", self.base));
-        let (status, body) = self.send(request, "GET", path)?;
+        self.read(self.client.get(format!("{}{path}", self.base)), "GET", path)
+    }
+
+    /// Sends `request`; its 2xx answer as `T`, any other status an error with its text.
+    fn read<T: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        method: &str,
+        path: &str,
+    ) -> anyhow::Result<T> {
+        let (status, body) = self.send(request, method, path)?;
         if !(200..300).contains(&status) {
-            anyhow::bail!("GET {path} answered {status}: {}", body.trim());
+            anyhow::bail!("{method} {path} answered {status}: {}", body.trim());
         }
-        serde_json::from_str(&body).with_context(|| format!("GET {path}: an answer this tool does not read"))
+        serde_json::from_str(&body).with_context(|| format!("{method} {path}: an answer this tool does not read"))
     }
 
     /// A POST whose answer is a [`CellsAnswer`] on success and on failure alike.

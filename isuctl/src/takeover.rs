@@ -8,18 +8,17 @@
 //! After the run, every replica must show the same state hash once they have applied the same
 //! index: what one acknowledged, all hold. The figures go to the report's `control_plane`.
 
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use shared::protocol::{ReplicaAnswer, COORDINATOR_REPLICA, SECRET_HEADER};
 
+use crate::bench::{clock_time, run_logged};
 use crate::http;
 use crate::local::{self, Node, RunDir};
+use crate::periodic::{append_line, Periodic};
 
 /// How long a takeover may take before the kill is counted as failed.
 const TAKEOVER_LIMIT: Duration = Duration::from_secs(15);
@@ -50,10 +49,7 @@ pub struct ControlPlane {
 }
 
 /// The thread that kills leaders.
-pub struct LeaderKiller {
-    stop: mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<ControlPlane>,
-}
+pub struct LeaderKiller(Periodic<ControlPlane>);
 
 /// One replica's answer (`None`: it did not answer).
 fn answer_of(node: &Node, secret: &str) -> Option<ReplicaAnswer> {
@@ -84,45 +80,23 @@ impl LeaderKiller {
         first_after: Duration,
         every: Duration,
     ) -> LeaderKiller {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let mut plane = ControlPlane {
-                replicas: replicas.len(),
-                log: log.clone(),
-                ..ControlPlane::default()
-            };
-            let note = |line: String| {
-                if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(&log) {
-                    let _ = writeln!(file, "{line}");
-                }
-            };
-            let Ok(secret) = run_dir.secret() else {
-                note("no cluster secret: no leader killed".to_owned());
-                return plane;
-            };
-            let mut wait = first_after;
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
-                wait = every;
-                match kill_one(&run_dir, &replicas, &secret, &note) {
-                    Some(takeover) => {
-                        plane.leader_kills += 1;
-                        plane.takeover_ms.push(takeover.as_millis() as u64);
-                    }
-                    None => {
-                        plane.leader_kills += 1;
-                        plane.failed_kills += 1;
-                    }
-                }
+        let plane = ControlPlane {
+            replicas: replicas.len(),
+            log: log.clone(),
+            ..ControlPlane::default()
+        };
+        LeaderKiller(Periodic::start(first_after, every, plane, move |plane| {
+            plane.leader_kills += 1;
+            match kill_one(&run_dir, &replicas, &log) {
+                Some(takeover) => plane.takeover_ms.push(takeover.as_millis() as u64),
+                None => plane.failed_kills += 1,
             }
-            plane
-        });
-        LeaderKiller { stop, thread }
+        }))
     }
 
     /// Stops after the kill in progress, then compares the replicas' states.
     pub fn stop(self, run_dir: &RunDir, replicas: &[Node]) -> ControlPlane {
-        let _ = self.stop.send(());
-        let mut plane = self.thread.join().unwrap_or_default();
+        let mut plane = self.0.stop();
         let mut sorted = plane.takeover_ms.clone();
         sorted.sort_unstable();
         plane.takeover_median_ms = sorted.get(sorted.len() / 2).copied();
@@ -137,27 +111,26 @@ impl LeaderKiller {
 
 /// Kills the leader, times the takeover, starts the killed replica again and waits until it
 /// is ready; the takeover, or `None` when something did not happen in time.
-fn kill_one(run_dir: &RunDir, replicas: &[Node], secret: &str, note: &impl Fn(String)) -> Option<Duration> {
+fn kill_one(run_dir: &RunDir, replicas: &[Node], log: &Path) -> Option<Duration> {
+    let note = |text: String| append_line(log, &format!("{} {text}", clock_time()));
+    let Ok(secret) = run_dir.secret() else {
+        note("no cluster secret: no leader killed".to_owned());
+        return None;
+    };
+    let secret = secret.as_str();
     let answers: Vec<Option<ReplicaAnswer>> = replicas.iter().map(|node| answer_of(node, secret)).collect();
     let leaders: Vec<usize> = (0..replicas.len())
         .filter(|index| answers[*index].as_ref().is_some_and(|answer| role(answer) == "leader"))
         .collect();
     let [leader] = leaders[..] else {
-        note(format!(
-            "{} no single leader ({} leading); no kill",
-            clock(),
-            leaders.len()
-        ));
+        note(format!("no single leader ({} leading); no kill", leaders.len()));
         return None;
     };
     let name = &replicas[leader].name;
     let term_before = answers[leader].as_ref().map(term).unwrap_or_default();
     let killed_at = Instant::now();
-    if !run(local::cluster_command()
-        .args(["kill", name])
-        .env("ISU_RUN_DIR", &run_dir.path))
-    {
-        note(format!("{} killing {name} failed", clock()));
+    if !run_logged(cluster(run_dir, "kill", name), log) {
+        note(format!("killing {name} failed"));
         return None;
     }
     let takeover = loop {
@@ -179,38 +152,26 @@ fn kill_one(run_dir: &RunDir, replicas: &[Node], secret: &str, note: &impl Fn(St
     };
     match takeover {
         Some(took) => note(format!(
-            "{} killed {name} (term {term_before}); taken over in {} ms",
-            clock(),
+            "killed {name} (term {term_before}); taken over in {} ms",
             took.as_millis()
         )),
         None => note(format!(
-            "{} killed {name} (term {term_before}); no takeover within {TAKEOVER_LIMIT:?}",
-            clock()
+            "killed {name} (term {term_before}); no takeover within {TAKEOVER_LIMIT:?}"
         )),
     }
-    if !run(local::cluster_command()
-        .args(["start", name])
-        .env("ISU_RUN_DIR", &run_dir.path))
-    {
-        note(format!("{} starting {name} again failed", clock()));
+    if !run_logged(cluster(run_dir, "start", name), log) {
+        note(format!("starting {name} again failed"));
         return None;
     }
     let started = Instant::now();
     while !answer_of(&replicas[leader], secret).is_some_and(|answer| answer.ready) {
         if started.elapsed() > RESTART_LIMIT {
-            note(format!(
-                "{} {name} not ready {RESTART_LIMIT:?} after its start",
-                clock()
-            ));
+            note(format!("{name} not ready {RESTART_LIMIT:?} after its start"));
             return None;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    note(format!(
-        "{} {name} ready again after {} ms",
-        clock(),
-        started.elapsed().as_millis()
-    ));
+    note(format!("{name} ready again after {} ms", started.elapsed().as_millis()));
     takeover
 }
 
@@ -242,14 +203,9 @@ fn settled_hashes(replicas: &[Node], secret: &str) -> (Vec<String>, u64) {
     }
 }
 
-fn run(command: &mut Command) -> bool {
+/// `cluster VERB NAME` against the run directory's cluster.
+fn cluster(run_dir: &RunDir, verb: &str, name: &str) -> Command {
+    let mut command = local::cluster_command();
+    command.args([verb, name]).env("ISU_RUN_DIR", &run_dir.path);
     command
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
-fn clock() -> String {
-    crate::bench::clock_time()
 }

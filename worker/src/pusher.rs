@@ -26,7 +26,7 @@ use shared::telemetry::{BATCH_ITEMS, PUSH_LAG_SECONDS};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{IsuEntry, Shard, Store};
+use crate::store::{Condition, IsuEntry, Shard, Store};
 
 /// First pause after a failed push.
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
@@ -150,15 +150,33 @@ impl Pusher {
     /// Takes the shard's queue into every coordinator's pending set.
     fn distribute(&self, targets: &[Arc<Mutex<Pending>>]) {
         let shard = self.store.shard();
-        let (changed, oldest) = shard.take_changed();
-        if changed.is_empty() {
+        let (queued, oldest) = shard.take_queued();
+        if queued.is_empty() {
             return;
         }
         for pending in targets {
-            pending
-                .lock()
-                .add(&shard, changed.iter().map(|(entry, _)| entry.clone()), oldest);
+            pending.lock().add(&shard, queued.iter().cloned(), oldest);
         }
+    }
+}
+
+/// A latest batch of `shard` holding `changed`: the binary form ([`LATEST_BINARY`]) or JSON.
+pub fn encode_batch(shard: &Shard, changed: &[(Arc<IsuEntry>, Condition)], binary: bool) -> Vec<u8> {
+    let messages = shard.messages.view();
+    let items = changed.iter().map(|(entry, latest)| LatestItem {
+        uuid: &entry.uuid,
+        timestamp: latest.timestamp,
+        flags: latest.flags,
+        message: messages.text(latest.message),
+    });
+    if binary {
+        encode_latest(shard.generation, items)
+    } else {
+        let batch = LatestBatch {
+            generation: shard.generation,
+            items: items.map(|item| item.to_condition()).collect(),
+        };
+        serde_json::to_vec(&batch).expect("a latest batch encodes")
     }
 }
 
@@ -227,24 +245,7 @@ impl Target {
         }
         let count = changed.len();
         let binary = self.json_until.is_none_or(|until| Instant::now() >= until);
-        let body = {
-            let messages = shard.messages.view();
-            let items = changed.iter().map(|(entry, latest)| LatestItem {
-                uuid: &entry.uuid,
-                timestamp: latest.timestamp,
-                flags: latest.flags,
-                message: messages.text(latest.message),
-            });
-            if binary {
-                encode_latest(shard.generation, items)
-            } else {
-                let batch = LatestBatch {
-                    generation: shard.generation,
-                    items: items.map(|item| item.to_condition()).collect(),
-                };
-                serde_json::to_vec(&batch).expect("a latest batch encodes")
-            }
-        };
+        let body = encode_batch(&shard, &changed, binary);
         let content_type = if binary { LATEST_BINARY } else { "application/json" };
         let result = self
             .client

@@ -537,21 +537,27 @@ impl Shard {
         queue.entries.push(entry.clone());
     }
 
-    /// Takes the ISUs whose latest condition changed since the last call, with
-    /// the time the oldest of them was queued. Their `queued` flag is cleared
-    /// before their latest condition is read, so a concurrent post queues them again.
-    pub fn take_changed(&self) -> (Vec<(Arc<IsuEntry>, Condition)>, Option<Instant>) {
+    /// Takes the ISUs whose latest condition changed since the last call, with the time the
+    /// oldest of them was queued. Their `queued` flag is cleared before the pusher reads their
+    /// latest condition (when it builds a batch), so a concurrent post queues them again.
+    pub fn take_queued(&self) -> (Vec<Arc<IsuEntry>>, Option<Instant>) {
         let (entries, oldest) = {
             let mut queue = self.push_queue.lock();
             (std::mem::take(&mut queue.entries), queue.oldest.take())
         };
+        for entry in &entries {
+            entry.queued.store(false, Ordering::Release);
+        }
+        (entries, oldest)
+    }
+
+    /// [`Shard::take_queued`] with each ISU's latest condition (the ones with one).
+    #[cfg(test)]
+    fn take_changed(&self) -> (Vec<(Arc<IsuEntry>, Condition)>, Option<Instant>) {
+        let (entries, oldest) = self.take_queued();
         let changed = entries
             .into_iter()
-            .filter_map(|entry| {
-                entry.queued.store(false, Ordering::Release);
-                let latest = entry.latest()?;
-                Some((entry, latest))
-            })
+            .filter_map(|entry| entry.latest().map(|latest| (entry, latest)))
             .collect();
         (changed, oldest)
     }

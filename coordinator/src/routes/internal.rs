@@ -50,7 +50,7 @@ async fn members(_: ClusterPeer, State(app): State<AppState>, body: Bytes) -> Re
     };
     let changed = match request {
         shared::protocol::MembershipRequest::Add { id, url } => {
-            if id == 0 || !(url.starts_with("http://") || url.starts_with("https://")) {
+            if id == 0 || !crate::config::is_http_url(&url) {
                 return (
                     StatusCode::BAD_REQUEST,
                     "a replica id is a number from 1, its URL http(s)://host:port",

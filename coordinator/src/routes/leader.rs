@@ -81,12 +81,11 @@ pub async fn on_leader(State(app): State<AppState>, request: Request, next: Next
 /// Sends `request` to the leader as it came and answers with the leader's answer, once this
 /// replica has applied what the leader had applied (see the module documentation).
 async fn forward(app: &AppState, replica: &Replica, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let Ok(body) = axum::body::to_bytes(body, FORWARD_BODY_LIMIT).await else {
         return (StatusCode::PAYLOAD_TOO_LARGE, shared::error::PAYLOAD_TOO_LARGE).into_response();
     };
     let path = parts.uri.path_and_query().map_or("/", |path| path.as_str()).to_owned();
-    let mut parts = parts;
     if !parts.headers.contains_key(REQUEST_ID_HEADER) {
         let id = uuid::Uuid::new_v4().simple().to_string();
         parts.headers.insert(

@@ -37,8 +37,9 @@ pub struct Generation {
     early_latest: Mutex<HashMap<Box<str>, Latest>>,
     /// Registrations the replicated log has seen start and not end, by UUID (replicas only).
     pub(super) unfinished: Mutex<std::collections::BTreeMap<String, Unfinished>>,
-    /// The UUID each registration request (by its id) was for, since the generation began.
-    pub(super) requests: Mutex<HashMap<String, String>>,
+    /// The UUID and owner each registration request (by its id) was for, since the
+    /// generation began.
+    pub(super) requests: Mutex<HashMap<String, (String, String)>>,
     pub(super) next_id: AtomicI64,
     /// Ids from here on are registrations (below: the dataset's ISUs).
     pub(super) first_registered_id: i64,
@@ -96,15 +97,7 @@ impl Generation {
         generation.users.write().extend(restored.users.iter().cloned());
         for isu in &restored.isus {
             generation.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
-            generation.insert(Isu {
-                id: isu.id,
-                uuid: isu.uuid.clone(),
-                name: isu.name.clone(),
-                character: isu.character.clone(),
-                owner: isu.owner.clone(),
-                image: isu.image.clone().unwrap_or_else(|| default_icon.clone()),
-                latest: Mutex::new(None),
-            });
+            generation.insert(isu_of(isu, default_icon));
         }
         *generation.unfinished.lock() = restored
             .unfinished
@@ -149,6 +142,16 @@ impl Generation {
         all.insert(position, isu.clone());
         drop(all);
         isu
+    }
+
+    /// Adds a registered ISU of the log unless it is here already (a replica applies the
+    /// leader's own records, and snapshots overlap the records after them).
+    pub(super) fn publish_logged(&self, isu: &LoggedIsu, default_icon: &Bytes) {
+        if self.by_uuid.contains_key(&isu.uuid) {
+            return;
+        }
+        self.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
+        self.publish(isu_of(isu, default_icon));
     }
 
     /// Adds a registered ISU and schedules a trend rebuild.
@@ -265,6 +268,20 @@ impl Generation {
     /// The trend as of the last build (never built on the request path).
     pub fn trend(&self) -> Trend {
         self.trend_cache.trend()
+    }
+}
+
+/// A logged ISU as a generation holds it, without a latest condition yet (the inverse of
+/// [`logged`]).
+fn isu_of(isu: &LoggedIsu, default_icon: &Bytes) -> Isu {
+    Isu {
+        id: isu.id,
+        uuid: isu.uuid.clone(),
+        name: isu.name.clone(),
+        character: isu.character.clone(),
+        owner: isu.owner.clone(),
+        image: isu.image.clone().unwrap_or_else(|| default_icon.clone()),
+        latest: Mutex::new(None),
     }
 }
 

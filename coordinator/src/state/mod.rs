@@ -218,11 +218,6 @@ impl State {
         }
         Ok(self.session_key.set_cookie(user, generation.id))
     }
-
-    /// Whether this coordinator is one of a group of replicas.
-    pub fn is_replicated(&self) -> bool {
-        self.replicated
-    }
 }
 
 /// How long a migration's source keeps its copy after the flip, until the configured

@@ -236,8 +236,8 @@ impl State {
         registration: &Registration,
     ) -> Option<Result<Arc<Isu>, ApiError>> {
         let request = registration.request.as_ref()?;
-        let uuid = generation.requests.lock().get(request).cloned()?;
-        if uuid != registration.uuid {
+        let (uuid, owner) = generation.requests.lock().get(request).cloned()?;
+        if uuid != registration.uuid || owner != registration.owner {
             return None;
         }
         // Still running here (its first answer was lost on the way): wait for its end.

@@ -24,10 +24,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
 use super::generation::Generation;
-use super::model::Isu;
 use super::State;
 use crate::journal::{decode, Record, Restored};
 
@@ -116,19 +113,7 @@ impl State {
                 if let Some(unfinished) = current.unfinished.lock().get_mut(&isu.uuid) {
                     unfinished.accepted = true;
                 }
-                if current.by_uuid.contains_key(&isu.uuid) {
-                    return; // the leader published it before proposing it
-                }
-                current.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
-                current.publish(Isu {
-                    id: isu.id,
-                    uuid: isu.uuid,
-                    name: isu.name,
-                    character: isu.character,
-                    owner: isu.owner,
-                    image: isu.image.unwrap_or_else(|| self.default_icon.clone()),
-                    latest: Mutex::new(None),
-                });
+                current.publish_logged(&isu, &self.default_icon);
             }
             Record::Removed { generation, uuid } if generation == current.id => {
                 current.unfinished.lock().remove(&uuid);
@@ -136,7 +121,8 @@ impl State {
             }
             Record::Registering { generation, unfinished } if generation == current.id => {
                 if let Some(request) = &unfinished.request {
-                    current.requests.lock().insert(request.clone(), unfinished.uuid.clone());
+                    let registered = (unfinished.uuid.clone(), unfinished.owner.clone());
+                    current.requests.lock().insert(request.clone(), registered);
                 }
                 current.unfinished.lock().insert(unfinished.uuid.clone(), unfinished);
             }
@@ -162,19 +148,7 @@ impl State {
                 current.add_user(user);
             }
             for isu in &restored.isus {
-                if current.by_uuid.contains_key(&isu.uuid) {
-                    continue;
-                }
-                current.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
-                current.publish(Isu {
-                    id: isu.id,
-                    uuid: isu.uuid.clone(),
-                    name: isu.name.clone(),
-                    character: isu.character.clone(),
-                    owner: isu.owner.clone(),
-                    image: isu.image.clone().unwrap_or_else(|| self.default_icon.clone()),
-                    latest: Mutex::new(None),
-                });
+                current.publish_logged(isu, &self.default_icon);
             }
             *current.unfinished.lock() = restored
                 .unfinished
@@ -230,7 +204,7 @@ impl State {
             return;
         };
         let mut metrics = raft.metrics();
-        let mut resent_for = 0u64;
+        let mut pulled_for = 0u64;
         loop {
             record_raft_metrics(&metrics.borrow());
             let leading = metrics.borrow().state == consensus::openraft::ServerState::Leader;
@@ -257,8 +231,8 @@ impl State {
                 // conditions are in (of every ISU it knows by then): a client moved here
                 // from another replica must not see a smaller trend. Pushes bring the rest.
                 let caught_up = self.is_ready() || self.journal.catch_up().await.is_ok();
-                if caught_up && resent_for != generation && self.pull_latest_everywhere(generation).await {
-                    resent_for = generation;
+                if caught_up && pulled_for != generation && self.pull_latest_everywhere(generation).await {
+                    pulled_for = generation;
                     if !self.is_ready() {
                         // The workers retry a push to a replica that was down at most
                         // `worker::pusher::MAX_BACKOFF` (1 s) after their last failure: past
@@ -271,7 +245,7 @@ impl State {
                 }
             }
             // Woken by any change of the raft's state (terms, applied entries, leaders), or
-            // every second to retry a resend that failed.
+            // every second to retry a pull that failed.
             let _ = tokio::time::timeout(Duration::from_secs(1), metrics.changed()).await;
         }
     }

@@ -133,19 +133,7 @@ async fn latest_all(
 ) -> Result<axum::response::Response, WorkerError> {
     use axum::response::IntoResponse;
     let shard = state.store.current(resend.generation)?;
-    let latest = shard.published_latest();
-    let body = {
-        let messages = shard.messages.view();
-        shared::protocol::encode_latest(
-            shard.generation,
-            latest.iter().map(|(entry, condition)| shared::protocol::LatestItem {
-                uuid: &entry.uuid,
-                timestamp: condition.timestamp,
-                flags: condition.flags,
-                message: messages.text(condition.message),
-            }),
-        )
-    };
+    let body = crate::pusher::encode_batch(&shard, &shard.published_latest(), true);
     Ok((
         [(axum::http::header::CONTENT_TYPE, shared::protocol::LATEST_BINARY)],
         body,
