@@ -1,5 +1,6 @@
 //! The only place that builds worker URLs: internal calls from the coordinator to the workers.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -7,8 +8,9 @@ use serde::Serialize;
 use shared::placement_map::{Cell, CellId, PlacementMap};
 use shared::protocol::{
     ActivateIsus, ExportReport, ExportSubject, ForgetSubject, Health, ProvisionalIsu, PublishIsu, ResendLatest,
-    RollbackIsu, UserSync, HEALTH, SECRET_HEADER, WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET, WORKER_PLACEMENT,
-    WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    RollbackIsu, UserSync, HEALTH, SECRET_HEADER, TERM_HEADER, WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET,
+    WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK,
+    WORKER_USERS,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +48,9 @@ pub struct WorkerClient {
     client: reqwest::Client,
     workers: std::sync::Arc<[Endpoint]>,
     secret: String,
+    /// The term this replica leads (or last led) in, sent as [`TERM_HEADER`]; 0 (a lone
+    /// coordinator, or a replica that never led) sends none.
+    term: std::sync::Arc<AtomicU64>,
 }
 
 /// One worker as the client calls it.
@@ -96,7 +101,23 @@ impl WorkerClient {
                 })
                 .collect(),
             secret: secret.to_owned(),
+            term: std::sync::Arc::default(),
         })
+    }
+
+    /// A replica that became the leader in `term`: its calls carry it from now on (a worker
+    /// refuses those of an older term once it has seen a newer one). Never lowered.
+    pub fn lead_in_term(&self, term: u64) {
+        self.term.fetch_max(term, Ordering::AcqRel);
+    }
+
+    /// The request with the secret, and the term when this replica has led.
+    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let request = request.header(SECRET_HEADER, &self.secret);
+        match self.term.load(Ordering::Acquire) {
+            0 => request,
+            term => request.header(TERM_HEADER, term),
+        }
     }
 
     /// Every cell this client calls, in id order.
@@ -149,9 +170,7 @@ impl WorkerClient {
     ) -> Result<reqwest::Response, WorkerCallError> {
         let started = std::time::Instant::now();
         let outcome = self
-            .client
-            .post(self.url(cell, path))
-            .header(SECRET_HEADER, &self.secret)
+            .authorized(self.client.post(self.url(cell, path)))
             .timeout(timeout)
             .json(body)
             .send()
@@ -174,9 +193,7 @@ impl WorkerClient {
     /// Sends a reset body (serialised off the async threads by the caller).
     pub async fn reset(&self, cell: CellId, body: bytes::Bytes) -> Result<(), WorkerCallError> {
         let response = self
-            .client
-            .post(self.url(cell, WORKER_RESET))
-            .header(SECRET_HEADER, &self.secret)
+            .authorized(self.client.post(self.url(cell, WORKER_RESET)))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .timeout(RESET_TIMEOUT)
             .body(body)

@@ -100,6 +100,7 @@ impl Application {
             session_key: SessionKey::from_secret(&config.cluster_secret),
             config: Arc::new(config),
             metrics,
+            fence: Default::default(),
         });
         Ok(Application {
             data_lock,

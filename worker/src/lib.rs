@@ -4,6 +4,7 @@
 //! - [`store`]: the in-memory shard (ISUs, conditions, message interning, the latest-push
 //!   queue) and the shard's generation rule ([`store::Store::current`]);
 //! - [`cells`]: this worker's copy of the placement map, and forwarding to the owner cell;
+//! - [`fence`]: the newest coordinator leader term seen, which fences off deposed leaders;
 //! - [`error`]: the error type mapped to the API's statuses and messages;
 //! - [`ingest`]: the per-ISU quota, the ingest lanes, the shaping lane and their watchdog;
 //! - [`config`]: command-line/environment configuration;
@@ -25,6 +26,7 @@
 //! ```text
 //! store         -> (none)
 //! cells         -> (none)
+//! fence         -> (none)
 //! error         -> store
 //! ingest        -> error
 //! config        -> ingest
@@ -33,8 +35,8 @@
 //! pusher        -> store
 //! migration     -> cells, error, journal, store
 //! write_path    -> cells, error, ingest, journal, migration, store
-//! state         -> cells, config, ingest, journal, migration, store, write_path
-//! routes        -> cells, state, routes::{common, condition, device, graph, internal, migration}
+//! state         -> cells, config, fence, ingest, journal, migration, store, write_path
+//! routes        -> cells, fence, state, routes::{common, condition, device, graph, internal, migration}
 //! routes::*     -> error, handover, store, state, routes::common, routes::condition
 //! device_server -> handover, routes
 //! app           -> cells, config, device_server, handover, ingest, journal, migration, pusher,
@@ -46,6 +48,7 @@ pub mod cells;
 pub mod config;
 pub mod device_server;
 pub mod error;
+pub mod fence;
 pub mod handover;
 pub mod ingest;
 pub mod journal;

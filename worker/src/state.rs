@@ -44,6 +44,8 @@ pub struct Shared {
     pub ingest: Arc<Ingest>,
     pub session_key: SessionKey,
     pub metrics: PrometheusHandle,
+    /// The newest coordinator leader term seen (control calls of older ones are refused).
+    pub fence: crate::fence::Fence,
 }
 
 impl node_http::NodeState for AppState {

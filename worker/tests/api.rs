@@ -746,6 +746,71 @@ async fn latest_conditions_reach_every_replica_and_one_that_was_down_gets_them_w
 }
 
 #[tokio::test]
+async fn control_calls_of_a_deposed_leaders_term_are_refused() {
+    use shared::protocol::{TERM_HEADER, WORKER_PROVISIONAL, WORKER_ROLLBACK, WORKER_USERS};
+    let worker = TestWorker::spawn().await;
+    let call = |path: &'static str, body: Value, secret: Option<&'static str>, term: Option<&'static str>| {
+        let worker = &worker;
+        async move {
+            let mut request = worker.client.post(format!("{}{path}", worker.base)).json(&body);
+            if let Some(secret) = secret {
+                request = request.header(SECRET_HEADER, secret);
+            }
+            if let Some(term) = term {
+                request = request.header(TERM_HEADER, term);
+            }
+            let response = request.send().await.unwrap();
+            (response.status(), response.text().await.unwrap())
+        }
+    };
+    let users = || json!({"generation": GENERATION, "users": ["dave"]});
+    assert_eq!(
+        call(WORKER_USERS, users(), Some(SECRET), Some("5")).await.0,
+        StatusCode::OK
+    );
+    // Without the secret a term is not even read: it must not raise the fence.
+    assert_eq!(
+        call(WORKER_USERS, users(), None, Some("900")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        call(WORKER_USERS, users(), Some("wrong"), Some("900")).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        call(WORKER_USERS, users(), Some(SECRET), Some("6")).await.0,
+        StatusCode::OK
+    );
+    // The old leader (term 5) wakes up and goes on with a registration: refused, and the
+    // provisional ISU is never made.
+    let uuid = "3b000000-0000-4000-8000-000000000000";
+    let provisional = json!({"generation": GENERATION, "id": 41, "uuid": uuid, "owner": "alice", "name": "old"});
+    let (status, message) = call(WORKER_PROVISIONAL, provisional.clone(), Some(SECRET), Some("5")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(message, "fenced: leader term 5 is older than term 6");
+    let (status, message) = call(WORKER_PROVISIONAL, provisional.clone(), Some(SECRET), Some("later")).await;
+    assert_eq!(
+        (status, message.as_str()),
+        (StatusCode::BAD_REQUEST, "x-isu-leader-term is not a term")
+    );
+    let rollback = json!({"generation": GENERATION, "id": 41, "uuid": uuid});
+    assert_eq!(
+        call(WORKER_ROLLBACK, rollback, Some(SECRET), Some("5")).await.0,
+        StatusCode::FORBIDDEN
+    );
+    // The current leader's call, and a lone coordinator's (no term), are taken.
+    assert_eq!(
+        call(WORKER_PROVISIONAL, provisional, Some(SECRET), Some("6")).await.0,
+        StatusCode::CREATED
+    );
+    let lone = json!({"generation": GENERATION, "id": 42, "uuid": "3c000000-0000-4000-8000-000000000000", "owner": "alice", "name": "lone"});
+    assert_eq!(
+        call(WORKER_PROVISIONAL, lone, Some(SECRET), None).await.0,
+        StatusCode::CREATED
+    );
+}
+
+#[tokio::test]
 async fn internal_routes_require_the_cluster_secret() {
     let worker = TestWorker::spawn().await;
     for path in ["/internal/reset", "/internal/isu/provisional", "/internal/users"] {

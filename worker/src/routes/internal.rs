@@ -21,16 +21,22 @@ use crate::store::{Provisional, ProvisionalError, Shard};
 /// A reset carries a whole dataset shard.
 const RESET_BODY_LIMIT: usize = 1 << 30;
 
-pub fn router() -> Router<AppState> {
+/// The calls that change the worker (fenced by the leader's term).
+pub fn control() -> Router<AppState> {
     Router::new()
         .route(WORKER_RESET, post(reset).layer(DefaultBodyLimit::max(RESET_BODY_LIMIT)))
         .route(WORKER_USERS, post(sync_users))
         .route(WORKER_PROVISIONAL, post(provisional))
         .route(WORKER_PUBLISH, post(publish))
         .route(WORKER_ROLLBACK, post(rollback))
+        .route(WORKER_PLACEMENT, post(placement))
+}
+
+/// The reads and the resync of the latest conditions (any replica calls them).
+pub fn router() -> Router<AppState> {
+    Router::new()
         .route(WORKER_RESEND_LATEST, post(resend_latest))
         .route(shared::protocol::WORKER_LATEST_ALL, post(latest_all))
-        .route(WORKER_PLACEMENT, post(placement))
         .route(HEALTH, get(health))
 }
 

@@ -17,15 +17,20 @@ use crate::state::AppState;
 /// An import chunk's body limit.
 const IMPORT_BODY_LIMIT: usize = 64 << 20;
 
-pub fn router() -> Router<AppState> {
+/// The coordinator's steps of a migration (fenced by the leader's term).
+pub fn control() -> Router<AppState> {
     Router::new()
         .route(WORKER_EXPORT, post(export))
-        .route(
-            WORKER_IMPORT,
-            post(import).layer(DefaultBodyLimit::max(IMPORT_BODY_LIMIT)),
-        )
         .route(WORKER_ACTIVATE, post(activate))
         .route(WORKER_FORGET, post(forget))
+}
+
+/// An import chunk, from the migration's source worker.
+pub fn router() -> Router<AppState> {
+    Router::new().route(
+        WORKER_IMPORT,
+        post(import).layer(DefaultBodyLimit::max(IMPORT_BODY_LIMIT)),
+    )
 }
 
 async fn export(
