@@ -30,7 +30,7 @@ use base64::Engine;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use openraft;
-pub use replica::{MembershipError, ProposeError, Proposer, Replica, ReplicaOptions, Status};
+pub use replica::{MembershipError, ProposeError, Proposer, Replica, ReplicaOptions, Status, DEFAULT_HEARTBEAT_MS};
 pub use state_machine::Applier;
 
 /// A replica's id (1, 2, 3, …: unique in its group, never reused for another data directory).

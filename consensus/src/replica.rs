@@ -31,7 +31,14 @@ pub struct ReplicaOptions {
     pub secret: String,
     /// Entries between state machine snapshots (the log is purged up to a snapshot).
     pub snapshot_every: u64,
+    /// The leader's heartbeat, in milliseconds; elections time out after 4 to 8 of them.
+    /// openraft gives an append one heartbeat to answer, so a network whose round trip
+    /// nears it needs a longer one ([`DEFAULT_HEARTBEAT_MS`] on a LAN).
+    pub heartbeat_ms: u64,
 }
+
+/// The heartbeat on a LAN: a dead leader is replaced in about a second.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 100;
 
 /// Why a replica could not start.
 #[derive(Debug, thiserror::Error)]
@@ -254,12 +261,13 @@ pub struct Status {
 pub const MAX_PAYLOAD_ENTRIES: u64 = 32;
 
 /// The group's timing and snapshot policy.
-pub fn config(snapshot_every: u64) -> Arc<Config> {
+pub fn config(snapshot_every: u64, heartbeat_ms: u64) -> Arc<Config> {
+    let heartbeat_ms = heartbeat_ms.max(10);
     let config = Config {
         cluster_name: "isucondition-coordinators".into(),
-        heartbeat_interval: 100,
-        election_timeout_min: 400,
-        election_timeout_max: 800,
+        heartbeat_interval: heartbeat_ms,
+        election_timeout_min: heartbeat_ms * 4,
+        election_timeout_max: heartbeat_ms * 8,
         install_snapshot_timeout: 2_000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every.max(1)),
         snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
@@ -284,7 +292,7 @@ impl<A: Applier> Replica<A> {
         let state_machine = StateMachineStore::open(&options.data_dir, applier)?;
         let raft = Raft::new(
             options.id,
-            config(options.snapshot_every),
+            config(options.snapshot_every, options.heartbeat_ms),
             Network::new(&options.secret),
             log_store,
             state_machine.clone(),

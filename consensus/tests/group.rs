@@ -57,6 +57,7 @@ impl Group {
             data_dir: self.directories[id as usize - 1].path().to_owned(),
             secret: SECRET.into(),
             snapshot_every: 50,
+            heartbeat_ms: consensus::DEFAULT_HEARTBEAT_MS,
         };
         let replica = Replica::start(options, Arc::new(Recorder::default())).await.unwrap();
         let routes = consensus::network::routes(replica.raft.clone(), SECRET);

@@ -95,6 +95,14 @@ impl Application {
         state.migration_grace = std::time::Duration::from_millis(config.migration_grace_ms);
         if replicated {
             state.journal = journal::Journal::replicated(state.snapshot_fn());
+            let data_dir = config
+                .data_dir
+                .as_ref()
+                .expect("clap requires --data-dir with --replica-id");
+            state.icons = Some(Arc::new(
+                crate::icons::IconStore::open(&data_dir.join("icons"), &config.cluster_secret)
+                    .context("opening the icon store")?,
+            ));
         } else if let Some(data_dir) = &config.data_dir {
             state.journal = journal::Journal::open(data_dir, config.fsync, COMPACT_AFTER_BYTES, state.snapshot_fn())
                 .context("opening the coordinator's log")?;
@@ -119,6 +127,7 @@ impl Application {
                         .expect("clap requires --data-dir with --replica-id"),
                     secret: config.cluster_secret.clone(),
                     snapshot_every: config.raft_snapshot_every,
+                    heartbeat_ms: config.raft_heartbeat_ms,
                 };
                 let applier = Arc::new(state::replica::StateApplier::new(&state));
                 let replica = consensus::Replica::start(options, applier)

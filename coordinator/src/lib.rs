@@ -6,6 +6,7 @@
 //! - [`config`]: command-line/environment configuration;
 //! - [`state`]: the in-memory state and the registration protocol;
 //! - [`journal`]: the durable log of users and registrations (`--data-dir`);
+//! - [`icons`]: a replica group's icons, content-addressed files out of the log;
 //! - [`jia_client`]: the only code that talks to JIA;
 //! - [`user_sync`]: the actor that tells the workers about new users, in batches;
 //! - [`worker_client`]: the only code that builds worker URLs;
@@ -13,14 +14,15 @@
 //! - [`error`]: the error type mapped to the API's statuses and messages.
 //!
 //! The modules use each other in one direction only (`e2e/tests/structure.rs` checks that no
-//! import cycle exists): `config`, `error`, `jia_client`, `journal` and
-//! `worker_client` use no other module; `user_sync` uses `worker_client`; [`state`] uses those; this crate root,
+//! import cycle exists): `config`, `error`, `icons`, `jia_client` and `worker_client` use no
+//! other module; `journal` uses `icons`; `user_sync` uses `worker_client`; [`state`] uses those; this crate root,
 //! which holds the handlers' [`AppState`], uses `config` and `state`; [`routes`] use the
 //! root, `state` and `error`; [`application`] uses them all, and no module uses it.
 
 pub mod application;
 pub mod config;
 pub mod error;
+pub mod icons;
 pub mod jia_client;
 pub mod journal;
 pub mod routes;

@@ -14,6 +14,12 @@ pub mod cells;
 /// so a Prometheus scraper can read `/metrics`).
 pub const SECRET_HEADER: &str = "x-cluster-secret";
 
+/// Header of a leading coordinator replica's control calls to the workers: the raft term it
+/// leads in. A worker refuses (403) a control call of a term older than the newest it has
+/// seen, so a replica that lost its leadership without knowing it (paused, cut off) can no
+/// longer act on the workers once the next leader has. A lone coordinator sends none.
+pub const TERM_HEADER: &str = "x-isu-leader-term";
+
 /// Worker: replace the whole shard with the given data (`/initialize`, coordinator start).
 pub const WORKER_RESET: &str = "/internal/reset";
 /// Worker: learn users created on the coordinator.
@@ -43,6 +49,9 @@ pub const COORDINATOR_REPLICA: &str = "/internal/replica";
 /// Coordinator replica (the leader; a follower forwards it): add or remove a replica
 /// ([`MembershipRequest`]); answers the leader's [`ReplicaAnswer`] once committed.
 pub const COORDINATOR_MEMBERS: &str = "/internal/replica/members";
+/// Coordinator replica: `PUT`/`GET {COORDINATOR_ICONS}/{sha256 hex}`, an icon the log names
+/// by its hash (stored by the leader on a peer before the record commits).
+pub const COORDINATOR_ICONS: &str = "/internal/icons";
 
 /// Body of [`COORDINATOR_MEMBERS`]: `{"add": {"id": 4, "url": "http://host:port"}}` or
 /// `{"remove": 4}`.
@@ -51,6 +60,20 @@ pub const COORDINATOR_MEMBERS: &str = "/internal/replica/members";
 pub enum MembershipRequest {
     Add { id: u64, url: String },
     Remove(u64),
+}
+
+/// Coordinator replica: the registered ISUs of its generation, as it holds them (`GET`, a
+/// JSON list of [`HeldIsu`], in registration order).
+pub const COORDINATOR_REPLICA_ISUS: &str = "/internal/replica/isus";
+
+/// A registered ISU: what a replica holds ([`COORDINATOR_REPLICA_ISUS`]), and what the bench
+/// got a 201 for (its report's `acknowledged_registrations`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub struct HeldIsu {
+    pub uuid: String,
+    pub owner: String,
+    /// SHA-256 (hex) of its icon's bytes; `None`: the default icon.
+    pub icon_sha256: Option<String>,
 }
 
 /// Answer of [`COORDINATOR_REPLICA`].

@@ -1,10 +1,11 @@
-//! Internal routes: the workers' latest-condition batches and the health check.
+//! Internal routes: the workers' latest-condition batches, the health check, a replica's
+//! status and membership, the replicas' icon stores.
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use node_http::ClusterPeer;
 use shared::protocol::{
@@ -26,6 +27,68 @@ pub fn router() -> Router<AppState> {
         )
         .route(HEALTH, get(health))
         .route(shared::protocol::COORDINATOR_REPLICA, get(replica))
+        .route(shared::protocol::COORDINATOR_REPLICA_ISUS, get(held_isus))
+        .route(
+            &format!("{}/{{hash}}", shared::protocol::COORDINATOR_ICONS),
+            put(store_icon).get(icon).layer(DefaultBodyLimit::max(ICON_BODY_LIMIT)),
+        )
+}
+
+/// `GET /internal/replica/isus`: the registered ISUs this coordinator holds (any coordinator
+/// answers; a group's replicas must all hold what any of them acknowledged).
+async fn held_isus(_: ClusterPeer, State(app): State<AppState>) -> Response {
+    axum::Json(app.state.held_isus()).into_response()
+}
+
+/// An icon comes from a registration form (at most 10 MiB).
+const ICON_BODY_LIMIT: usize = 16 << 20;
+
+/// The icon store of a replica, and the hash a path names; or why they are refused.
+fn icon_store_and_hash<'a>(
+    app: &'a AppState,
+    hash: &str,
+) -> Result<(&'a crate::icons::IconStore, crate::icons::IconHash), (StatusCode, &'static str)> {
+    let icons = app
+        .state
+        .icons
+        .as_deref()
+        .ok_or((StatusCode::NOT_FOUND, "this coordinator is not a replica"))?;
+    let hash = crate::icons::parse_hex(hash).ok_or((
+        StatusCode::BAD_REQUEST,
+        "an icon is named by 64 hex digits (its SHA-256)",
+    ))?;
+    Ok((icons, hash))
+}
+
+/// `PUT /internal/icons/{hash}`: stores an icon the leader is about to name in the log; 400
+/// when the body does not hash to `hash`.
+async fn store_icon(_: ClusterPeer, State(app): State<AppState>, Path(hash): Path<String>, body: Bytes) -> Response {
+    let (icons, hash) = match icon_store_and_hash(&app, &hash) {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    if crate::icons::hash_of(&body) != hash {
+        return (StatusCode::BAD_REQUEST, "the icon's bytes do not hash to its name").into_response();
+    }
+    match icons.store_local(hash, body).await {
+        Ok(()) => StatusCode::CREATED.into_response(),
+        Err(error) => {
+            tracing::error!(%error, "storing a peer's icon failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "storing the icon failed").into_response()
+        }
+    }
+}
+
+/// `GET /internal/icons/{hash}`: an icon this replica holds (404 when it does not).
+async fn icon(_: ClusterPeer, State(app): State<AppState>, Path(hash): Path<String>) -> Response {
+    let (icons, hash) = match icon_store_and_hash(&app, &hash) {
+        Ok(found) => found,
+        Err(refused) => return refused.into_response(),
+    };
+    match icons.local(&hash) {
+        Some(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
+        None => (StatusCode::NOT_FOUND, "no such icon here").into_response(),
+    }
 }
 
 /// `POST /internal/replica/members` apart: the leader alone changes the group.

@@ -157,12 +157,21 @@ async fn icon(user: SignedIn, State(app): State<AppState>, Path(uuid): Path<Stri
         .generation()
         .owned_isu(&uuid, &user.0)
         .ok_or(ApiError::IsuNotFound)?;
+    let image = match isu.icon {
+        // A replica that has yet to fetch it from a peer.
+        Some(hash) if isu.image.is_empty() => app
+            .state
+            .icon(hash)
+            .await
+            .ok_or_else(|| ApiError::Unavailable("the icon is on no reachable replica".into()))?,
+        _ => isu.image.clone(),
+    };
     Ok((
         [
             (header::CONTENT_TYPE, "image/jpeg"),
             (header::CACHE_CONTROL, "private, max-age=86400"),
         ],
-        isu.image.clone(),
+        image,
     )
         .into_response())
 }

@@ -84,6 +84,7 @@ impl Generation {
                     .image
                     .as_ref()
                     .map_or_else(|| default_icon.clone(), |image| Bytes::from(image.clone())),
+                icon: None,
                 latest: Mutex::new(latest),
             });
         }
@@ -112,13 +113,7 @@ impl Generation {
     pub(super) fn to_restored(&self, jia_service_url: &str, default_icon: &Bytes) -> Restored {
         let mut users: Vec<String> = self.users.read().iter().cloned().collect();
         users.sort();
-        let isus = self
-            .all
-            .read()
-            .iter()
-            .filter(|isu| isu.id >= self.first_registered_id)
-            .map(|isu| logged(isu, default_icon))
-            .collect();
+        let isus = self.registered().iter().map(|isu| logged(isu, default_icon)).collect();
         Restored {
             generation: self.id,
             jia_service_url: jia_service_url.to_owned(),
@@ -176,6 +171,16 @@ impl Generation {
         }
         self.all.write().retain(|other| other.uuid != uuid);
         self.changed();
+    }
+
+    /// The ISUs registered in this generation (not the dataset's), in registration order.
+    pub(super) fn registered(&self) -> Vec<Arc<Isu>> {
+        self.all
+            .read()
+            .iter()
+            .filter(|isu| isu.id >= self.first_registered_id)
+            .cloned()
+            .collect()
     }
 
     /// How many registered ISUs `map` gives each of its cells.
@@ -265,9 +270,9 @@ impl Generation {
         self.trend_cache.rebuild(&self.all);
     }
 
-    /// The trend as of the last build (never built on the request path).
+    /// The trend as of the last build (see [`TrendCache::trend`]).
     pub fn trend(&self) -> Trend {
-        self.trend_cache.trend()
+        self.trend_cache.trend(&self.all)
     }
 }
 
@@ -280,7 +285,13 @@ fn isu_of(isu: &LoggedIsu, default_icon: &Bytes) -> Isu {
         name: isu.name.clone(),
         character: isu.character.clone(),
         owner: isu.owner.clone(),
-        image: isu.image.clone().unwrap_or_else(|| default_icon.clone()),
+        // An icon named by its hash whose bytes this replica lacks: fetched when asked.
+        image: match (&isu.image, isu.icon) {
+            (Some(image), _) => image.clone(),
+            (None, Some(_)) => Bytes::new(),
+            (None, None) => default_icon.clone(),
+        },
+        icon: isu.icon,
         latest: Mutex::new(None),
     }
 }
@@ -293,6 +304,7 @@ pub(super) fn logged(isu: &Isu, default_icon: &Bytes) -> LoggedIsu {
         name: isu.name.clone(),
         character: isu.character.clone(),
         owner: isu.owner.clone(),
-        image: (isu.image != *default_icon).then(|| isu.image.clone()),
+        image: (isu.icon.is_none() && isu.image != *default_icon).then(|| isu.image.clone()),
+        icon: isu.icon,
     }
 }

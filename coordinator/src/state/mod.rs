@@ -61,6 +61,8 @@ pub struct State {
     pub jia_service_url: Arc<RwLock<String>>,
     /// The durable log (disabled without `--data-dir`); set once before serving.
     pub journal: Journal,
+    /// Replicas: the icons the log names by hash; set once before serving.
+    pub icons: Option<Arc<crate::icons::IconStore>>,
     /// The generation came from the log: workers that still hold it keep their data.
     restored: bool,
     /// One of a group of replicas (the journal is the group's raft log).
@@ -70,6 +72,9 @@ pub struct State {
     /// A replica leads and has applied every entry of earlier terms and ended the
     /// registrations they left: it takes leader-only writes (always true otherwise).
     leading: AtomicBool,
+    /// A replica's `/initialize`: the generation it proposed, taken by applying its record
+    /// instead of being built again from the dataset.
+    prepared: parking_lot::Mutex<Option<Arc<Generation>>>,
     dataset: Arc<Dataset>,
     pub default_icon: Bytes,
     pub session_key: SessionKey,
@@ -116,10 +121,12 @@ impl State {
             current,
             jia_service_url: Arc::new(RwLock::new(jia_service_url)),
             journal: Journal::default(),
+            icons: None,
             restored,
             replicated,
             established: AtomicBool::new(!replicated),
             leading: AtomicBool::new(!replicated),
+            prepared: parking_lot::Mutex::new(None),
             dataset: Arc::new(dataset),
             default_icon,
             session_key,
@@ -144,12 +151,7 @@ impl State {
         let placement = self.placement.snapshot_parts();
         Arc::new(move || {
             let generation = current.read().clone();
-            let jia_service_url = jia_service_url.read().clone();
-            let mut restored = generation.to_restored(&jia_service_url, &default_icon);
-            let (map, migrations) = placement();
-            restored.placement = Some(map);
-            restored.migrations = migrations;
-            crate::journal::snapshot_record(&restored)
+            snapshot_record(&generation, &jia_service_url.read(), &default_icon, &placement)
         })
     }
 
@@ -171,14 +173,32 @@ impl State {
                 .await
                 .map_err(|error| ApiError::Internal(error.to_string()))?;
         let generation = Arc::new(generation);
-        // Swap first: pushes of the new generation must find it.
-        *self.current.write() = generation.clone();
-        *self.jia_service_url.write() = jia_service_url;
-        // A fresh log: its snapshot holds the new generation.
-        self.journal
-            .snapshot()
-            .await
-            .map_err(|error| ApiError::Internal(error.to_string()))?;
+        if self.replicated {
+            // Committed first, and swapped in by applying the record (here as everywhere):
+            // a proposal that fails may still commit, and memory never runs ahead of the log.
+            let record = snapshot_record(
+                &generation,
+                &jia_service_url,
+                &self.default_icon,
+                &self.placement.snapshot_parts(),
+            );
+            *self.prepared.lock() = Some(generation.clone());
+            let committed = self.journal.propose_snapshot(record).await;
+            self.prepared.lock().take();
+            committed.map_err(|error| ApiError::Unavailable(error.to_string()))?;
+            if self.generation().id != generation.id {
+                return Err(ApiError::Unavailable("a newer /initialize replaced this one".into()));
+            }
+        } else {
+            // Swap first: pushes of the new generation must find it.
+            *self.current.write() = generation.clone();
+            *self.jia_service_url.write() = jia_service_url;
+            // A fresh log: its snapshot holds the new generation.
+            self.journal
+                .snapshot()
+                .await
+                .map_err(|error| ApiError::Internal(error.to_string()))?;
+        }
         self.reset_workers(&generation, false)
             .await
             .map_err(|error| ApiError::Internal(error.to_string()))?;
@@ -188,7 +208,8 @@ impl State {
 
     /// Signs a user in (creating it if needed, logged before the answer) and returns the
     /// `Set-Cookie` value. A user whose record was not logged is forgotten again, so a retry
-    /// logs it. Replicated, the leader tells the workers when it applies the record.
+    /// logs it. Replicated, every replica adds the user when it applies the record (this one
+    /// before the answer), and the leader tells the workers then.
     pub async fn sign_in(self: &Arc<Self>, user: &str) -> Result<String, ApiError> {
         let generation = self.generation();
         if generation.has_user(user) {
@@ -204,17 +225,25 @@ impl State {
 
     async fn sign_in_new(&self, user: &str) -> Result<String, ApiError> {
         let generation = self.generation();
-        if generation.add_user(user) {
+        let not_logged = |error: crate::journal::JournalError| match error {
+            crate::journal::JournalError::NotCommitted(error) => ApiError::Unavailable(error.to_string()),
+            other => ApiError::Internal(other.to_string()),
+        };
+        if self.replicated {
+            // Added by applying its record (here too, before the answer), never before: a
+            // commit that fails may still happen, and then every replica has the user.
+            self.journal.user(generation.id, user).await.map_err(not_logged)?;
+            if !generation.has_user(user) {
+                return Err(ApiError::Unavailable(
+                    "the generation changed during the sign-in".into(),
+                ));
+            }
+        } else if generation.add_user(user) {
             if let Err(error) = self.journal.user(generation.id, user).await {
                 generation.remove_user(user);
-                return Err(match error {
-                    crate::journal::JournalError::NotCommitted(error) => ApiError::Unavailable(error.to_string()),
-                    other => ApiError::Internal(other.to_string()),
-                });
+                return Err(not_logged(error));
             }
-            if !self.replicated {
-                self.user_sync.add(generation.id, user);
-            }
+            self.user_sync.add(generation.id, user);
         }
         Ok(self.session_key.set_cookie(user, generation.id))
     }
@@ -223,6 +252,20 @@ impl State {
 /// How long a migration's source keeps its copy after the flip, until the configured
 /// `--migration-grace-ms` (the same default) is set.
 const DEFAULT_MIGRATION_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The log's snapshot record of `generation` with the placement's map and migrations.
+fn snapshot_record(
+    generation: &Generation,
+    jia_service_url: &str,
+    default_icon: &Bytes,
+    placement: &impl Fn() -> (shared::placement_map::PlacementMap, Vec<shared::migration::Migration>),
+) -> Vec<u8> {
+    let mut restored = generation.to_restored(jia_service_url, default_icon);
+    let (map, migrations) = placement();
+    restored.placement = Some(map);
+    restored.migrations = migrations;
+    crate::journal::snapshot_record(&restored)
+}
 
 fn new_generation_id() -> u64 {
     rand::random::<u64>() | 1

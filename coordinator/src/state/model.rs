@@ -24,7 +24,11 @@ pub struct Isu {
     pub name: String,
     pub character: String,
     pub owner: String,
+    /// The icon's bytes; empty on a replica that has yet to fetch the icon `icon` names.
     pub image: Bytes,
+    /// Replicas: the icon's hash in the icon stores (`None`: the default icon, or a lone
+    /// coordinator, whose log holds the bytes).
+    pub icon: Option<crate::icons::IconHash>,
     pub(super) latest: Mutex<Option<Latest>>,
 }
 
@@ -81,6 +85,7 @@ pub(super) mod tests {
             character: character.into(),
             owner: "alice".into(),
             image: Bytes::new(),
+            icon: None,
             latest: Mutex::new(None),
         }
     }

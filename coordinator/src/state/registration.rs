@@ -48,13 +48,23 @@ impl Drop for Claim {
 }
 
 /// Crash tests only (fail points, off in any deployment): `registration-started=return(UUID)`
-/// or `registration-accepted=return(UUID)` holds that ISU's registration there for a minute
-/// (after its start is logged; after its ISU is logged with its character), so a test can
-/// kill the leader at that step.
+/// or `registration-accepted=return(UUID)` holds that ISU's registration there for a minute,
+/// `return(UUID/MILLIS)` for that long (after its start is logged; after its ISU is logged
+/// with its character), so a test can kill or pause the leader at that step.
 async fn hold_for_crash_test(step: &'static str, uuid: &str) {
-    if node_http::fail_points_on() && fail::eval(step, |target| target).flatten().as_deref() == Some(uuid) {
-        tracing::warn!(step, uuid, "registration held (fail point)");
-        tokio::time::sleep(Duration::from_secs(60)).await;
+    if !node_http::fail_points_on() {
+        return;
+    }
+    let Some(target) = fail::eval(step, |target| target).flatten() else {
+        return;
+    };
+    let (target, millis) = match target.split_once('/') {
+        Some((target, millis)) => (target.to_owned(), millis.parse().unwrap_or(60_000)),
+        None => (target, 60_000),
+    };
+    if target == uuid {
+        tracing::warn!(step, uuid, millis, "registration held (fail point)");
+        tokio::time::sleep(Duration::from_millis(millis)).await;
     }
 }
 
@@ -143,6 +153,17 @@ impl State {
             owner: registration.owner.clone(),
             name: registration.name.clone(),
         };
+        // Replicas: the icon goes to this replica's store and at least one other's first; the
+        // log names it by its hash.
+        let icon = match (&self.icons, &registration.image) {
+            (Some(icons), Some(image)) => Some(
+                icons
+                    .store(image.clone(), &self.peer_urls())
+                    .await
+                    .map_err(|error| ApiError::Unavailable(error.to_string()))?,
+            ),
+            _ => None,
+        };
         if self.replicated {
             // Replicas: the start is logged first, so a next leader ends what this one leaves.
             let unfinished = Unfinished {
@@ -167,6 +188,8 @@ impl State {
             self.log_rolled_back(generation, &registration.uuid).await;
             return Err(match error.status() {
                 Some(reqwest::StatusCode::CONFLICT) => ApiError::DuplicatedIsu,
+                // Fenced off: a newer leader has acted on the worker (and ends this one).
+                Some(reqwest::StatusCode::FORBIDDEN) => ApiError::Unavailable(error.to_string()),
                 _ => ApiError::Internal(error.to_string()),
             });
         }
@@ -185,21 +208,28 @@ impl State {
                 });
             }
         };
-        let isu = generation.publish(Isu {
+        let isu = Isu {
             id,
             uuid: registration.uuid.clone(),
             name: registration.name.clone(),
             character: character.clone(),
             owner: registration.owner.clone(),
             image: registration.image.clone().unwrap_or_else(|| self.default_icon.clone()),
+            icon,
             latest: Mutex::new(None),
-        });
+        };
         // Logged before the worker publishes it: an ISU visible anywhere is in the log.
-        if let Err(error) = self.journal.isu(generation.id, &logged(&isu, &self.default_icon)).await {
-            generation.remove(&registration.uuid);
-            self.rollback_worker(cell, &rollback).await;
-            return Err(ApiError::Internal(error.to_string()));
-        }
+        let isu = if self.replicated {
+            self.log_accepted(generation, cell, &rollback, &isu).await?
+        } else {
+            let isu = generation.publish(isu);
+            if let Err(error) = self.journal.isu(generation.id, &logged(&isu, &self.default_icon)).await {
+                generation.remove(&registration.uuid);
+                self.rollback_worker(cell, &rollback).await;
+                return Err(ApiError::Internal(error.to_string()));
+            }
+            isu
+        };
         hold_for_crash_test("registration-accepted", &registration.uuid).await;
         let publish = PublishIsu {
             generation: generation.id,
@@ -208,9 +238,18 @@ impl State {
             character,
         };
         if let Err(error) = self.workers.publish(cell, &publish).await {
-            generation.remove(&registration.uuid);
-            if let Err(error) = self.journal.removed(generation.id, &registration.uuid).await {
-                tracing::error!(%error, uuid = %registration.uuid, "logging a failed registration failed");
+            if self.replicated {
+                // Its removal is committed first (applying it removes the ISU here too); if
+                // that fails, the registration stays unfinished for the next leader.
+                if let Err(logging) = self.journal.removed(generation.id, &registration.uuid).await {
+                    tracing::warn!(%logging, uuid = %registration.uuid, "a failed publish is left to the next leader");
+                    return Err(ApiError::Unavailable(error.to_string()));
+                }
+            } else {
+                generation.remove(&registration.uuid);
+                if let Err(error) = self.journal.removed(generation.id, &registration.uuid).await {
+                    tracing::error!(%error, uuid = %registration.uuid, "logging a failed registration failed");
+                }
             }
             self.rollback_worker(cell, &rollback).await;
             return Err(ApiError::Internal(error.to_string()));
@@ -265,6 +304,34 @@ impl State {
                 "registration of {uuid} was interrupted and rolled back"
             )))),
         }
+    }
+
+    /// Replicas: commits the accepted ISU (JIA activated it); applying the record publishes
+    /// it on every replica, this one included, so no replica ever shows an ISU the log does
+    /// not hold. A commit that fails may still happen (a timeout, a lost leadership): the
+    /// ISU's removal is committed after it, or, when that fails too, the registration is
+    /// left unfinished for the next leader, which publishes or rolls it back from the log.
+    async fn log_accepted(
+        &self,
+        generation: &Arc<Generation>,
+        cell: CellId,
+        rollback: &RollbackIsu,
+        isu: &Isu,
+    ) -> Result<Arc<Isu>, ApiError> {
+        let logged = logged(isu, &self.default_icon);
+        if let Err(error) = self.journal.isu(generation.id, &logged).await {
+            if let Err(logging) = self.journal.removed(generation.id, &isu.uuid).await {
+                tracing::warn!(%logging, uuid = %isu.uuid, "an unconfirmed accept is left to the next leader");
+                return Err(ApiError::Unavailable(error.to_string()));
+            }
+            self.rollback_worker(cell, rollback).await;
+            return Err(ApiError::Unavailable(error.to_string()));
+        }
+        generation
+            .by_uuid
+            .get(&isu.uuid)
+            .map(|isu| isu.clone())
+            .ok_or_else(|| ApiError::Unavailable(format!("ISU {} was reset while it registered", isu.uuid)))
     }
 
     /// Replicas: logs that a registration logged as started was rolled back.

@@ -48,7 +48,7 @@ impl consensus::Applier for StateApplier {
             return Vec::new();
         };
         match decode(command) {
-            Some(record) => state.apply_record(record),
+            Some(record) => state.apply_record(state.with_icons(record)),
             None => tracing::error!(
                 index,
                 bytes = command.len(),
@@ -73,8 +73,9 @@ impl consensus::Applier for StateApplier {
             return Ok(());
         };
         match decode(snapshot) {
-            Some(Record::Snapshot(restored)) => {
-                state.adopt(restored);
+            Some(Record::Snapshot(mut restored)) => {
+                state.resolve_icons(&mut restored.isus);
+                state.adopt(restored, Adopt::Exactly);
                 Ok(())
             }
             _ => Err("the raft snapshot does not hold a coordinator snapshot record".into()),
@@ -82,8 +83,21 @@ impl consensus::Applier for StateApplier {
     }
 }
 
+/// How a snapshot of the current generation is taken (see [`State::adopt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adopt {
+    /// A snapshot record in the log (the leader's memory may already hold more).
+    Adding,
+    /// An installed snapshot: this replica's replicated state becomes exactly it.
+    Exactly,
+}
+
 /// A starting replica serves this long after its pull at the earliest (see `lead`).
 const PUSHES_RESUMED_AFTER: Duration = Duration::from_millis(1200);
+
+/// How long a new leader of an established group waits for a worker that does not answer
+/// before it takes writes without it.
+const WORKERS_WAIT_AT_TAKEOVER: Duration = Duration::from_secs(2);
 
 /// How long the leader waits between attempts to bring the workers up.
 const RETRY_EVERY: Duration = Duration::from_millis(200);
@@ -97,11 +111,82 @@ impl State {
         }
     }
 
+    /// The registered ISUs of the current generation as this coordinator holds them, in
+    /// registration order (an icon by its hash: the store's name, or the hash of the bytes
+    /// a lone coordinator keeps).
+    pub fn held_isus(&self) -> Vec<shared::protocol::HeldIsu> {
+        self.generation()
+            .registered()
+            .iter()
+            .map(|isu| shared::protocol::HeldIsu {
+                uuid: isu.uuid.clone(),
+                owner: isu.owner.clone(),
+                icon_sha256: match isu.icon {
+                    Some(hash) => Some(crate::icons::to_hex(&hash)),
+                    None => (isu.image != self.default_icon)
+                        .then(|| crate::icons::to_hex(&crate::icons::hash_of(&isu.image))),
+                },
+            })
+            .collect()
+    }
+
+    /// The URLs of the group's other members (icons are stored on and fetched from them).
+    pub fn peer_urls(&self) -> Vec<String> {
+        let Some(raft) = self.journal.raft() else {
+            return Vec::new();
+        };
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != metrics.id)
+            .map(|(_, node)| node.addr.clone())
+            .collect()
+    }
+
+    /// An icon by its hash: from this replica's store, or else from a peer's.
+    pub async fn icon(&self, hash: crate::icons::IconHash) -> Option<bytes::Bytes> {
+        self.icons.as_ref()?.fetch(hash, &self.peer_urls()).await
+    }
+
+    /// `record` with the bytes of the icons it names by hash that this replica holds (see
+    /// [`State::resolve_icons`]).
+    fn with_icons(&self, mut record: Record) -> Record {
+        match &mut record {
+            Record::Isu { isu, .. } => self.resolve_icons(std::slice::from_mut(isu)),
+            Record::Snapshot(restored) => self.resolve_icons(&mut restored.isus),
+            _ => {}
+        }
+        record
+    }
+
+    /// Gives `isus` the bytes of the icons they name by hash that this replica holds; one it
+    /// lacks is fetched from a peer in the background (and meanwhile when asked for).
+    fn resolve_icons(&self, isus: &mut [crate::journal::LoggedIsu]) {
+        let Some(icons) = &self.icons else {
+            return;
+        };
+        for isu in isus.iter_mut().filter(|isu| isu.image.is_none()) {
+            let Some(hash) = isu.icon else { continue };
+            match icons.local(&hash) {
+                Some(bytes) => isu.image = Some(bytes),
+                None => {
+                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                        let (icons, peers) = (icons.clone(), self.peer_urls());
+                        runtime.spawn(async move { icons.fetch(hash, &peers).await });
+                    }
+                }
+            }
+        }
+    }
+
     /// Applies one committed record (see the module documentation).
     fn apply_record(&self, record: Record) {
         let current = self.generation();
         match record {
-            Record::Snapshot(restored) => self.adopt(restored),
+            Record::Snapshot(restored) => self.adopt(restored, Adopt::Adding),
             Record::User { generation, user } if generation == current.id => {
                 current.add_user(&user);
                 // Only the leader tells the workers (it is the one running the syncer).
@@ -139,9 +224,11 @@ impl State {
         }
     }
 
-    /// Takes a snapshot record's state: its generation (kept, and completed, when it is the
-    /// current one), JIA's URL, the map if newer, the unfinished migrations.
-    fn adopt(&self, restored: Restored) {
+    /// Takes a snapshot record's state: its generation, JIA's URL, the map if newer, the
+    /// unfinished migrations. A snapshot of the current generation is added to it as a
+    /// record, or, installed (a follower that lagged), replaces its ISUs exactly: an ISU
+    /// removed within the snapshot's span is removed here too.
+    fn adopt(&self, restored: Restored, how: Adopt) {
         let current = self.generation();
         if current.id == restored.generation {
             for user in &restored.users {
@@ -150,14 +237,29 @@ impl State {
             for isu in &restored.isus {
                 current.publish_logged(isu, &self.default_icon);
             }
+            if how == Adopt::Exactly {
+                let kept: std::collections::HashSet<&str> = restored.isus.iter().map(|isu| isu.uuid.as_str()).collect();
+                for isu in current.registered() {
+                    if !kept.contains(isu.uuid.as_str()) {
+                        current.remove(&isu.uuid);
+                    }
+                }
+            }
             *current.unfinished.lock() = restored
                 .unfinished
                 .iter()
                 .map(|unfinished| (unfinished.uuid.clone(), unfinished.clone()))
                 .collect();
         } else {
-            let generation = Generation::restored(&restored, &self.dataset, &self.default_icon);
-            *self.current.write() = Arc::new(generation);
+            let prepared = self
+                .prepared
+                .lock()
+                .take_if(|prepared| prepared.id == restored.generation);
+            let generation = match prepared {
+                Some(prepared) => prepared,
+                None => Arc::new(Generation::restored(&restored, &self.dataset, &self.default_icon)),
+            };
+            *self.current.write() = generation;
             tracing::info!(generation = restored.generation, "replica adopted a generation");
         }
         *self.jia_service_url.write() = restored.jia_service_url.clone();
@@ -179,7 +281,18 @@ impl State {
         users.sort();
         users.hash(&mut hasher);
         for isu in generation.all.read().iter() {
-            (isu.id, &isu.uuid, &isu.name, &isu.character, &isu.owner, &isu.image[..]).hash(&mut hasher);
+            // An icon by its hash (its bytes may still be on their way to this replica).
+            let image = if isu.icon.is_some() { &[][..] } else { &isu.image[..] };
+            (
+                isu.id,
+                &isu.uuid,
+                &isu.name,
+                &isu.character,
+                &isu.owner,
+                isu.icon,
+                image,
+            )
+                .hash(&mut hasher);
         }
         let map = self.placement.map();
         serde_json::to_string(&*map).unwrap_or_default().hash(&mut hasher);
@@ -209,7 +322,10 @@ impl State {
             record_raft_metrics(&metrics.borrow());
             let leading = metrics.borrow().state == consensus::openraft::ServerState::Leader;
             if leading {
+                let was_ready = self.is_ready();
                 metrics::counter!(RAFT_LEADERSHIPS).increment(1);
+                // Before any call of its duties: the workers fence off the older terms.
+                self.workers.lead_in_term(metrics.borrow().current_term);
                 let duties = tokio::spawn(self.clone().leader_duties());
                 while metrics.borrow().state == consensus::openraft::ServerState::Leader {
                     if metrics.changed().await.is_err() {
@@ -219,10 +335,18 @@ impl State {
                     record_raft_metrics(&metrics.borrow());
                 }
                 duties.abort();
-                self.leading.store(false, Ordering::Release);
+                let led = self.leading.swap(false, Ordering::AcqRel);
                 tracing::info!("this replica no longer leads");
                 // The next leader runs the migrations and the workers' resets from here on.
-                self.ready.store(self.is_established(), Ordering::Release);
+                // Its latest conditions are whole if it served before it led, or if it
+                // brought the workers up as the leader (they pushed everything again). A
+                // replica restarted from its log may lead for a moment on its old vote and
+                // has neither: it pulls and waits as any starting replica does.
+                let whole = was_ready || led;
+                self.ready.store(self.is_established() && whole, Ordering::Release);
+                if !whole {
+                    pulled_for = 0;
+                }
                 continue;
             }
             if self.is_established() {
@@ -286,6 +410,8 @@ impl State {
             tracing::warn!(%error, "a new leader waits to apply the earlier terms' entries");
             tokio::time::sleep(RETRY_EVERY).await;
         }
+        // A takeover: an earlier leader brought the workers to the group's generation.
+        let taken_over = self.is_established();
         while !self.is_established() {
             // A new group: this replica's own generation becomes the group's.
             if let Err(error) = self.journal.snapshot().await {
@@ -294,10 +420,17 @@ impl State {
             }
         }
         let generation = self.generation();
+        let waiting_since = tokio::time::Instant::now();
         loop {
             let resetting = self.reset_lock.lock().await;
             match self.reset_workers(&generation, true).await {
                 Ok(()) => break,
+                // A worker cut off or down at a takeover holds the generation already (or is
+                // reset by the watch when it answers): the others' cells are served meanwhile.
+                Err(error) if taken_over && waiting_since.elapsed() >= WORKERS_WAIT_AT_TAKEOVER => {
+                    tracing::warn!(%error, "leading without a worker that does not answer; the watch brings it up");
+                    break;
+                }
                 Err(error) => {
                     drop(resetting);
                     tracing::info!(%error, "waiting for workers");

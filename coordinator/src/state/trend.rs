@@ -1,6 +1,8 @@
 //! The trend: built from every ISU's latest condition off the request path (one build at a
 //! time, starts at least [`TREND_REBUILD_INTERVAL`] apart), cached as JSON and gzip in the
-//! [`TrendCache`] each generation holds.
+//! [`TrendCache`] each generation holds. It is rebuilt only while it is asked for: a
+//! coordinator replica that serves no trend (nginx keeps each viewer on one replica) builds
+//! none, and the first request after [`DEMAND_WINDOW`] without one builds it on the spot.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,6 +27,9 @@ pub(super) struct TrendCache {
     rebuilding: AtomicBool,
     /// When the last rebuild started (held only by the one running builder).
     last_build: Mutex<Option<Instant>>,
+    /// When the trend was last asked for, in milliseconds from `epoch` (0: never).
+    demanded: AtomicU64,
+    epoch: Instant,
 }
 
 impl TrendCache {
@@ -35,7 +40,19 @@ impl TrendCache {
             built: Mutex::new((0, Trend::default())),
             rebuilding: AtomicBool::new(false),
             last_build: Mutex::new(None),
+            demanded: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
+    }
+
+    /// Whether the trend was asked for within [`DEMAND_WINDOW`].
+    fn in_demand(&self) -> bool {
+        let demanded = self.demanded.load(Ordering::Relaxed);
+        demanded != 0 && self.millis() < demanded + DEMAND_WINDOW.as_millis() as u64
+    }
+
+    fn millis(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
     }
 
     /// Records that the trend of `isus` changed and rebuilds it in the background. One
@@ -43,6 +60,13 @@ impl TrendCache {
     /// at most one build behind.
     pub(super) fn changed(self: &Arc<Self>, isus: &Arc<RwLock<Vec<Arc<Isu>>>>) {
         self.version.fetch_add(1, Ordering::SeqCst);
+        if self.in_demand() {
+            self.rebuild_in_background(isus);
+        }
+    }
+
+    /// Starts the background rebuild unless one runs.
+    fn rebuild_in_background(self: &Arc<Self>, isus: &Arc<RwLock<Vec<Arc<Isu>>>>) {
         // SeqCst on the flag and the version: the builder's "clear flag, then
         // re-read version" must not pass a writer's "bump version, then test flag".
         if self.rebuilding.swap(true, Ordering::SeqCst) {
@@ -94,8 +118,22 @@ impl TrendCache {
         version
     }
 
-    /// The trend as of the last build (never built on the request path).
-    pub(super) fn trend(&self) -> Trend {
+    /// The trend as of the last build, which is at most one build behind while the trend is
+    /// asked for; the first request after a while without one builds it first.
+    pub(super) fn trend(self: &Arc<Self>, isus: &Arc<RwLock<Vec<Arc<Isu>>>>) -> Trend {
+        let was_in_demand = self.in_demand();
+        self.demanded.store(self.millis(), Ordering::Relaxed);
+        {
+            let built = self.built.lock();
+            if built.0 == self.version.load(Ordering::SeqCst) {
+                return built.1.clone();
+            }
+        }
+        if was_in_demand {
+            self.rebuild_in_background(isus);
+        } else {
+            self.rebuild(isus);
+        }
         self.built.lock().1.clone()
     }
 }
@@ -104,6 +142,9 @@ impl TrendCache {
 /// without it the trend would be rebuilt (and compressed) after nearly every push, a third of
 /// the coordinator's CPU under load; with it the cached trend is at most this much staler.
 const TREND_REBUILD_INTERVAL: Duration = Duration::from_millis(25);
+
+/// How long the trend is kept built after it was last asked for.
+const DEMAND_WINDOW: Duration = Duration::from_secs(2);
 
 /// Clears a flag when dropped, also while unwinding from a panic.
 struct ClearOnDrop<'a>(&'a AtomicBool);
@@ -217,5 +258,32 @@ mod tests {
             (te["info"].clone(), te["warning"].clone(), te["critical"].clone()),
             (serde_json::json!([]), serde_json::json!([]), serde_json::json!([]))
         );
+    }
+
+    #[tokio::test]
+    async fn the_trend_is_rebuilt_only_while_asked_for_and_fresh_when_asked_again() {
+        let isus = Arc::new(RwLock::new(vec![Arc::new(isu(1, "すなお"))]));
+        let cache = Arc::new(TrendCache::new());
+        let info = "is_dirty=false,is_overweight=false,is_broken=false";
+        isus.read()[0].offer_latest(&condition(100, info));
+        cache.changed(&isus);
+        // Never asked for: no build in the background.
+        tokio::time::sleep(TREND_REBUILD_INTERVAL * 4).await;
+        assert_eq!(cache.built.lock().0, 0, "built while nobody asked");
+        // The first request builds it on the spot, from the latest state.
+        let first: serde_json::Value = serde_json::from_slice(&cache.trend(&isus).json).unwrap();
+        assert_eq!(first[0]["info"][0]["timestamp"], 100);
+        // Asked for: a change is built in the background within a few intervals.
+        isus.read()[0].offer_latest(&condition(200, info));
+        cache.changed(&isus);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let trend: serde_json::Value = serde_json::from_slice(&cache.trend(&isus).json).unwrap();
+            if trend[0]["info"][0]["timestamp"] == 200 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the change was not built");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
