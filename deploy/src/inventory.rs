@@ -3,6 +3,12 @@
 //! One TOML file describes a whole deployment (`ops/deploy/contest.toml` is the contest's
 //! three hosts). It is checked as a whole before anything is rendered, so a typo is an error
 //! naming the key, never a half-rendered host.
+//!
+//! The coordinator is one process on the coordinator host (nginx's host), or a group of
+//! replicas on a raft log: `coordinator_replica = N` on the coordinator host and on two (or
+//! four, or six) worker hosts runs replica N there, beside nginx or beside the worker. An odd
+//! number of 3 to 7 replicas, each id once; no key anywhere is one coordinator, rendered as it
+//! always was.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -34,6 +40,13 @@ pub struct Inventory {
     /// Port of every node's internal listener (on the internal addresses).
     #[serde(default = "default_node_port")]
     pub node_port: u16,
+    /// Port of a coordinator replica beside a worker (on the worker host's internal address;
+    /// the worker has `node_port`); default `node_port + 1`. The replica on the coordinator
+    /// host listens on `node_port`.
+    pub replica_port: Option<u16>,
+    /// The coordinator replicas' raft heartbeat in milliseconds (their default, 100, unless
+    /// set): raise it where the round trip between hosts nears 100 ms.
+    pub raft_heartbeat_ms: Option<u64>,
     /// Port of the public listeners (nginx on the coordinator host, the device servers on
     /// the worker hosts); default 443 with TLS, 80 without.
     pub public_port: Option<u16>,
@@ -54,7 +67,7 @@ pub struct Inventory {
     /// Files `--apply` copies to the hosts with the rendered configuration.
     #[serde(default)]
     pub bundle: Bundle,
-    /// The hosts: one coordinator, one host per worker.
+    /// The hosts: one coordinator, one host per worker (and coordinator replicas on some of them).
     #[serde(rename = "host")]
     pub hosts: Vec<Host>,
 }
@@ -102,6 +115,10 @@ pub struct Host {
     pub public_address: IpAddr,
     /// Address of the internal network: the nodes listen here and call each other here.
     pub internal_address: IpAddr,
+    /// This host runs coordinator replica N (1, 2, 3, …): the coordinator host beside nginx,
+    /// a worker host beside its worker. Either the coordinator host and 2, 4 or 6 worker hosts
+    /// have it (3, 5 or 7 replicas), or no host has it (one coordinator).
+    pub coordinator_replica: Option<u64>,
 }
 
 fn default_secret_file() -> PathBuf {
@@ -128,6 +145,16 @@ fn default_nginx_user() -> String {
 fn default_nginx_bin() -> PathBuf {
     PathBuf::from("/usr/sbin/nginx")
 }
+
+/// Where nginx's control server (the router's) listens on the coordinator host with
+/// coordinator replicas: on its internal address, so that a leader on another host hands nginx
+/// each new placement map (one coordinator uses loopback).
+pub const ROUTER_CONTROL_PORT: u16 = 3099;
+
+/// How many coordinator replicas a group may have: an odd number (an even one survives no
+/// more failures than one fewer, with a larger majority to wait for), at most 7 (every write
+/// waits for a majority).
+pub const REPLICA_COUNTS: [usize; 3] = [3, 5, 7];
 
 /// An inventory that cannot be deployed.
 #[derive(Debug, thiserror::Error)]
@@ -269,6 +296,82 @@ impl Inventory {
         if !is_simple_name(&self.nginx_user.replace('_', "-")) {
             return invalid(format!("nginx_user {:?} is not a user name", self.nginx_user));
         }
+        self.check_replicas()
+    }
+
+    /// The coordinator replicas as a whole: none, or the coordinator host and worker hosts,
+    /// 3, 5 or 7 of them, each id once, on ports of their own.
+    fn check_replicas(&self) -> Result<(), InventoryError> {
+        let invalid = |message: String| Err(InventoryError::Invalid(message));
+        let replicas: Vec<&Host> = self
+            .hosts
+            .iter()
+            .filter(|host| host.coordinator_replica.is_some())
+            .collect();
+        if replicas.is_empty() {
+            if let Some(port) = self.replica_port {
+                return invalid(format!(
+                    "replica_port = {port} without coordinator replicas (coordinator_replica = N on hosts)"
+                ));
+            }
+            if let Some(heartbeat) = self.raft_heartbeat_ms {
+                return invalid(format!(
+                    "raft_heartbeat_ms = {heartbeat} without coordinator replicas (coordinator_replica = N on hosts)"
+                ));
+            }
+            return Ok(());
+        }
+        if let Some(heartbeat) = self.raft_heartbeat_ms.filter(|ms| !(10..=5_000).contains(ms)) {
+            return invalid(format!(
+                "raft_heartbeat_ms = {heartbeat}: use 10 to 5000 (milliseconds)"
+            ));
+        }
+        let coordinator = self.coordinator();
+        if coordinator.coordinator_replica.is_none() {
+            return invalid(format!(
+                "host {}: the coordinator host (nginx's) needs coordinator_replica = N too when other hosts run replicas",
+                coordinator.name
+            ));
+        }
+        let mut ids = BTreeSet::new();
+        for host in &replicas {
+            let id = host.coordinator_replica.expect("filtered");
+            if id == 0 {
+                return invalid(format!("host {}: coordinator_replica ids start at 1", host.name));
+            }
+            if !ids.insert(id) {
+                return invalid(format!("coordinator_replica = {id} is on two hosts"));
+            }
+        }
+        let count = replicas.len();
+        if !REPLICA_COUNTS.contains(&count) {
+            let why = match count {
+                1 => "one replica is no group: leave coordinator_replica out for a single coordinator".to_owned(),
+                count if count % 2 == 0 => format!(
+                    "an even number survives no more failures than {} with a larger majority to wait for",
+                    count - 1
+                ),
+                _ => "every write waits for a majority of them".to_owned(),
+            };
+            return invalid(format!(
+                "{count} hosts have coordinator_replica: use 3, 5 or 7 replicas ({why})"
+            ));
+        }
+        let replica_port = self.replica_port();
+        let public_port = self.public_port();
+        for (key, port) in [("node_port", self.node_port), ("replica_port", replica_port)] {
+            if port == ROUTER_CONTROL_PORT {
+                return invalid(format!(
+                    "{key} {port}: with coordinator replicas nginx's control server takes port {ROUTER_CONTROL_PORT} of the coordinator host's internal address"
+                ));
+            }
+        }
+        if replica_port == self.node_port || replica_port == public_port {
+            return invalid(format!(
+                "replica_port {replica_port}: a replica beside a worker needs a port of its own (node_port {}, public_port {public_port})",
+                self.node_port
+            ));
+        }
         Ok(())
     }
 
@@ -278,6 +381,42 @@ impl Inventory {
             .iter()
             .find(|host| host.role == Role::Coordinator)
             .expect("checked: one coordinator")
+    }
+
+    /// The hosts running coordinator replicas, by replica id (none: one coordinator).
+    pub fn replicas(&self) -> Vec<&Host> {
+        let mut replicas: Vec<&Host> = self
+            .hosts
+            .iter()
+            .filter(|host| host.coordinator_replica.is_some())
+            .collect();
+        replicas.sort_by_key(|host| host.coordinator_replica);
+        replicas
+    }
+
+    /// The port of a replica beside a worker: given, else `node_port + 1`.
+    pub fn replica_port(&self) -> u16 {
+        self.replica_port.unwrap_or(self.node_port.wrapping_add(1))
+    }
+
+    /// Where the coordinator on `host` listens (`ADDRESS:PORT`): `node_port` on the
+    /// coordinator host, `replica_port` beside a worker.
+    pub fn coordinator_listen(&self, host: &Host) -> std::net::SocketAddr {
+        let port = match host.role {
+            Role::Coordinator => self.node_port,
+            Role::Worker => self.replica_port(),
+        };
+        std::net::SocketAddr::new(host.internal_address, port)
+    }
+
+    /// Every coordinator's internal listener, by replica id (the one coordinator's alone
+    /// without replicas): nginx's coordinator upstream, and where each worker pushes.
+    pub fn coordinator_listeners(&self) -> Vec<std::net::SocketAddr> {
+        let replicas = self.replicas();
+        if replicas.is_empty() {
+            return vec![self.coordinator_listen(self.coordinator())];
+        }
+        replicas.iter().map(|host| self.coordinator_listen(host)).collect()
     }
 
     /// The worker hosts, in inventory order (the cells' order in the placement map).
@@ -404,6 +543,93 @@ mod tests {
             (
                 GOOD.replace("internal_address = \"192.168.0.12\"", "internal_address = \"0.0.0.0\""),
                 "own address",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = parse(&text).expect_err(expected);
+            assert!(error.contains(expected), "{error:?} should mention {expected:?}");
+        }
+    }
+
+    /// GOOD with a third host (cell b) and `coordinator_replica` on the hosts given.
+    fn three_hosts(replicas: &[(usize, &str)]) -> String {
+        let third = "\n[[host]]\nname = \"isu3\"\nrole = \"worker\"\ncell = \"b\"\n\
+                     server_name = \"isucondition-3.t.isucon.dev\"\npublic_address = \"0.0.0.0\"\n\
+                     internal_address = \"192.168.0.13\"\n";
+        let text = format!("{GOOD}{third}");
+        let mut parts: Vec<String> = text.split("[[host]]\n").map(str::to_owned).collect();
+        for (host, value) in replicas {
+            parts[host + 1] = format!("coordinator_replica = {value}\n{}", parts[host + 1]);
+        }
+        parts.join("[[host]]\n")
+    }
+
+    #[test]
+    fn replicas_are_listed_by_id_with_their_listeners() {
+        let inventory = parse(&three_hosts(&[(0, "1"), (1, "3"), (2, "2")])).unwrap();
+        let names: Vec<&str> = inventory.replicas().iter().map(|host| host.name.as_str()).collect();
+        assert_eq!(names, ["isu1", "isu3", "isu2"]);
+        let listeners: Vec<String> = inventory
+            .coordinator_listeners()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            listeners,
+            ["192.168.0.11:3000", "192.168.0.13:3001", "192.168.0.12:3001"]
+        );
+        let single = parse(&three_hosts(&[])).unwrap();
+        assert!(single.replicas().is_empty());
+        let listeners: Vec<String> = single.coordinator_listeners().iter().map(ToString::to_string).collect();
+        assert_eq!(listeners, ["192.168.0.11:3000"]);
+        let moved = parse(&format!(
+            "replica_port = 4000\n{}",
+            three_hosts(&[(0, "1"), (1, "2"), (2, "3")])
+        ))
+        .unwrap();
+        assert_eq!(moved.coordinator_listeners()[1].to_string(), "192.168.0.12:4000");
+    }
+
+    #[test]
+    fn replica_mistakes_are_named() {
+        let cases = [
+            (
+                three_hosts(&[(1, "2"), (2, "3")]),
+                "the coordinator host (nginx's) needs coordinator_replica",
+            ),
+            (
+                three_hosts(&[(0, "1"), (1, "1"), (2, "3")]),
+                "coordinator_replica = 1 is on two hosts",
+            ),
+            (three_hosts(&[(0, "0"), (1, "1"), (2, "3")]), "ids start at 1"),
+            (
+                three_hosts(&[(0, "1"), (1, "2")]),
+                "use 3, 5 or 7 replicas (an even number",
+            ),
+            (three_hosts(&[(0, "1")]), "one replica is no group"),
+            (three_hosts(&[(0, "-1"), (1, "2"), (2, "3")]), "coordinator_replica"),
+            (
+                format!("replica_port = 3000\n{}", three_hosts(&[(0, "1"), (1, "2"), (2, "3")])),
+                "needs a port of its own",
+            ),
+            (
+                format!("replica_port = 3099\n{}", three_hosts(&[(0, "1"), (1, "2"), (2, "3")])),
+                "nginx's control server",
+            ),
+            (
+                format!("replica_port = 4000\n{}", three_hosts(&[])),
+                "without coordinator replicas",
+            ),
+            (
+                format!("raft_heartbeat_ms = 300\n{}", three_hosts(&[])),
+                "raft_heartbeat_ms = 300 without coordinator replicas",
+            ),
+            (
+                format!(
+                    "raft_heartbeat_ms = 5\n{}",
+                    three_hosts(&[(0, "1"), (1, "2"), (2, "3")])
+                ),
+                "use 10 to 5000",
             ),
         ];
         for (text, expected) in cases {

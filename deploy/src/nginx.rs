@@ -115,7 +115,8 @@ pub struct Options {
     /// The file holding the cluster secret, which the router's control server requires
     /// (read by nginx's master at start).
     pub secret_file: PathBuf,
-    /// Where the router's control server listens: a loopback `host:port`.
+    /// Where the router's control server listens: a loopback `host:port`, or (coordinator
+    /// replicas on other hosts hand nginx the map) the host's internal `address:port`.
     pub router_control: String,
     /// Write the default map even if the placement file exists.
     pub reset_placement: bool,
@@ -460,9 +461,9 @@ impl Resolved<'_> {
                 options.router_control
             )));
         }
-        if !is_loopback(&options.router_control) {
+        if !is_loopback(&options.router_control) && !is_one_address(&options.router_control) {
             return Err(invalid(format!(
-                "the router's control server listens on loopback only (127.x.x.x:PORT or [::1]:PORT), not '{}'",
+                "the router's control server listens on loopback (127.x.x.x:PORT or [::1]:PORT), or on one internal address for coordinator replicas on other hosts, never on every address: not '{}'",
                 options.router_control
             )));
         }
@@ -637,8 +638,10 @@ fn coordinator_servers(coordinators: &[String]) -> String {
     match coordinators {
         [one] => format!("        server {one};"),
         replicas => {
+            // A client stays on one replica (monotonic reads: each replica's trend is its own,
+            // at most a push behind the others); one without a session by its address.
             let mut lines = vec![format!(
-                "        hash $cookie_{} consistent;",
+                "        hash $cookie_{}$remote_addr consistent;",
                 shared::session::COOKIE_NAME
             )];
             lines.extend(
@@ -767,6 +770,14 @@ fn is_loopback(listen: &str) -> bool {
             .parse::<std::net::IpAddr>()
             .is_ok_and(|address| address.is_loopback());
     loopback && port.parse::<u16>().is_ok_and(|port| port > 0)
+}
+
+/// One address's `ADDRESS:PORT` (not 0.0.0.0 or [::], which would be every address, the
+/// public ones too): where the control server listens on the internal network.
+fn is_one_address(listen: &str) -> bool {
+    listen
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|address| !address.ip().is_unspecified() && address.port() > 0)
 }
 
 fn display(path: &Path) -> String {

@@ -12,6 +12,14 @@
 //! runs as its own unit (`isu-nginx`, not the distribution's `nginx.service`): the
 //! coordinator rewrites the router's map file in its state directory and hands each new
 //! version to nginx's loopback control server (no reload; nginx starts from the file).
+//!
+//! With coordinator replicas (`coordinator_replica` on hosts), each replica host gets the same
+//! coordinator unit with a state directory of its own (`coordinator-<id>`: its raft log) and
+//! every member in its flags; every worker pushes to every replica; nginx balances over all of
+//! them. The leader, wherever it runs, hands nginx each new map on nginx's control server,
+//! which then listens on the coordinator host's internal address; nginx starts from a map file
+//! of its own, seeded with the default map (the leader hands it the current one within a
+//! second, and again whenever nginx restarts).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -148,15 +156,45 @@ fn state_directory(inventory: &Inventory, node: &str) -> String {
     format!("{}/{node}", relative.display())
 }
 
-/// The router's map file: in the coordinator's state directory (it rewrites the file; nginx
-/// starts from it and takes each new version on its control server).
-fn placement_file(inventory: &Inventory) -> PathBuf {
-    inventory.data_dir.join("coordinator/placement.map")
+/// The router's map file nginx starts from: in the coordinator's state directory (it
+/// rewrites the file; nginx takes each new version on its control server); with replicas,
+/// nginx's own copy (the leader may run on another host).
+fn nginx_placement_file(inventory: &Inventory) -> PathBuf {
+    if inventory.replicas().is_empty() {
+        inventory.data_dir.join("coordinator/placement.map")
+    } else {
+        nginx_run_dir(inventory).join("placement.map")
+    }
+}
+
+/// The map file a coordinator writes (a replica while it leads), in its state directory.
+fn coordinator_placement_file(inventory: &Inventory, host: &Host) -> PathBuf {
+    match host.coordinator_replica {
+        None => inventory.data_dir.join("coordinator/placement.map"),
+        Some(id) => inventory.data_dir.join(replica_node(id)).join("placement.map"),
+    }
 }
 
 /// Where nginx's control server listens on the coordinator host (the coordinator hands it
-/// each new placement map there).
+/// each new placement map there): loopback, or with replicas (a leader on another host) the
+/// coordinator host's internal address.
+fn router_control(inventory: &Inventory) -> String {
+    if inventory.replicas().is_empty() {
+        ROUTER_CONTROL.to_owned()
+    } else {
+        socket(
+            inventory.coordinator().internal_address,
+            crate::inventory::ROUTER_CONTROL_PORT,
+        )
+    }
+}
+
+/// nginx's control server with one coordinator.
 const ROUTER_CONTROL: &str = "127.0.0.1:3099";
+
+/// With replicas, the map nginx starts from the first time (`PlacementMap::new` over the
+/// cells, version 1), copied to nginx's own map file when it has none.
+const DEFAULT_MAP_FILE: &str = "/etc/isucondition/placement.default.map";
 
 /// The cluster secret for nginx's control server (read by nginx's master, as root).
 const ROUTER_SECRET_FILE: &str = "/etc/isucondition/router.secret";
@@ -187,46 +225,7 @@ fn env_file(lines: &[(&str, String)]) -> String {
 
 fn coordinator_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<HostFiles> {
     let mut files = HostFiles::default();
-    let cells: Vec<String> = inventory
-        .workers()
-        .map(|worker| {
-            format!(
-                "{}=http://{},{}",
-                worker.cell.as_deref().expect("checked"),
-                internal(inventory, worker),
-                inventory.public_url(&worker.server_name)
-            )
-        })
-        .collect();
-    let mut env = vec![
-        ("ISU_LISTEN", internal(inventory, host)),
-        ("ISU_WORKERS", cells.join(" ")),
-        ("ISU_CLUSTER_SECRET", context.secret.to_owned()),
-        ("ISU_FSYNC", inventory.fsync.clone()),
-        ("ISU_STATIC_DIR", inventory.web_dir.display().to_string()),
-        ("ISU_ROUTER_MAP", placement_file(inventory).display().to_string()),
-        ("ISU_ROUTER_URL", format!("http://{ROUTER_CONTROL}")),
-        ("NO_COLOR", "1".to_owned()),
-    ];
-    if let Some(url) = &inventory.jia_service_url {
-        env.push(("ISU_JIA_SERVICE_URL", url.clone()));
-    }
-    files.text("etc/isucondition/coordinator.env", 0o600, env_file(&env));
-    files.text(
-        "etc/systemd/system/isu-coordinator.service",
-        0o644,
-        node_unit(NodeUnit {
-            description: "ISUCONDITION coordinator (auth, registration, latest conditions, placement map)",
-            environment_file: "/etc/isucondition/coordinator.env",
-            exec_start: format!(
-                "{}/coordinator --data-dir ${{STATE_DIRECTORY}}",
-                inventory.bin_dir.display()
-            ),
-            state: state_directory(inventory, "coordinator"),
-            credentials: String::new(),
-            capabilities: "CapabilityBoundingSet=\n",
-        }),
-    );
+    coordinator_node(inventory, host, context, &mut files);
 
     let nginx_conf = render_nginx(inventory, host, context)?;
     files.text("etc/isucondition/nginx.conf", 0o644, nginx_conf);
@@ -236,12 +235,30 @@ fn coordinator_host(inventory: &Inventory, host: &Host, context: &Context) -> an
         format!("{}\n", context.secret),
     );
     let run_dir = nginx_run_dir(inventory);
-    let placement = placement_file(inventory);
+    let placement = nginx_placement_file(inventory);
     let nginx = inventory.nginx_bin.display();
     let nginx_args = format!(
         "-p {run}/ -c /etc/isucondition/nginx.conf -e {run}/nginx-error.log",
         run = run_dir.display()
     );
+    let map_ready = if inventory.replicas().is_empty() {
+        format!(
+            "ExecStartPre=/bin/sh -c 'for i in $$(seq 300); do test -s {placement} && exit 0; sleep 0.1; done; echo no router map at {placement}, is isu-coordinator running >&2; exit 1'",
+            placement = placement.display()
+        )
+    } else {
+        // The leader may run on another host: nginx starts from its own copy, the default map
+        // at first (the leader hands it the current map on the control server).
+        files.text(
+            DEFAULT_MAP_FILE.trim_start_matches('/'),
+            0o644,
+            crate::nginx::default_placement(&nginx_cells(inventory))?,
+        );
+        format!(
+            "ExecStartPre=/bin/sh -c 'test -s {placement} || cp {DEFAULT_MAP_FILE} {placement}'",
+            placement = placement.display()
+        )
+    };
     files.text(
         "etc/systemd/system/isu-nginx.service",
         0o644,
@@ -258,7 +275,7 @@ Wants=network-online.target isu-coordinator.service
 Type=simple
 StateDirectory={state}
 ExecStartPre=/bin/mkdir -p {run}/tmp
-ExecStartPre=/bin/sh -c 'for i in $$(seq 300); do test -s {placement} && exit 0; sleep 0.1; done; echo no router map at {placement}, is isu-coordinator running >&2; exit 1'
+{map_ready}
 ExecStartPre={nginx} -t -q {nginx_args}
 ExecStart={nginx} {nginx_args}
 ExecReload=/bin/kill -HUP $MAINPID
@@ -274,33 +291,142 @@ WantedBy=multi-user.target
 ",
             state = state_directory(inventory, "nginx"),
             run = run_dir.display(),
-            placement = placement.display(),
         ),
     );
     bundle(inventory, context, &mut files, "coordinator", true)?;
+    let mut actions = coordinator_actions(inventory);
+    actions.extend([
+        ("etc/isucondition/nginx.conf".to_owned(), "reload isu-nginx.service"),
+        (
+            ROUTER_SECRET_FILE.trim_start_matches('/').to_owned(),
+            "reload isu-nginx.service",
+        ),
+        (
+            "etc/systemd/system/isu-nginx.service".to_owned(),
+            "restart isu-nginx.service",
+        ),
+    ]);
     plan(
         &mut files,
         inventory,
         host,
         &["isu-coordinator.service", "isu-nginx.service"],
-        &[
-            ("etc/isucondition/coordinator.env", "restart isu-coordinator.service"),
-            (
-                "etc/systemd/system/isu-coordinator.service",
-                "restart isu-coordinator.service",
-            ),
-            (&bin_path(inventory, "coordinator"), "restart isu-coordinator.service"),
-            ("etc/isucondition/nginx.conf", "reload isu-nginx.service"),
-            (ROUTER_SECRET_FILE.trim_start_matches('/'), "reload isu-nginx.service"),
-            ("etc/systemd/system/isu-nginx.service", "restart isu-nginx.service"),
-        ],
+        &actions,
     );
     Ok(files)
 }
 
+/// The coordinator's environment file and unit on `host`: the one coordinator, or replica N
+/// (its own state directory, every member in its flags; beside a worker, no front end).
+fn coordinator_node(inventory: &Inventory, host: &Host, context: &Context, files: &mut HostFiles) {
+    let cells: Vec<String> = inventory
+        .workers()
+        .map(|worker| {
+            format!(
+                "{}=http://{},{}",
+                worker.cell.as_deref().expect("checked"),
+                internal(inventory, worker),
+                inventory.public_url(&worker.server_name)
+            )
+        })
+        .collect();
+    let mut env = vec![
+        ("ISU_LISTEN", inventory.coordinator_listen(host).to_string()),
+        ("ISU_WORKERS", cells.join(" ")),
+        ("ISU_CLUSTER_SECRET", context.secret.to_owned()),
+        ("ISU_FSYNC", inventory.fsync.clone()),
+    ];
+    if host.role == Role::Coordinator {
+        // nginx serves the front end; the coordinator's own copy is on nginx's host only.
+        env.push(("ISU_STATIC_DIR", inventory.web_dir.display().to_string()));
+    }
+    env.extend([
+        (
+            "ISU_ROUTER_MAP",
+            coordinator_placement_file(inventory, host).display().to_string(),
+        ),
+        ("ISU_ROUTER_URL", format!("http://{}", router_control(inventory))),
+        ("NO_COLOR", "1".to_owned()),
+    ]);
+    if let Some(url) = &inventory.jia_service_url {
+        env.push(("ISU_JIA_SERVICE_URL", url.clone()));
+    }
+    let (description, state) = match host.coordinator_replica {
+        None => (
+            "ISUCONDITION coordinator (auth, registration, latest conditions, placement map)".to_owned(),
+            state_directory(inventory, "coordinator"),
+        ),
+        Some(id) => {
+            let members: Vec<String> = inventory
+                .replicas()
+                .iter()
+                .map(|member| {
+                    format!(
+                        "{}=http://{}",
+                        member.coordinator_replica.expect("a replica"),
+                        inventory.coordinator_listen(member)
+                    )
+                })
+                .collect();
+            env.extend([("ISU_REPLICA_ID", id.to_string()), ("ISU_REPLICAS", members.join(" "))]);
+            if let Some(heartbeat) = inventory.raft_heartbeat_ms {
+                env.push(("ISU_RAFT_HEARTBEAT_MS", heartbeat.to_string()));
+            }
+            (
+                format!(
+                    "ISUCONDITION coordinator replica {id} of {} (auth, registration, latest conditions, placement map)",
+                    members.len()
+                ),
+                state_directory(inventory, &replica_node(id)),
+            )
+        }
+    };
+    files.text("etc/isucondition/coordinator.env", 0o600, env_file(&env));
+    files.text(
+        "etc/systemd/system/isu-coordinator.service",
+        0o644,
+        node_unit(NodeUnit {
+            description: &description,
+            environment_file: "/etc/isucondition/coordinator.env",
+            exec_start: format!(
+                "{}/coordinator --data-dir ${{STATE_DIRECTORY}}",
+                inventory.bin_dir.display()
+            ),
+            state,
+            credentials: String::new(),
+            capabilities: "CapabilityBoundingSet=\n",
+        }),
+    );
+}
+
+/// What a change of the coordinator's files needs.
+fn coordinator_actions(inventory: &Inventory) -> Vec<(String, &'static str)> {
+    vec![
+        (
+            "etc/isucondition/coordinator.env".to_owned(),
+            "restart isu-coordinator.service",
+        ),
+        (
+            "etc/systemd/system/isu-coordinator.service".to_owned(),
+            "restart isu-coordinator.service",
+        ),
+        (bin_path(inventory, "coordinator"), "restart isu-coordinator.service"),
+    ]
+}
+
+/// Replica N's node name (its state directory): `coordinator-N`.
+pub fn replica_node(id: u64) -> String {
+    format!("coordinator-{id}")
+}
+
 fn worker_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<HostFiles> {
     let mut files = HostFiles::default();
-    let coordinator = inventory.coordinator();
+    // Every replica gets the latest conditions.
+    let coordinators: Vec<String> = inventory
+        .coordinator_listeners()
+        .iter()
+        .map(|listen| format!("http://{listen}"))
+        .collect();
     let env = vec![
         ("ISU_CELL", host.cell.clone().expect("checked")),
         ("ISU_LISTEN", internal(inventory, host)),
@@ -308,10 +434,7 @@ fn worker_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow:
             "ISU_DEVICE_LISTEN",
             socket(host.public_address, inventory.public_port()),
         ),
-        (
-            "ISU_COORDINATOR_URL",
-            format!("http://{}", internal(inventory, coordinator)),
-        ),
+        ("ISU_COORDINATOR_URL", coordinators.join(" ")),
         ("ISU_CLUSTER_SECRET", context.secret.to_owned()),
         ("ISU_FSYNC", inventory.fsync.clone()),
         ("NO_COLOR", "1".to_owned()),
@@ -352,17 +475,22 @@ fn worker_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow:
         }),
     );
     bundle(inventory, context, &mut files, "worker", false)?;
-    plan(
-        &mut files,
-        inventory,
-        host,
-        &["isu-worker.service"],
-        &[
-            ("etc/isucondition/worker.env", "restart isu-worker.service"),
-            ("etc/systemd/system/isu-worker.service", "restart isu-worker.service"),
-            (&bin_path(inventory, "worker"), "restart isu-worker.service"),
-        ],
-    );
+    let mut units = vec!["isu-worker.service"];
+    let mut actions = vec![
+        ("etc/isucondition/worker.env".to_owned(), "restart isu-worker.service"),
+        (
+            "etc/systemd/system/isu-worker.service".to_owned(),
+            "restart isu-worker.service",
+        ),
+        (bin_path(inventory, "worker"), "restart isu-worker.service"),
+    ];
+    if host.coordinator_replica.is_some() {
+        coordinator_node(inventory, host, context, &mut files);
+        bundle(inventory, context, &mut files, "coordinator", false)?;
+        units.push("isu-coordinator.service");
+        actions.extend(coordinator_actions(inventory));
+    }
+    plan(&mut files, inventory, host, &units, &actions);
     Ok(files)
 }
 
@@ -450,7 +578,7 @@ fn add_tree(root: &Path, dir: &Path, target: &Path, files: &mut HostFiles) -> an
 /// first, so it lists the host's files only), `units` (enabled and started), `actions`
 /// (`PATH ACTION UNIT` per file whose change needs one), `replaces` (units to stop and
 /// disable first), `host` (its name in messages) and the script itself.
-fn plan(files: &mut HostFiles, inventory: &Inventory, host: &Host, units: &[&str], actions: &[(&str, &str)]) {
+fn plan(files: &mut HostFiles, inventory: &Inventory, host: &Host, units: &[&str], actions: &[(String, &str)]) {
     let modes = lines(
         files
             .files
@@ -471,8 +599,8 @@ fn lines(items: impl IntoIterator<Item = impl std::fmt::Display>) -> String {
     items.into_iter().map(|item| format!("{item}\n")).collect()
 }
 
-fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<String> {
-    let cells = inventory
+fn nginx_cells(inventory: &Inventory) -> Vec<crate::nginx::CellSpec> {
+    inventory
         .workers()
         .map(|worker| crate::nginx::CellSpec {
             name: worker.cell.clone().expect("checked"),
@@ -480,7 +608,11 @@ fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow
             device_listen: socket(worker.public_address, inventory.public_port()),
             device_server_name: Some(worker.server_name.clone()),
         })
-        .collect();
+        .collect()
+}
+
+fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<String> {
+    let cells = nginx_cells(inventory);
     let options = crate::nginx::Options {
         run_dir: nginx_run_dir(inventory),
         template: context.nginx_template.to_owned(),
@@ -488,11 +620,15 @@ fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow
         static_dir: inventory.web_dir.clone(),
         public_listen: socket(host.public_address, inventory.public_port()),
         public_server_name: host.server_name.clone(),
-        coordinators: vec![internal(inventory, host)],
+        coordinators: inventory
+            .coordinator_listeners()
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         cells,
-        placement: Some(placement_file(inventory)),
+        placement: Some(nginx_placement_file(inventory)),
         secret_file: PathBuf::from(ROUTER_SECRET_FILE),
-        router_control: ROUTER_CONTROL.to_owned(),
+        router_control: router_control(inventory),
         reset_placement: false,
         worker_processes: "auto".to_owned(),
         device_servers: false,

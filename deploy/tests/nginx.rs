@@ -4,27 +4,12 @@
 //! `git diff` shows what changed), and local renderings that the installed nginx accepts
 //! (`nginx -t` runs the router's Lua code too), with the default map.
 
+mod common;
 use std::path::{Path, PathBuf};
 
+use common::{assert_fixture, repo};
+
 use deploy::nginx::{self, CellSpec, NginxError, Options, Tls};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
-}
-
-/// `text` is fixture `name` (rewritten instead with `ISU_UPDATE_FIXTURES=1`).
-#[track_caller]
-fn assert_fixture(text: &str, name: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/nginx")
-        .join(name);
-    if std::env::var_os("ISU_UPDATE_FIXTURES").is_some() {
-        std::fs::write(&path, text).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap();
-    assert_eq!(text, expected, "differs from {}", path.display());
-}
 
 fn cell(spec: &str) -> CellSpec {
     spec.parse().unwrap()
@@ -72,7 +57,7 @@ fn for_host_two_cells_render_as_the_fixture() {
     options.device_servers = false;
     options.access_log = false;
     let text = nginx::render_for_host(&options, "www-data").unwrap();
-    assert_fixture(&text, "for-host-2-cells.conf");
+    assert_fixture("nginx", &text, "for-host-2-cells.conf");
 }
 
 /// Three cells (one named with a dash and its own server name), device servers, TLS, and
@@ -99,7 +84,7 @@ fn for_host_three_cells_with_tls_render_as_the_fixture() {
         key: "/etc/ssl/key.pem".into(),
     });
     let text = nginx::render_for_host(&options, "www-data").unwrap();
-    assert_fixture(&text, "for-host-3-cells-tls.conf");
+    assert_fixture("nginx", &text, "for-host-3-cells-tls.conf");
 }
 
 /// The script's defaults (cells a and b on 127.0.0.3/.4, access log on) and worker processes.
@@ -112,7 +97,7 @@ fn for_host_defaults_render_as_the_fixture() {
     );
     options.worker_processes = "2".to_owned();
     let text = nginx::render_for_host(&options, "nginx").unwrap();
-    assert_fixture(&text, "for-host-defaults.conf");
+    assert_fixture("nginx", &text, "for-host-defaults.conf");
 }
 
 #[test]
@@ -132,8 +117,14 @@ fn for_host_refuses_relative_paths_bad_users_and_unusable_values() {
     let mut exposed = good.clone();
     exposed.router_control = "0.0.0.0:3099".to_owned();
     let error = nginx::render_for_host(&exposed, "www-data").unwrap_err().to_string();
-    assert!(error.contains("listens on loopback only"), "{error}");
-    for loopback in ["127.0.0.1:3099", "127.9.9.9:1", "[::1]:3099", "localhost:3099"] {
+    assert!(error.contains("never on every address"), "{error}");
+    for loopback in [
+        "127.0.0.1:3099",
+        "127.9.9.9:1",
+        "[::1]:3099",
+        "localhost:3099",
+        "192.168.0.11:3099",
+    ] {
         let mut control = good.clone();
         control.router_control = loopback.to_owned();
         assert!(nginx::render_for_host(&control, "www-data").is_ok(), "{loopback}");
@@ -375,5 +366,5 @@ fn the_default_placement_is_the_fixtures() {
     .map(|spec| cell(spec))
     .collect();
     let text = nginx::default_placement(&cells).unwrap();
-    assert_fixture(&text, "placement-3-cells.map");
+    assert_fixture("nginx", &text, "placement-3-cells.map");
 }

@@ -13,6 +13,10 @@
 //! bench           the bench and JIA     public 10.77.0.100 (no internal address)
 //! ```
 //!
+//! With `--coordinators 3` the coordinator is a group of three replicas: replica 1 beside
+//! nginx on isucondition-1 (port 3000), replicas 2 and 3 beside the workers on
+//! isucondition-2 and -3 (port 3001), as the inventory's `coordinator_replica` renders them.
+//!
 //! Each host runs `isuctl deploy run-host` over its rendered units in its namespace, with its
 //! own directories bound where a real host has them (`hosts::plan` says which): its state,
 //! its configuration, the certificates, and on the coordinator host the front end the render
@@ -21,8 +25,10 @@
 //! made and started) is `run/hosts/state.json`; `down` undoes exactly that.
 
 pub mod checks;
+pub mod leader_cut;
 pub mod metrics;
 pub mod plan;
+pub mod probe;
 
 use std::io::{BufRead as _, Write as _};
 use std::os::unix::process::CommandExt as _;
@@ -77,7 +83,9 @@ pub enum HostsCommand {
     /// between the coordinator and worker host a under load (cell b's ISUs see no failure,
     /// device posts to a are accepted meanwhile, a's latest conditions reach the coordinator
     /// after the heal, nothing acknowledged is lost); 50 ms latency and 1 % loss between all
-    /// hosts: the bench still passes.
+    /// hosts: the bench still passes. With --coordinators 3, also the leader's host cut off
+    /// from the other hosts under load (another replica takes over, the API keeps working
+    /// after the takeover, the replicas agree again after the heal).
     Test(TestArgs),
 }
 
@@ -86,6 +94,10 @@ pub struct UpArgs {
     /// Worker hosts (cells).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
     pub workers: u8,
+    /// Coordinators: 1, or 3 replicas (beside nginx on isucondition-1 and beside the workers
+    /// on isucondition-2 and -3).
+    #[arg(long, default_value_t = 1, value_parser = parse_coordinators)]
+    pub coordinators: u8,
     /// TLS on the public listeners.
     #[arg(long, value_enum, default_value_t = Tls::On)]
     pub tls: Tls,
@@ -117,9 +129,20 @@ pub struct TestArgs {
     /// Worker hosts (cells).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
     pub workers: u8,
+    /// Coordinators: 1, or 3 replicas (adds the check of the leader's host cut off).
+    #[arg(long, default_value_t = 1, value_parser = parse_coordinators)]
+    pub coordinators: u8,
     /// Do not build the release binaries first.
     #[arg(long)]
     pub no_build: bool,
+}
+
+/// `--coordinators`: 1 or 3.
+fn parse_coordinators(text: &str) -> Result<u8, String> {
+    text.parse::<u8>()
+        .ok()
+        .filter(|count| plan::COORDINATORS.contains(count))
+        .ok_or_else(|| format!("{text:?}: 1 (one coordinator) or 3 (replicas)"))
 }
 
 pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
@@ -129,8 +152,9 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             let report = hosts.up(&up)?;
             output::emit(format, &report, |report| {
                 format!(
-                    "hosts: up: {} workers, TLS {}; {} from the bench host (isuctl hosts bench)",
+                    "hosts: up: {} workers, {} coordinator(s), TLS {}; {} from the bench host (isuctl hosts bench)",
                     report.workers,
+                    report.coordinators,
                     if report.tls == Tls::On { "on" } else { "off" },
                     report.url
                 )
@@ -178,6 +202,9 @@ fn exit_like(status: std::process::ExitStatus) -> anyhow::Result<()> {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct State {
     pub workers: u8,
+    /// 1, or 3 replicas.
+    #[serde(default = "one_coordinator")]
+    pub coordinators: u8,
     pub tls: Option<Tls>,
     /// Network namespaces made (and their /etc/netns/<name> directories).
     pub netns: Vec<String>,
@@ -186,6 +213,10 @@ pub struct State {
     /// Processes started, in order: `netlab` and each host's run-host (which leads its own
     /// process group).
     pub processes: Vec<Started>,
+}
+
+fn one_coordinator() -> u8 {
+    1
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -201,6 +232,7 @@ pub struct Started {
 #[derive(Debug, Serialize)]
 pub struct UpReport {
     pub workers: u8,
+    pub coordinators: u8,
     pub tls: Tls,
     pub url: String,
     pub hosts: Vec<String>,
@@ -269,8 +301,10 @@ impl Hosts {
 
     /// The hosts of the running cluster (all of them when nothing is up: every name is valid).
     fn plan(&self) -> anyhow::Result<Vec<HostPlan>> {
-        let workers = self.state()?.map_or(3, |state| state.workers);
-        Ok(plan::hosts(usize::from(workers)))
+        let (workers, coordinators) = self
+            .state()?
+            .map_or((3, 3), |state| (state.workers, state.coordinators));
+        Ok(plan::hosts(usize::from(workers), coordinators))
     }
 
     fn scheme(&self) -> anyhow::Result<&'static str> {
@@ -296,7 +330,7 @@ impl Hosts {
             crate::external::build_release(&self.repo, &["coordinator", "worker", "bench", "netlab", "deploy"])?;
         }
         let paths = &self.paths;
-        let hosts = plan::hosts(usize::from(args.workers));
+        let hosts = plan::hosts(usize::from(args.workers), args.coordinators);
         for host in &hosts {
             if netns_exists(&host.netns)? {
                 bail!(
@@ -318,6 +352,7 @@ impl Hosts {
         std::fs::write(&inventory, plan::inventory(&hosts, args.tls == Tls::On, paths))?;
         let mut state = State {
             workers: args.workers,
+            coordinators: args.coordinators,
             tls: Some(args.tls),
             ..State::default()
         };
@@ -387,6 +422,16 @@ impl Hosts {
             wait_for(&format!("node on {}", host.name), 60, &paths.state, || {
                 self.curl_status(&host.netns, &format!("http://{internal}:3000/healthz"), &[]) == "200"
             })?;
+            if let (Some(url), Some(_)) = (host.coordinator_url(), host.replica) {
+                // A replica is healthy once it serves: its group has a leader that brought
+                // the workers up, and it caught up.
+                wait_for(
+                    &format!("coordinator replica on {}", host.name),
+                    60,
+                    &paths.state,
+                    || self.curl_status(&host.netns, &format!("{url}/healthz"), &[]) == "200",
+                )?;
+            }
             if host.role != plan::Role::Coordinator {
                 wait_for(&format!("device server of {}", host.name), 30, &paths.state, || {
                     self.curl_status("isu-hb", &format!("{scheme}://{}/", host.server_name()), &[]) != "000"
@@ -399,6 +444,7 @@ impl Hosts {
         })?;
         Ok(UpReport {
             workers: args.workers,
+            coordinators: args.coordinators,
             tls: args.tls,
             url,
             hosts: hosts.iter().map(|host| host.name.clone()).collect(),
@@ -500,6 +546,7 @@ impl Hosts {
         struct Status {
             up: bool,
             workers: Option<u8>,
+            coordinators: Option<u8>,
             tls: Option<Tls>,
             processes: Vec<ProcessStatus>,
             nodes: Vec<(String, u32)>,
@@ -514,6 +561,7 @@ impl Hosts {
             let down = Status {
                 up: false,
                 workers: None,
+                coordinators: None,
                 tls: None,
                 processes: Vec::new(),
                 nodes: Vec::new(),
@@ -524,6 +572,7 @@ impl Hosts {
         let status = Status {
             up: true,
             workers: Some(state.workers),
+            coordinators: Some(state.coordinators),
             tls: state.tls,
             processes: state
                 .processes
@@ -538,8 +587,9 @@ impl Hosts {
         };
         output::emit(format, &status, |status| {
             let mut lines = vec![format!(
-                "hosts: up ({} workers, TLS {})",
+                "hosts: up ({} workers, {} coordinator(s), TLS {})",
                 state.workers,
+                state.coordinators,
                 if status.tls == Some(Tls::On) { "on" } else { "off" }
             )];
             for process in &status.processes {
@@ -658,6 +708,14 @@ impl Hosts {
         Ok(format!("@{}", file.display()))
     }
 
+    /// The conditions the workers of `hosts` have stored (`conditions_stored_total`).
+    pub fn stored_conditions<'a>(&self, hosts: impl IntoIterator<Item = &'a str>) -> anyhow::Result<f64> {
+        hosts
+            .into_iter()
+            .map(|host| Ok(metrics::sum(&self.metrics_text(host)?, "conditions_stored_total")))
+            .sum()
+    }
+
     /// A host's node's `/metrics`, read on the host itself (internal address).
     pub fn metrics_text(&self, host: &str) -> anyhow::Result<String> {
         let plan = self.plan()?;
@@ -669,6 +727,42 @@ impl Hosts {
             .arg(format!("http://{internal}:3000/metrics"))
             .output()?;
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// The PID of node `name` (`coordinator-2`, `worker-a`, `nginx`, …) of the running hosts.
+    pub fn node_pid(&self, name: &str) -> anyhow::Result<Option<u32>> {
+        let state = self.up_state()?;
+        Ok(node_pids(&state)
+            .into_iter()
+            .find(|(node, _)| node == name)
+            .map(|(_, pid)| pid))
+    }
+
+    /// A coordinator replica's `GET /internal/replica`, asked on its own host (so a host cut
+    /// off still answers for itself); `None` when it does not answer 200 within a second.
+    pub fn replica_answer(&self, host: &HostPlan) -> Option<shared::protocol::ReplicaAnswer> {
+        let url = host.coordinator_url()?;
+        let output = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &host.netns,
+                "curl",
+                "-s",
+                "-f",
+                "--max-time",
+                "1",
+                "-H",
+            ])
+            .arg(self.secret_header().ok()?)
+            .arg(format!("{url}{}", shared::protocol::COORDINATOR_REPLICA))
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        if !output.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&output.stdout).ok()
     }
 }
 
@@ -839,19 +933,19 @@ fn signal(pid: i32, signal: nix::sys::signal::Signal) {
 /// NAME=PID of every node process (the children of each host's run-host), for the bench's
 /// CPU figures: `coordinator`, `worker-<cell>`, `nginx`.
 fn node_pids(state: &State) -> Vec<(String, u32)> {
-    let hosts = plan::hosts(usize::from(state.workers));
+    let hosts = plan::hosts(usize::from(state.workers), state.coordinators);
     let processes = all_processes();
     let mut nodes = Vec::new();
     for started in state.processes.iter().filter(|started| started.name != "netlab") {
-        let cell = hosts
-            .iter()
-            .find(|host| host.name == started.name)
-            .and_then(|host| match &host.role {
-                plan::Role::Worker { cell } => Some(cell.clone()),
-                _ => None,
-            });
+        let Some(host) = hosts.iter().find(|host| host.name == started.name) else {
+            continue;
+        };
+        let cell = match &host.role {
+            plan::Role::Worker { cell } => Some(cell.as_str()),
+            _ => None,
+        };
         for (pid, _, args) in processes.iter().filter(|(_, parent, _)| *parent == started.pid) {
-            if let Some(name) = node_name(args, cell.as_deref()) {
+            if let Some(name) = node_name(args, cell, &host.coordinator_node()) {
                 nodes.push((name, *pid));
             }
         }
@@ -859,10 +953,11 @@ fn node_pids(state: &State) -> Vec<(String, u32)> {
     nodes
 }
 
-/// Which node a process is, by its command line.
-fn node_name(args: &str, cell: Option<&str>) -> Option<String> {
+/// Which node a process is, by its command line (`coordinator`: the name of the host's
+/// coordinator, see [`plan::HostPlan::coordinator_node`]).
+fn node_name(args: &str, cell: Option<&str>, coordinator: &str) -> Option<String> {
     if args.contains("/coordinator ") {
-        Some("coordinator".to_owned())
+        Some(coordinator.to_owned())
     } else if args.contains("/worker ") {
         Some(format!("worker-{}", cell.unwrap_or("?")))
     } else if (args.contains("nginx") && args.contains("master")) || args.contains("nginx -p") {
@@ -944,7 +1039,10 @@ mod tests {
         let HostsCommand::Up(up) = parse(&["up"]).unwrap() else {
             panic!()
         };
-        assert_eq!((up.workers, up.tls, up.no_build), (2, Tls::On, false));
+        assert_eq!(
+            (up.workers, up.coordinators, up.tls, up.no_build),
+            (2, 1, Tls::On, false)
+        );
         let HostsCommand::Up(up) = parse(&["up", "--workers", "3", "--tls", "off", "--no-build"]).unwrap() else {
             panic!()
         };
@@ -964,7 +1062,14 @@ mod tests {
         let HostsCommand::Test(test) = parse(&["test", "--workers", "3"]).unwrap() else {
             panic!()
         };
-        assert_eq!(test.workers, 3);
+        assert_eq!((test.workers, test.coordinators), (3, 1));
+        let HostsCommand::Test(test) = parse(&["test", "--coordinators", "3"]).unwrap() else {
+            panic!()
+        };
+        assert_eq!((test.workers, test.coordinators), (2, 3));
+        for bad in ["0", "2", "5", "x"] {
+            assert!(parse(&["up", "--coordinators", bad]).is_err(), "--coordinators {bad}");
+        }
     }
 
     #[test]
@@ -988,22 +1093,37 @@ mod tests {
     #[test]
     fn nodes_are_told_apart_by_their_command_lines() {
         assert_eq!(
-            node_name("/r/target/release/coordinator --data-dir /var/lib/x ", None).as_deref(),
+            node_name(
+                "/r/target/release/coordinator --data-dir /var/lib/x ",
+                None,
+                "coordinator"
+            )
+            .as_deref(),
             Some("coordinator")
         );
         assert_eq!(
-            node_name("/r/target/release/worker --data-dir /x ", Some("b")).as_deref(),
+            node_name(
+                "/r/target/release/coordinator --data-dir /x ",
+                Some("a"),
+                "coordinator-2"
+            )
+            .as_deref(),
+            Some("coordinator-2")
+        );
+        assert_eq!(
+            node_name("/r/target/release/worker --data-dir /x ", Some("b"), "coordinator").as_deref(),
             Some("worker-b")
         );
         assert_eq!(
             node_name(
                 "nginx: master process /usr/sbin/nginx -p /var/lib/isucondition/nginx/ ",
-                None
+                None,
+                "coordinator"
             )
             .as_deref(),
             Some("nginx")
         );
-        assert_eq!(node_name("/bin/sh -c for i in ", None), None);
+        assert_eq!(node_name("/bin/sh -c for i in ", None, "coordinator"), None);
         assert_eq!(parent_pid("42 (a) b) S 7 42 42 0"), Some(7), "a command name with ') '");
         assert_eq!(parent_pid("garbage"), None);
     }
@@ -1024,6 +1144,7 @@ mod tests {
         assert!(hosts.net("stats").unwrap_err().to_string().contains("not up"));
         let state = State {
             workers: 3,
+            coordinators: 1,
             tls: Some(Tls::Off),
             netns: Vec::new(),
             made: vec![dir.path().join("made")],

@@ -3,13 +3,25 @@
 //! 1. The bench over TLS from its own host passes, with 0 errors, its devices posting to
 //!    their workers over TLS.
 //! 2. Isolation: internal addresses are unreachable from the bench host even when it routes
-//!    the internal network its way; nginx and the device servers answer 404 to internal
-//!    routes even with the secret; no plain HTTP on the device address.
+//!    the internal network its way (with replicas, nginx's control server on the internal
+//!    address too, which refuses a call without the secret); nginx and the device servers
+//!    answer 404 to internal routes even with the secret; no plain HTTP on the device address.
 //! 3. A 10 s cut between the coordinator host and worker host a under load: a stores device
 //!    posts meanwhile, pushes no latest condition through the cut and delivers the held-back
 //!    ones after the heal; the other cells' ISUs see no failure; no wrong data; nothing
 //!    acknowledged is lost.
-//! 4. 50 ms latency and 1 % loss between every pair of hosts: the bench still passes.
+//! 4. With `--coordinators 3`: the replicas' leader's host cut off under load
+//!    (`hosts::leader_cut`), on a network without impairment.
+//! 5. 50 ms latency and 1 % loss between every pair of hosts: the bench still passes.
+//!
+//! With three coordinator replicas, check 3 cuts replica 2 (beside cell a) off from nginx and
+//! replica 1 with its worker, so three of its judgements change: cell a keeps pushing its
+//! latest conditions to replica 3 (no push getting through is checked with one coordinator
+//! only); a client nginx moves between replicas may see the trend go back (replica 1 lacks
+//! cell a's newest conditions meanwhile: that error alone is allowed); the other cells'
+//! ISUs' failures are printed, not counted, since they include the coordinator's ISU routes
+//! (detail, icon), which time out at the bench (1 s) for clients whose replica nginx cannot
+//! reach until it sets that replica aside (its connect timeout is 3 s).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,6 +45,7 @@ pub struct Check {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub workers: u8,
+    pub coordinators: u8,
     pub checks: Vec<Check>,
     pub failures: usize,
     pub seconds: u64,
@@ -40,19 +53,19 @@ pub struct Report {
 }
 
 /// Collects checks, printing each as it is decided (on stderr with `--json`).
-struct Checks {
+pub(super) struct Checks {
     format: Format,
     checks: Vec<Check>,
 }
 
 impl Checks {
-    fn check(&mut self, what: impl Into<String>, ok: bool) {
+    pub(super) fn check(&mut self, what: impl Into<String>, ok: bool) {
         let what = what.into();
         self.say(&format!("{}  {what}", if ok { "ok  " } else { "FAIL" }));
         self.checks.push(Check { what, ok });
     }
 
-    fn say(&self, line: &str) {
+    pub(super) fn say(&self, line: &str) {
         match self.format {
             Format::Human => println!("{line}"),
             Format::Json => eprintln!("{line}"),
@@ -87,6 +100,7 @@ pub fn run(hosts: &Hosts, args: &TestArgs, format: Format) -> anyhow::Result<()>
     let _down = DownOnDrop(hosts);
     hosts.up(&UpArgs {
         workers: args.workers,
+        coordinators: args.coordinators,
         tls: Tls::On,
         no_build: args.no_build,
     })?;
@@ -96,7 +110,7 @@ pub fn run(hosts: &Hosts, args: &TestArgs, format: Format) -> anyhow::Result<()>
     };
     let workers = usize::from(args.workers);
     let state_dir = &hosts.paths.state;
-    let cluster: Vec<_> = super::plan::hosts(workers)
+    let cluster: Vec<_> = super::plan::hosts(workers, args.coordinators)
         .into_iter()
         .filter(|host| host.is_cluster_host())
         .collect();
@@ -138,6 +152,32 @@ pub fn run(hosts: &Hosts, args: &TestArgs, format: Format) -> anyhow::Result<()>
             format!("no node listens on the public address of {}:3000", host.name),
             hosts.curl_status("isu-hb", &format!("http://{}:3000/healthz", host.public_address), &[]) == "000",
         );
+        if host.replica.is_some() && host.role != super::plan::Role::Coordinator {
+            let port = super::plan::NODE_PORT + 1;
+            checks.check(
+                format!("the replica beside the worker on {} unreachable from the bench host (:{port}, internal and public)", host.name),
+                hosts.curl_status("isu-hb", &format!("http://{internal}:{port}/healthz"), &[]) == "000"
+                    && hosts.curl_status("isu-hb", &format!("http://{}:{port}/healthz", host.public_address), &[]) == "000",
+            );
+        }
+    }
+    if args.coordinators > 1 {
+        // With replicas nginx's control server listens on the coordinator host's internal
+        // address (a leader on another host hands it the map): internal, and the secret required.
+        let control = format!(
+            "http://{}:{}/map",
+            cluster[0].internal_address.expect("a cluster host"),
+            deploy::inventory::ROUTER_CONTROL_PORT
+        );
+        checks.check(
+            "nginx's control server (internal address) unreachable from the bench host",
+            hosts.curl_status("isu-hb", &control, &[]) == "000",
+        );
+        checks.check(
+            "nginx's control server refuses a worker host without the secret (401) and answers with it",
+            hosts.curl_status(&cluster[1].netns, &control, &[]) == "401"
+                && hosts.curl_status(&cluster[1].netns, &control, &["-H", secret.as_str()]) == "200",
+        );
     }
     let site = hosts.site()?;
     let with_secret = ["-H", secret.as_str()];
@@ -169,13 +209,7 @@ pub fn run(hosts: &Hosts, args: &TestArgs, format: Format) -> anyhow::Result<()>
     // 3. A partition between the coordinator host and worker host a, under load.
     let metric =
         |host: &str, prefix: &str| -> anyhow::Result<f64> { Ok(metrics::sum(&hosts.metrics_text(host)?, prefix)) };
-    let stored_total = || -> anyhow::Result<f64> {
-        cluster
-            .iter()
-            .skip(1)
-            .map(|host| metric(&host.name, "conditions_stored_total"))
-            .sum()
-    };
+    let stored_total = || hosts.stored_conditions(cluster.iter().skip(1).map(|host| host.name.as_str()));
     let stored_before = stored_total()?;
     let partition = {
         let hosts_for_bench = BenchArgs {
@@ -215,10 +249,16 @@ pub fn run(hosts: &Hosts, args: &TestArgs, format: Format) -> anyhow::Result<()>
                 format!("conditions stored by cell a during the cut ({stored_during_cut})"),
                 stored_during_cut > 100.0,
             );
-            checks.check(
-                format!("no latest-condition push reached the coordinator during the cut ({pushes_during_cut})"),
-                pushes_during_cut == 0.0,
-            );
+            if args.coordinators == 1 {
+                checks.check(
+                    format!("no latest-condition push reached the coordinator during the cut ({pushes_during_cut})"),
+                    pushes_during_cut == 0.0,
+                );
+            } else {
+                checks.say(&format!(
+                    "  cell a pushed to the replicas it still reached during the cut ({pushes_during_cut} batches)"
+                ));
+            }
             checks.check(
                 format!(
                     "after the heal, cell a's held-back latest conditions reached it (pushes that waited > 2.5 s: {slow})"
@@ -230,30 +270,36 @@ pub fn run(hosts: &Hosts, args: &TestArgs, format: Format) -> anyhow::Result<()>
     };
     let by_digit: BTreeMap<String, u64> =
         serde_json::from_value(partition["failures_by_isu_digit"].clone()).unwrap_or_default();
-    let (a_failures, other_failures, none) = metrics::failures_by_cell(&by_digit, u32::from(args.workers))?;
-    checks.check(
-        format!("the other cells' ISUs saw no failed request (cell a's: {a_failures}; naming no ISU: {none})"),
-        other_failures == 0 && partition["failures_by_isu_digit"].is_object(),
-    );
-    checks.check(
-        format!("no wrong data ({})", partition["errors_by_kind"]),
-        partition["errors_by_kind"]
-            .get("data")
-            .map_or(0, |data| data.as_u64().unwrap_or(1))
-            == 0
-            && partition["errors_by_kind"].is_object(),
-    );
+    let (a_failures, other_failures, none) = metrics::failures_by_cell(&by_digit, u32::from(args.workers), 0)?;
+    if args.coordinators == 1 {
+        checks.check(
+            format!("the other cells' ISUs saw no failed request (cell a's: {a_failures}; naming no ISU: {none})"),
+            other_failures == 0 && partition["failures_by_isu_digit"].is_object(),
+        );
+        checks.check(
+            format!("no wrong data ({})", partition["errors_by_kind"]),
+            partition["errors_by_kind"]
+                .get("data")
+                .map_or(0, |data| data.as_u64().unwrap_or(1))
+                == 0
+                && partition["errors_by_kind"].is_object(),
+        );
+    } else {
+        checks.say(&format!(
+            "  failed requests of the other cells' ISUs {other_failures} (cell a's: {a_failures}; naming no ISU: {none}; {} timeouts)",
+            partition["timeouts"]
+        ));
+        no_error_but_trend_regressions(&mut checks, &partition);
+    }
     std::thread::sleep(Duration::from_secs(1));
-    let stored = stored_total()? - stored_before;
-    let acknowledged = partition["device_posts_whole_run"]["stored_conditions"]
-        .as_f64()
-        .unwrap_or(f64::INFINITY);
-    checks.check(
-        format!("nothing acknowledged lost: stored {stored} >= acknowledged {acknowledged}"),
-        stored >= acknowledged,
-    );
+    nothing_acknowledged_lost(&mut checks, "", stored_total()? - stored_before, &partition);
 
-    // 4. Latency and loss between every pair of hosts.
+    // 4. The replicas' leader's host cut off under load.
+    if args.coordinators > 1 {
+        super::leader_cut::run(hosts, &mut checks, &cluster, seconds)?;
+    }
+
+    // 5. Latency and loss between every pair of hosts.
     hosts.net("impair all delay=50ms loss=1%")?;
     let impaired = bench(hosts, seconds, &["--no-growth"], "impaired");
     hosts.net("clear")?;
@@ -278,6 +324,7 @@ pub fn run(hosts: &Hosts, args: &TestArgs, format: Format) -> anyhow::Result<()>
     let failures = checks.checks.iter().filter(|check| !check.ok).count();
     let report = Report {
         workers: args.workers,
+        coordinators: args.coordinators,
         failures,
         seconds: started.elapsed().as_secs(),
         checks: checks.checks,
@@ -301,8 +348,53 @@ pub fn run(hosts: &Hosts, args: &TestArgs, format: Format) -> anyhow::Result<()>
     Ok(())
 }
 
+/// The workers stored at least as many conditions over a bench run (`stored`, from their
+/// metrics) as its devices had acknowledged (a count, not a re-read of every condition).
+pub(super) fn nothing_acknowledged_lost(checks: &mut Checks, label: &str, stored: f64, report: &Value) {
+    let acknowledged = report["device_posts_whole_run"]["stored_conditions"]
+        .as_f64()
+        .unwrap_or(f64::INFINITY);
+    checks.check(
+        format!("{label}nothing acknowledged lost: stored {stored} >= acknowledged {acknowledged}"),
+        stored >= acknowledged,
+    );
+}
+
+/// With coordinator replicas and a cut: the bench saw no error but the trend going back (a
+/// client nginx moves to a replica that lacks a cut worker's newest conditions). The report
+/// keeps 20 error samples: with more errors, every one must be of kind `data` and every
+/// sample kept a trend going back (the others are judged by those).
+pub(super) fn no_error_but_trend_regressions(checks: &mut Checks, report: &Value) {
+    let errors = report["errors"].as_u64().unwrap_or(u64::MAX);
+    let data_errors = report["errors_by_kind"]["data"].as_u64().unwrap_or(0);
+    let samples: Vec<&str> = report["error_samples"]
+        .as_array()
+        .map(|samples| samples.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let others: Vec<&str> = samples
+        .iter()
+        .copied()
+        .filter(|sample| !(sample.starts_with("[data] trend of isu") && sample.contains("went back")))
+        .collect();
+    let all_seen = samples.len() as u64 == errors;
+    let judged_by_samples = !all_seen && data_errors == errors;
+    checks.check(
+        format!(
+            "no error but the trend going back ({errors} errors{}{}{})",
+            if judged_by_samples {
+                format!(", all of kind data; judged by the {} samples kept", samples.len())
+            } else {
+                String::new()
+            },
+            if others.is_empty() { "" } else { "; others: " },
+            others.join(" | ")
+        ),
+        (all_seen || judged_by_samples) && others.is_empty(),
+    );
+}
+
 /// The bench's options for a run of `seconds` writing its JSON report to `json`.
-fn bench_options(seconds: u64, extra: &[&str], json: &Path) -> Vec<String> {
+pub(super) fn bench_options(seconds: u64, extra: &[&str], json: &Path) -> Vec<String> {
     let mut options = vec!["--duration".to_owned(), format!("{seconds}s")];
     options.extend(extra.iter().map(|option| option.to_string()));
     options.push("--json".to_owned());
@@ -324,7 +416,7 @@ fn bench(hosts: &Hosts, seconds: u64, extra: &[&str], name: &str) -> anyhow::Res
 }
 
 /// The bench's JSON report (Null when it wrote none: every check on it then fails).
-fn read_json(path: &Path) -> anyhow::Result<Value> {
+pub(super) fn read_json(path: &Path) -> anyhow::Result<Value> {
     match std::fs::read_to_string(path) {
         Ok(text) => serde_json::from_str(&text).with_context(|| format!("reading {}", path.display())),
         Err(_) => Ok(Value::Null),
@@ -332,7 +424,7 @@ fn read_json(path: &Path) -> anyhow::Result<Value> {
 }
 
 /// The bench's `result:` and `score:` lines, under a label.
-fn summary(checks: &Checks, label: &str, output: &Path) {
+pub(super) fn summary(checks: &Checks, label: &str, output: &Path) {
     for line in super::lines_starting(output, &["result:", "score:"]) {
         checks.say(&format!("  {label}: {line}"));
     }

@@ -31,8 +31,12 @@ pub fn slow_pushes(text: &str) -> f64 {
 /// Failed requests by cell under the default map, from the bench's `failures_by_isu_digit`
 /// (an ISU's first hex digit → failures; `none` for requests naming no ISU): the ISUs of the
 /// cell at index `i` of `cells` are those whose first digit is `i` mod `cells`. Returns
-/// (failures of cell 0, failures of every other cell, failures naming no ISU).
-pub fn failures_by_cell(failures_by_digit: &BTreeMap<String, u64>, cells: u32) -> anyhow::Result<(u64, u64, u64)> {
+/// (failures of cell `cell`, failures of every other cell, failures naming no ISU).
+pub fn failures_by_cell(
+    failures_by_digit: &BTreeMap<String, u64>,
+    cells: u32,
+    cell: u32,
+) -> anyhow::Result<(u64, u64, u64)> {
     let (mut first, mut others, mut none) = (0, 0, 0);
     for (key, count) in failures_by_digit {
         if key == "none" {
@@ -41,7 +45,7 @@ pub fn failures_by_cell(failures_by_digit: &BTreeMap<String, u64>, cells: u32) -
         }
         let digit = u32::from_str_radix(key, 16)
             .map_err(|_| anyhow::anyhow!("failures_by_isu_digit: {key:?} is not a hex digit"))?;
-        if digit % cells == 0 {
+        if digit % cells == cell {
             first += count;
         } else {
             others += count;
@@ -87,10 +91,12 @@ broken line
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
         // Two cells: even digits are cell a's.
-        assert_eq!(failures_by_cell(&failures, 2).unwrap(), (5, 9, 9));
+        assert_eq!(failures_by_cell(&failures, 2, 0).unwrap(), (5, 9, 9));
+        // ... and odd ones cell b's.
+        assert_eq!(failures_by_cell(&failures, 2, 1).unwrap(), (9, 5, 9));
         // Three cells: 0, 3, 6, 9, c, f are cell a's.
-        assert_eq!(failures_by_cell(&failures, 3).unwrap(), (13, 1, 9));
+        assert_eq!(failures_by_cell(&failures, 3, 0).unwrap(), (13, 1, 9));
         let bad: BTreeMap<String, u64> = [("zz".to_owned(), 1)].into_iter().collect();
-        assert!(failures_by_cell(&bad, 2).is_err());
+        assert!(failures_by_cell(&bad, 2, 0).is_err());
     }
 }

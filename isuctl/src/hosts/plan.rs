@@ -46,6 +46,9 @@ pub struct HostPlan {
     pub public_address: Ipv4Addr,
     /// None for the bench host.
     pub internal_address: Option<Ipv4Addr>,
+    /// The coordinator replica this host runs (`--coordinators 3`: 1 beside nginx, 2 and 3
+    /// beside the workers of cells a and b); none with one coordinator.
+    pub replica: Option<u64>,
 }
 
 impl HostPlan {
@@ -57,14 +60,42 @@ impl HostPlan {
     pub fn is_cluster_host(&self) -> bool {
         self.role != Role::Bench
     }
+
+    /// Where this host's coordinator (the one, or a replica) answers: `node_port` on the
+    /// coordinator host, `replica_port` beside a worker (the inventory's defaults).
+    pub fn coordinator_url(&self) -> Option<String> {
+        let port = match (&self.role, self.replica) {
+            (Role::Coordinator, _) => NODE_PORT,
+            (Role::Worker { .. }, Some(_)) => NODE_PORT + 1,
+            _ => return None,
+        };
+        Some(format!("http://{}:{port}", self.internal_address?))
+    }
+
+    /// The coordinator's node name on this host: `coordinator`, or `coordinator-N` for
+    /// replica N (its state directory).
+    pub fn coordinator_node(&self) -> String {
+        match self.replica {
+            Some(id) => deploy::render::replica_node(id),
+            None => "coordinator".to_owned(),
+        }
+    }
 }
+
+/// Every node's internal port (the inventory's default `node_port`).
+pub const NODE_PORT: u16 = 3000;
+
+/// How many coordinators a namespace cluster may have: one, or three replicas.
+pub const COORDINATORS: [u8; 2] = [1, 3];
 
 /// How many workers a namespace cluster may have (the certificate names four hosts).
 pub const WORKERS: std::ops::RangeInclusive<usize> = 2..=3;
 
-/// The hosts of a cluster of `workers` workers, then the bench host: `isucondition-1`
-/// (coordinator + nginx), `isucondition-2..` (cells a, b, c), `bench`.
-pub fn hosts(workers: usize) -> Vec<HostPlan> {
+/// The hosts of a cluster of `workers` workers and `coordinators` coordinators (1, or 3
+/// replicas on the first three hosts), then the bench host: `isucondition-1` (coordinator +
+/// nginx), `isucondition-2..` (cells a, b, c), `bench`.
+pub fn hosts(workers: usize, coordinators: u8) -> Vec<HostPlan> {
+    let replicas = if coordinators > 1 { usize::from(coordinators) } else { 0 };
     let mut hosts: Vec<HostPlan> = (1..=workers + 1)
         .map(|index| {
             let role = match index {
@@ -80,6 +111,7 @@ pub fn hosts(workers: usize) -> Vec<HostPlan> {
                 role,
                 public_address: Ipv4Addr::new(10, 77, 0, index),
                 internal_address: Some(Ipv4Addr::new(10, 78, 0, index)),
+                replica: (usize::from(index) <= replicas).then_some(u64::from(index)),
             }
         })
         .collect();
@@ -89,6 +121,7 @@ pub fn hosts(workers: usize) -> Vec<HostPlan> {
         role: Role::Bench,
         public_address: BENCH_ADDRESS,
         internal_address: None,
+        replica: None,
     });
     hosts
 }
@@ -166,6 +199,9 @@ impl Paths {
     }
 }
 
+/// The replicas' raft heartbeat on these hosts (see [`inventory`]).
+pub const HOSTS_RAFT_HEARTBEAT_MS: u64 = 300;
+
 /// The inventory the hosts are deployed from: the very file format of a real deployment,
 /// with the binaries taken from this checkout and the front end bundled (installed into the
 /// coordinator host's `web_dir` by the render).
@@ -176,6 +212,11 @@ pub fn inventory(hosts: &[HostPlan], tls: bool, paths: &Paths) -> String {
     writeln!(text, "web_dir = {WEB_DIR:?}").unwrap();
     writeln!(text, "data_dir = {DATA_DIR:?}").unwrap();
     writeln!(text, "fsync = \"10ms\"").unwrap();
+    if hosts.iter().any(|host| host.replica.is_some()) {
+        // The latency check puts 50 ms each way between hosts: an append must be answered
+        // within one heartbeat (openraft), so the replicas get a longer one than a LAN's.
+        writeln!(text, "raft_heartbeat_ms = {HOSTS_RAFT_HEARTBEAT_MS}").unwrap();
+    }
     writeln!(text, "jia_service_url = \"http://{BENCH_ADDRESS}:5000\"").unwrap();
     if tls {
         write!(
@@ -191,6 +232,9 @@ pub fn inventory(hosts: &[HostPlan], tls: bool, paths: &Paths) -> String {
             Role::Coordinator => writeln!(text, "role = \"coordinator\"").unwrap(),
             Role::Worker { cell } => write!(text, "role = \"worker\"\ncell = \"{cell}\"\n").unwrap(),
             Role::Bench => unreachable!("filtered"),
+        }
+        if let Some(id) = host.replica {
+            writeln!(text, "coordinator_replica = {id}").unwrap();
         }
         write!(
             text,
@@ -278,7 +322,7 @@ mod tests {
 
     #[test]
     fn two_and_three_workers_name_their_hosts_namespaces_and_cells() {
-        let two = hosts(2);
+        let two = hosts(2, 1);
         let names: Vec<&str> = two.iter().map(|host| host.name.as_str()).collect();
         assert_eq!(names, ["isucondition-1", "isucondition-2", "isucondition-3", "bench"]);
         let netns: Vec<&str> = two.iter().map(|host| host.netns.as_str()).collect();
@@ -288,7 +332,7 @@ mod tests {
         assert_eq!(two[2].public_address, Ipv4Addr::new(10, 77, 0, 3));
         assert_eq!(two[2].internal_address, Some(Ipv4Addr::new(10, 78, 0, 3)));
         assert_eq!(two[3].internal_address, None, "the bench host has no internal address");
-        let three = hosts(3);
+        let three = hosts(3, 1);
         assert_eq!(three[3].name, "isucondition-4");
         assert_eq!(three[3].role, Role::Worker { cell: "c".into() });
         assert_eq!(three[3].server_name(), "isucondition-4.t.isucon.dev");
@@ -299,7 +343,7 @@ mod tests {
 
     #[test]
     fn the_bench_host_gets_a_public_port_only() {
-        let ports: Vec<String> = netlab_ports(&hosts(2)).iter().map(ToString::to_string).collect();
+        let ports: Vec<String> = netlab_ports(&hosts(2, 1)).iter().map(ToString::to_string).collect();
         assert_eq!(
             ports,
             [
@@ -320,7 +364,7 @@ mod tests {
     #[test]
     fn every_namespace_names_the_cluster_hosts_only() {
         assert_eq!(
-            etc_hosts(&hosts(2)),
+            etc_hosts(&hosts(2, 1)),
             "10.77.0.1 isucondition-1.t.isucon.dev\n10.77.0.2 isucondition-2.t.isucon.dev\n\
              10.77.0.3 isucondition-3.t.isucon.dev\n127.0.0.1 localhost\n"
         );
@@ -328,7 +372,7 @@ mod tests {
 
     #[test]
     fn the_front_end_is_bundled_and_only_the_coordinator_host_mounts_it() {
-        let hosts = hosts(2);
+        let hosts = hosts(2, 1);
         let paths = paths();
         let coordinator = binds(&hosts[0], &paths);
         assert!(coordinator.contains(&Bind {
@@ -361,8 +405,8 @@ mod tests {
     fn the_inventory_is_one_deploy_accepts() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("inventory.toml");
-        for (workers, tls) in [(2, true), (3, false)] {
-            let text = inventory(&hosts(workers), tls, &paths());
+        for (workers, tls, coordinators) in [(2, true, 1), (3, false, 1), (2, true, 3), (3, false, 3)] {
+            let text = inventory(&hosts(workers, coordinators), tls, &paths());
             assert!(!text.contains("bench"), "the bench host is not deployed to");
             assert!(text.contains("[bundle]\nweb = \"/r/web/dist\""), "{text}");
             std::fs::write(&path, &text).unwrap();
@@ -371,7 +415,36 @@ mod tests {
             assert_eq!(loaded.tls.is_some(), tls);
             assert_eq!(loaded.web_dir, Path::new(WEB_DIR));
             assert_eq!(loaded.public_url("x"), if tls { "https://x" } else { "http://x" });
+            let replicas: Vec<&str> = loaded.replicas().iter().map(|host| host.name.as_str()).collect();
+            if coordinators == 3 {
+                assert_eq!(replicas, ["isucondition-1", "isucondition-2", "isucondition-3"]);
+            } else {
+                assert!(replicas.is_empty());
+            }
         }
+    }
+
+    #[test]
+    fn three_coordinators_are_replicas_beside_nginx_and_the_first_two_workers() {
+        let three = hosts(3, 3);
+        let replicas: Vec<Option<u64>> = three.iter().map(|host| host.replica).collect();
+        assert_eq!(replicas, [Some(1), Some(2), Some(3), None, None]);
+        let urls: Vec<Option<String>> = three.iter().map(HostPlan::coordinator_url).collect();
+        assert_eq!(
+            urls,
+            [
+                Some("http://10.78.0.1:3000".to_owned()),
+                Some("http://10.78.0.2:3001".to_owned()),
+                Some("http://10.78.0.3:3001".to_owned()),
+                None,
+                None
+            ]
+        );
+        assert_eq!(three[1].coordinator_node(), "coordinator-2");
+        let one = hosts(2, 1);
+        assert_eq!(one[0].coordinator_url().as_deref(), Some("http://10.78.0.1:3000"));
+        assert_eq!(one[0].coordinator_node(), "coordinator");
+        assert_eq!(one[1].coordinator_url(), None);
     }
 
     #[test]
