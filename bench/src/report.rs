@@ -167,6 +167,8 @@ pub struct Report {
     /// nginx reloads during the load (new worker processes; `None`: no nginx was named, or it
     /// could not be watched to the end).
     pub router_reloads: Option<u64>,
+    /// The load's registrations answered 201, in the order they were answered.
+    pub acknowledged_registrations: Vec<shared::protocol::HeldIsu>,
 }
 
 impl Report {
@@ -284,6 +286,7 @@ impl Report {
             "users": self.users,
             "viewers": self.viewers,
             "activations": self.activations,
+            "acknowledged_registrations": self.acknowledged_registrations,
             "sent_conditions": self.sent_conditions,
             "latency_ms": self.stats.latencies,
             "cpu_seconds": cpu,
@@ -567,6 +570,7 @@ mod tests {
             profiles: Vec::new(),
             cells: Vec::new(),
             router_reloads: Some(0),
+            acknowledged_registrations: Vec::new(),
         }
     }
 

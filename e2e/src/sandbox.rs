@@ -423,6 +423,18 @@ impl Cluster {
         let _ = process.child.wait();
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to node `index`, by its PID (a stopped node is still
+    /// killed on drop: SIGKILL needs no CONT).
+    pub fn signal_node(&self, index: usize, signal: &str) {
+        let pid = self.processes[index].child.id();
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{signal} {pid} failed");
+    }
+
     /// Starts node `index` again with its flags (its log file is appended to); returns once it listens.
     pub fn start_node(&mut self, index: usize) {
         let name = self.names[index];

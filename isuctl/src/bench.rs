@@ -407,6 +407,9 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     let control_plane = killer.map(|killer| {
         let mut plane = killer.stop(&run_dir, &description.replicas);
         plane.failed_requests = failed_requests(&report);
+        let acknowledged = acknowledged_registrations(&report);
+        plane.lost_acknowledged =
+            crate::takeover::lost_acknowledged(&run_dir, &description.replicas, &acknowledged, &plane.log);
         if let Err(error) = add_to_report(&report, "control_plane", &plane) {
             eprintln!("bench: control_plane not added to the report: {error:#}");
         }
@@ -424,12 +427,13 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     }
     if let Some(plane) = &control_plane {
         said.push_str(&format!(
-            "leader kills during the run: {} ({} failed), takeover median {} ms ({:?}), failed requests {}, replicas differing after the run {} (details: {})\n",
+            "leader kills during the run: {} ({} failed), takeover median {} ms ({:?}), failed requests {}, replicas differing after the run {}, acknowledged registrations lost {} (details: {})\n",
             plane.leader_kills,
             plane.failed_kills,
             plane.takeover_median_ms.map_or_else(|| "-".to_owned(), |ms| ms.to_string()),
             plane.takeover_ms,
             plane.failed_requests,
+            plane.replicas_differing,
             plane.lost_acknowledged,
             plane.log.display()
         ));
@@ -445,9 +449,9 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     }
     let passed = status.success()
         && migrations.as_ref().is_none_or(|migrations| migrations.failed == 0)
-        && control_plane
-            .as_ref()
-            .is_none_or(|plane| plane.failed_kills == 0 && plane.lost_acknowledged == 0);
+        && control_plane.as_ref().is_none_or(|plane| {
+            plane.failed_kills == 0 && plane.replicas_differing == 0 && plane.lost_acknowledged == 0
+        });
     let result = BenchRun {
         passed,
         score,
@@ -664,6 +668,16 @@ impl Migrator {
 
 /// The run's failed requests as the bench's report counts them: errors, connection errors of
 /// every cause, timeouts (0 when the report cannot be read).
+/// The registrations the bench got a 201 for (its report's `acknowledged_registrations`;
+/// none when the report cannot be read).
+fn acknowledged_registrations(report: &Path) -> Vec<shared::protocol::HeldIsu> {
+    std::fs::read_to_string(report)
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|report| serde_json::from_value(report["acknowledged_registrations"].clone()).ok())
+        .unwrap_or_default()
+}
+
 fn failed_requests(report: &Path) -> u64 {
     let Ok(text) = std::fs::read_to_string(report) else {
         return 0;

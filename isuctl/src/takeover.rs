@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use shared::protocol::{ReplicaAnswer, COORDINATOR_REPLICA, SECRET_HEADER};
+use shared::protocol::{HeldIsu, ReplicaAnswer, COORDINATOR_REPLICA, COORDINATOR_REPLICA_ISUS, SECRET_HEADER};
 
 use crate::bench::{clock_time, run_logged};
 use crate::http;
@@ -40,8 +40,10 @@ pub struct ControlPlane {
     pub failed_kills: u32,
     /// The bench's errors, connection errors and timeouts of the run.
     pub failed_requests: u64,
-    /// Replicas whose state differs from the others' once all applied the same index (0: all
-    /// hold everything any of them acknowledged).
+    /// Replicas whose state differs from the others' once all applied the same index.
+    pub replicas_differing: u64,
+    /// Registrations the bench got a 201 for that a replica does not hold (with their owner
+    /// and icon), counted once per replica missing each.
     pub lost_acknowledged: u64,
     /// Each replica's state hash after the run.
     pub state_hashes: Vec<String>,
@@ -60,15 +62,15 @@ fn answer_of(node: &Node, secret: &str) -> Option<ReplicaAnswer> {
         .flatten()
 }
 
-fn role(answer: &ReplicaAnswer) -> &str {
+pub(crate) fn role(answer: &ReplicaAnswer) -> &str {
     answer.status["role"].as_str().unwrap_or_default()
 }
 
-fn term(answer: &ReplicaAnswer) -> u64 {
+pub(crate) fn term(answer: &ReplicaAnswer) -> u64 {
     answer.status["term"].as_u64().unwrap_or_default()
 }
 
-fn applied(answer: &ReplicaAnswer) -> u64 {
+pub(crate) fn applied(answer: &ReplicaAnswer) -> u64 {
     answer.status["applied_index"].as_u64().unwrap_or_default()
 }
 
@@ -101,9 +103,9 @@ impl LeaderKiller {
         sorted.sort_unstable();
         plane.takeover_median_ms = sorted.get(sorted.len() / 2).copied();
         if let Ok(secret) = run_dir.secret() {
-            let (hashes, lost) = settled_hashes(replicas, &secret);
+            let (hashes, differing) = settled_hashes(replicas, &secret);
             plane.state_hashes = hashes;
-            plane.lost_acknowledged = lost;
+            plane.replicas_differing = differing;
         }
         plane
     }
@@ -119,12 +121,12 @@ fn kill_one(run_dir: &RunDir, replicas: &[Node], log: &Path) -> Option<Duration>
     };
     let secret = secret.as_str();
     let answers: Vec<Option<ReplicaAnswer>> = replicas.iter().map(|node| answer_of(node, secret)).collect();
-    let leaders: Vec<usize> = (0..replicas.len())
-        .filter(|index| answers[*index].as_ref().is_some_and(|answer| role(answer) == "leader"))
-        .collect();
-    let [leader] = leaders[..] else {
-        note(format!("no single leader ({} leading); no kill", leaders.len()));
-        return None;
+    let leader = match single_leader(&answers) {
+        Ok(leader) => leader,
+        Err(leading) => {
+            note(format!("no single leader ({leading} leading); no kill"));
+            return None;
+        }
     };
     let name = &replicas[leader].name;
     let term_before = answers[leader].as_ref().map(term).unwrap_or_default();
@@ -133,23 +135,15 @@ fn kill_one(run_dir: &RunDir, replicas: &[Node], log: &Path) -> Option<Duration>
         note(format!("killing {name} failed"));
         return None;
     }
-    let takeover = loop {
-        let took_over = replicas
-            .iter()
-            .enumerate()
-            .filter(|(index, _)| *index != leader)
-            .any(|(_, node)| {
-                answer_of(node, secret)
-                    .is_some_and(|answer| role(&answer) == "leader" && term(&answer) > term_before && answer.ready)
-            });
-        if took_over {
-            break Some(killed_at.elapsed());
-        }
-        if killed_at.elapsed() > TAKEOVER_LIMIT {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let takeover = wait_for_takeover(
+        replicas.len(),
+        |index| answer_of(&replicas[index], secret),
+        leader,
+        term_before,
+        |answer| answer.ready,
+        killed_at,
+        TAKEOVER_LIMIT,
+    );
     match takeover {
         Some(took) => note(format!(
             "killed {name} (term {term_before}); taken over in {} ms",
@@ -175,15 +169,67 @@ fn kill_one(run_dir: &RunDir, replicas: &[Node], log: &Path) -> Option<Duration>
     takeover
 }
 
+/// The one replica that says it leads, by index among `answers`; else how many say so.
+pub(crate) fn single_leader(answers: &[Option<ReplicaAnswer>]) -> Result<usize, usize> {
+    let leaders: Vec<usize> = (0..answers.len())
+        .filter(|index| answers[*index].as_ref().is_some_and(|answer| role(answer) == "leader"))
+        .collect();
+    match leaders[..] {
+        [leader] => Ok(leader),
+        _ => Err(leaders.len()),
+    }
+}
+
+/// Polls every replica but `leader` (by index, `answer` asks one) every 10 ms until one leads
+/// in a term after `term_before` and `also` holds of its answer (e.g. it is ready): how long
+/// after `since` that was, or `None` once `limit` has passed.
+pub(crate) fn wait_for_takeover(
+    replicas: usize,
+    answer: impl Fn(usize) -> Option<ReplicaAnswer>,
+    leader: usize,
+    term_before: u64,
+    also: impl Fn(&ReplicaAnswer) -> bool,
+    since: Instant,
+    limit: Duration,
+) -> Option<Duration> {
+    loop {
+        let took_over = (0..replicas).filter(|index| *index != leader).any(|index| {
+            answer(index)
+                .is_some_and(|answer| role(&answer) == "leader" && term(&answer) > term_before && also(&answer))
+        });
+        if took_over {
+            return Some(since.elapsed());
+        }
+        if since.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits until every replica has applied the same index, then their state hashes and how
 /// many differ from the most common one.
 fn settled_hashes(replicas: &[Node], secret: &str) -> (Vec<String>, u64) {
+    settled_hashes_of(
+        replicas.len(),
+        |index| answer_of(&replicas[index], secret),
+        SETTLE_LIMIT,
+    )
+}
+
+/// [`settled_hashes`] of `replicas` replicas that `answer` asks by index, waiting at most
+/// `limit`.
+pub(crate) fn settled_hashes_of(
+    replicas: usize,
+    answer: impl Fn(usize) -> Option<ReplicaAnswer>,
+    limit: Duration,
+) -> (Vec<String>, u64) {
     let started = Instant::now();
     loop {
-        let answers: Vec<Option<ReplicaAnswer>> = replicas.iter().map(|node| answer_of(node, secret)).collect();
+        let answers: Vec<Option<ReplicaAnswer>> = (0..replicas).map(&answer).collect();
         let indexes: Vec<Option<u64>> = answers.iter().map(|answer| answer.as_ref().map(applied)).collect();
         let settled = indexes.iter().all(|index| index.is_some() && *index == indexes[0]);
-        if settled || started.elapsed() > SETTLE_LIMIT {
+        if settled || started.elapsed() > limit {
             let hashes: Vec<String> = answers
                 .iter()
                 .map(|answer| {
@@ -201,6 +247,41 @@ fn settled_hashes(replicas: &[Node], secret: &str) -> (Vec<String>, u64) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// How many of the `acknowledged` registrations each replica lacks (by UUID, owner and icon),
+/// summed over the replicas; a replica that does not answer lacks them all. Details of
+/// what is missing go to `log`.
+pub fn lost_acknowledged(run_dir: &RunDir, replicas: &[Node], acknowledged: &[HeldIsu], log: &Path) -> u64 {
+    let Ok(secret) = run_dir.secret() else {
+        return acknowledged.len() as u64 * replicas.len() as u64;
+    };
+    let mut lost = 0;
+    for node in replicas {
+        let url = format!("{}{COORDINATOR_REPLICA_ISUS}", node.url.trim_end_matches('/'));
+        let held: Option<std::collections::HashSet<HeldIsu>> =
+            http::get_with(&url, &[(SECRET_HEADER, secret.as_str())], Duration::from_secs(5))
+                .filter(|answer| answer.status == 200)
+                .and_then(|answer| serde_json::from_str(&answer.body).ok());
+        let missing: Vec<&HeldIsu> = match &held {
+            Some(held) => acknowledged.iter().filter(|isu| !held.contains(*isu)).collect(),
+            None => acknowledged.iter().collect(),
+        };
+        if !missing.is_empty() {
+            append_line(
+                log,
+                &format!(
+                    "{} {} lacks {} acknowledged registrations, e.g. {:?}",
+                    clock_time(),
+                    node.name,
+                    missing.len(),
+                    missing[0]
+                ),
+            );
+        }
+        lost += missing.len() as u64;
+    }
+    lost
 }
 
 /// `cluster VERB NAME` against the run directory's cluster.

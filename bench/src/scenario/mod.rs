@@ -133,6 +133,9 @@ pub(crate) struct RunContext {
     stats: Arc<Stats>,
     /// Every ISU registered so far (id → uuid, character), for trend checks.
     registered: Mutex<HashMap<i64, TrendIsu>>,
+    /// Every registration of the load answered 201 (for the report: each must be on every
+    /// coordinator replica afterwards).
+    acknowledged: Mutex<Vec<shared::protocol::HeldIsu>>,
     /// The devices' sent log as viewers consult it (latest finds remembered).
     trend_log: LastFound<JiaHandle>,
     /// Free viewer slots (each user adds some).
@@ -263,6 +266,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         jia: jia.clone(),
         stats: stats.clone(),
         registered: Mutex::new(registered),
+        acknowledged: Mutex::new(Vec::new()),
         trend_log: LastFound::new(jia.clone()),
         viewer_slots: Arc::new(Semaphore::new(0)),
         fresh_trend_entries: AtomicU64::new(0),
@@ -332,6 +336,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
     let posts_whole_run = DevicePosts::between([0; 5], jia.device_posts());
 
     let snapshot = stats.snapshot();
+    let acknowledged_registrations = std::mem::take(&mut *ctx.acknowledged.lock().expect("acknowledged poisoned"));
     Ok(Report {
         target: config.target.clone(),
         language,
@@ -350,6 +355,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         profiles,
         cells: crate::report::CellFigures::between(&metrics_before, &metrics_after),
         router_reloads,
+        acknowledged_registrations,
     })
 }
 
@@ -504,5 +510,6 @@ async fn failed_before_load(config: &ScenarioConfig, jia: &JiaHandle, stats: Arc
         profiles: Vec::new(),
         cells: Vec::new(),
         router_reloads: None,
+        acknowledged_registrations: Vec::new(),
     }
 }

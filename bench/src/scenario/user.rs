@@ -324,6 +324,18 @@ impl User {
             .lock()
             .expect("registered poisoned")
             .insert(created.id, trend_isu);
+        self.ctx
+            .acknowledged
+            .lock()
+            .expect("acknowledged poisoned")
+            .push(shared::protocol::HeldIsu {
+                uuid: created.jia_isu_uuid.clone(),
+                owner: self.jia_user_id.clone(),
+                icon_sha256: image.as_deref().map(|image| {
+                    use sha2::Digest as _;
+                    hex::encode(sha2::Sha256::digest(image))
+                }),
+            });
         self.ctx.stats.add(Tag::IsuInit);
         self.isus.push(UserIsu {
             expected,

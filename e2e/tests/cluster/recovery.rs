@@ -17,6 +17,8 @@ use e2e::*;
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Victim {
     Coordinator,
+    /// The leader of three coordinator replicas (the next leader ends the migration).
+    Leader,
     Source,
     Target,
 }
@@ -60,12 +62,26 @@ async fn assert_exactly_acknowledged(agent: &Agent, uuid: &str, acknowledged: &B
 async fn interrupt_a_migration(fail_point: &str, reached: fn(&Value) -> bool, victim: Victim, flipped: bool) {
     let mut cluster = spawn_cluster_with(ClusterOptions {
         durable: true,
+        coordinators: if victim == Victim::Leader { 3 } else { 1 },
         coordinator_args: vec!["--migration-grace-ms".into(), "300".into()],
         fail_points: Some(format!("{fail_point}={HOLD}")),
         ..ClusterOptions::default()
     })
     .await;
-    let alice = cluster.sign_in("alice").await;
+    let workers = cluster.workers.len();
+    // With replicas, the migration is asked of the leader itself (a follower would forward
+    // it), and everything else of a follower that survives it.
+    let (leader, survivor) = match victim {
+        Victim::Leader => {
+            let leader = super::replicas::agreed_leader(&cluster).await;
+            (leader, (leader + 1) % 3)
+        }
+        _ => (0, 0),
+    };
+    let alice = match victim {
+        Victim::Leader => sign_in_with(super::replicas::agent_of(&cluster, survivor), &cluster.signer, "alice").await,
+        _ => cluster.sign_in("alice").await,
+    };
     let moving = cluster.known_uuid('0', 0x51);
     let staying = cluster.known_uuid('1', 0x52);
     let slot = moving[..2].to_owned();
@@ -78,6 +94,9 @@ async fn interrupt_a_migration(fail_point: &str, reached: fn(&Value) -> bool, vi
     ]);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
+    if victim == Victim::Leader {
+        cluster.coordinator = cluster.coordinators[leader].clone();
+    }
     let migrate = {
         let (client, coordinator, secret) = (
             cluster.raw_client(),
@@ -107,15 +126,21 @@ async fn interrupt_a_migration(fail_point: &str, reached: fn(&Value) -> bool, vi
     // devices go on posting meanwhile (forwarded to the target while it clones).
     tokio::time::sleep(Duration::from_millis(600)).await;
 
-    let coordinator = cluster.workers.len();
+    let mut coordinator = workers;
     let node = match victim {
         Victim::Coordinator => coordinator,
+        Victim::Leader => workers + leader,
         Victim::Source => 0,
         Victim::Target => 1,
     };
     cluster.kill_node(node);
     cluster.fail_points = None;
-    if victim != Victim::Coordinator {
+    if victim == Victim::Leader {
+        cluster.coordinator = cluster.coordinators[survivor].clone();
+        coordinator = workers + super::replicas::agreed_leader(&cluster).await;
+        assert_ne!(coordinator, node, "another replica leads");
+    }
+    if !matches!(victim, Victim::Coordinator | Victim::Leader) {
         // The export fails with its node gone; the coordinator rolls back while it is down.
         cluster.wait_for_log(coordinator, "rolling back a migration").await;
     }
@@ -124,8 +149,10 @@ async fn interrupt_a_migration(fail_point: &str, reached: fn(&Value) -> bool, vi
     let answer = migrate.await.unwrap();
     match victim {
         // After the flip the call has answered; the rest happens in the background.
-        Victim::Coordinator if flipped => assert_eq!(answer.expect("answered").0, StatusCode::OK),
-        Victim::Coordinator => assert!(answer.is_err(), "the coordinator died under the call: {answer:?}"),
+        Victim::Coordinator | Victim::Leader if flipped => assert_eq!(answer.expect("answered").0, StatusCode::OK),
+        Victim::Coordinator | Victim::Leader => {
+            assert!(answer.is_err(), "the coordinator died under the call: {answer:?}")
+        }
         _ => {
             let (status, body) = answer.expect("the coordinator answers");
             assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
@@ -144,7 +171,7 @@ async fn interrupt_a_migration(fail_point: &str, reached: fn(&Value) -> bool, vi
         },
     )
     .await;
-    if victim == Victim::Coordinator {
+    if matches!(victim, Victim::Coordinator | Victim::Leader) {
         let expected = match flipped {
             true => "resuming an interrupted migration after its flip",
             false => "rolling back an interrupted migration",
@@ -153,7 +180,7 @@ async fn interrupt_a_migration(fail_point: &str, reached: fn(&Value) -> bool, vi
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (acknowledged, refused, closed) = devices.stop().await;
-    if victim == Victim::Coordinator {
+    if matches!(victim, Victim::Coordinator | Victim::Leader) {
         assert_eq!(closed, 0, "no connection to a worker closed");
         assert_eq!(refused, 0, "devices never need the coordinator");
     }
@@ -209,6 +236,16 @@ async fn a_coordinator_killed_before_the_flip_rolls_the_migration_back_on_restar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coordinator_killed_after_the_flip_resumes_the_migration_on_restart() {
     interrupt_a_migration("migration-before-forget", flipped, Victim::Coordinator, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_before_the_flip_leaves_the_next_leader_to_roll_the_migration_back() {
+    interrupt_a_migration("migration-caught-up", caught_up, Victim::Leader, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_after_the_flip_leaves_the_next_leader_to_resume_the_migration() {
+    interrupt_a_migration("migration-before-forget", flipped, Victim::Leader, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,11 +9,19 @@ use std::time::{Duration, Instant};
 use e2e::*;
 use serde_json::Value;
 
-/// Each replica's `/internal/replica` answer (`None`: it did not answer).
+/// Each replica's `/internal/replica` answer (`None`: it did not answer within a second; a
+/// paused replica never does).
 async fn statuses(cluster: &Cluster) -> Vec<Option<Value>> {
     let mut answers = Vec::new();
     for base in &cluster.coordinators {
-        let answer = match cluster.internal_get(&format!("{base}/internal/replica")).await {
+        let asked = cluster
+            .raw_client()
+            .get(format!("{base}/internal/replica"))
+            .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await;
+        let answer = match asked {
             Ok(response) if response.status().is_success() => response.json::<Value>().await.ok(),
             _ => None,
         };
@@ -23,7 +31,7 @@ async fn statuses(cluster: &Cluster) -> Vec<Option<Value>> {
 }
 
 /// The replica (0-based) every answering replica names as leader, once they agree.
-async fn agreed_leader(cluster: &Cluster) -> usize {
+pub(super) async fn agreed_leader(cluster: &Cluster) -> usize {
     wait_until("the replicas agree on a leader", Duration::from_secs(15), || async {
         let answers: Vec<Value> = statuses(cluster).await.into_iter().flatten().collect();
         let leader = answers.first()?["leader"].as_u64()?;
@@ -36,8 +44,21 @@ async fn agreed_leader(cluster: &Cluster) -> usize {
     .await
 }
 
+/// Three coordinator replicas (`fail_points` on every node's first start) once they agree
+/// on a leader: the cluster and its leader (0-based).
+async fn three_replicas(fail_points: Option<String>) -> (Cluster, usize) {
+    let cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        fail_points,
+        ..ClusterOptions::default()
+    })
+    .await;
+    let leader = agreed_leader(&cluster).await;
+    (cluster, leader)
+}
+
 /// An agent whose coordinator routes go to replica `replica`.
-fn agent_of(cluster: &Cluster, replica: usize) -> Agent {
+pub(super) fn agent_of(cluster: &Cluster, replica: usize) -> Agent {
     Agent::new(Routes::Direct {
         coordinator: cluster.coordinators[replica].clone(),
         workers: cluster.workers.clone(),
@@ -278,20 +299,15 @@ async fn three_replicas_serve_the_api_survive_the_leader_s_death_and_catch_up() 
 async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accepted_one() {
     let rolled_back = test_uuid('c', 71);
     let published = test_uuid('d', 72);
-    let mut cluster = spawn_cluster_with(ClusterOptions {
-        coordinators: 3,
-        fail_points: Some(format!(
-            "registration-started=return({rolled_back});registration-accepted=return({published})"
-        )),
-        ..ClusterOptions::default()
-    })
+    let (mut cluster, leader) = three_replicas(Some(format!(
+        "registration-started=return({rolled_back});registration-accepted=return({published})"
+    )))
     .await;
     cluster.make_known(&rolled_back);
     cluster.make_known(&published);
     let workers = cluster.workers.len();
 
     // The leader dies after logging the start (before the worker and JIA hear of it).
-    let leader = agreed_leader(&cluster).await;
     let follower = (leader + 1) % 3;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
     let registering = {
@@ -343,5 +359,274 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
     assert_eq!((count(&rolled_back), count(&published)), (0, 1));
     cluster.start_node(workers + second_leader);
     agreed_leader(&cluster).await;
+    cluster.assert_no_crash();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_is_replaced_fenced_off_the_workers_and_follows_once_resumed() {
+    let held = test_uuid('e', 73);
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        fail_points: Some(format!("registration-started=return({held}/2000)")),
+        ..ClusterOptions::default()
+    })
+    .await;
+    cluster.make_known(&held);
+    let (leaders_per_term, sampler) = sample_leaders(&cluster);
+    let workers = cluster.workers.len();
+    let leader = agreed_leader(&cluster).await;
+    let term_before = statuses(&cluster).await[leader].as_ref().unwrap()["term"]
+        .as_u64()
+        .unwrap();
+
+    // A registration sent to the leader is held (2 s) once its start is logged, and the
+    // leader is paused there: it still believes it leads when it wakes up.
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, leader), &cluster.signer, "alice").await);
+    let registering = {
+        let (alice, uuid) = (alice.clone(), held.clone());
+        tokio::spawn(async move { alice.register(&uuid, "held", None).await })
+    };
+    cluster.wait_for_log(workers + leader, "registration held").await;
+    cluster.signal_node(workers + leader, "STOP");
+    let paused_at = Instant::now();
+
+    // The other two elect a leader in a later term, which ends the held registration (rolls
+    // it back: JIA may not be asked again) and calls the workers with its term.
+    let others: Vec<usize> = (0..3).filter(|replica| *replica != leader).collect();
+    let new_leader = wait_until(
+        "another replica leads, ready, in a later term",
+        Duration::from_secs(15),
+        || async {
+            let answers = statuses(&cluster).await;
+            others.iter().copied().find(|replica| {
+                answers[*replica].as_ref().is_some_and(|answer| {
+                    answer["role"] == "leader" && answer["ready"] == true && answer["term"].as_u64() > Some(term_before)
+                })
+            })
+        },
+    )
+    .await;
+    eprintln!("a new leader was ready {:?} after the pause", paused_at.elapsed());
+    let bob = sign_in_with(agent_of(&cluster, new_leader), &cluster.signer, "bob").await;
+    let second = cluster.known_uuid('f', 74);
+    assert_eq!(bob.register(&second, "second", None).await.status.as_u16(), 201);
+
+    // The old leader wakes up and goes on with its registration under its old term: the
+    // worker refuses it, and the client is told it failed.
+    cluster.signal_node(workers + leader, "CONT");
+    let answer = registering.await.unwrap();
+    assert_eq!(answer.status.as_u16(), 503, "{}", answer.text());
+    assert!(
+        cluster
+            .jia
+            .activations()
+            .iter()
+            .all(|activation| activation.isu_uuid != held),
+        "JIA never heard of the held registration"
+    );
+    let mut fenced = 0.0;
+    for base in cluster.workers.clone() {
+        let metrics = cluster
+            .internal_get(&format!("{base}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        fenced += metric_sum(&metrics, "worker_fenced_calls_total", &[]);
+    }
+    assert!(fenced >= 1.0, "the old leader's call was refused by its worker");
+
+    // It follows the new leader and reaches the same state; it serves again.
+    wait_until(
+        "the resumed replica follows with the same state",
+        Duration::from_secs(15),
+        || async {
+            let answers: Vec<Value> = statuses(&cluster).await.into_iter().flatten().collect();
+            let leaders = answers.iter().filter(|answer| answer["role"] == "leader").count();
+            let same = answers.windows(2).all(|pair| {
+                pair[0]["state_hash"] == pair[1]["state_hash"] && pair[0]["applied_index"] == pair[1]["applied_index"]
+            });
+            (answers.len() == 3 && leaders == 1 && same).then_some(())
+        },
+    )
+    .await;
+    let bob_there = sign_in_with(agent_of(&cluster, leader), &cluster.signer, "bob").await;
+    assert_eq!(listed(&bob_there).await, Some(BTreeSet::from([second.clone()])));
+    assert_eq!(listed(&alice).await, Some(BTreeSet::new()));
+    sampler.abort();
+    let seen = leaders_per_term.lock().unwrap().clone();
+    assert!(
+        seen.values().all(|leaders| leaders.len() == 1),
+        "one leader per term: {seen:?}"
+    );
+    cluster.assert_no_crash();
+}
+
+/// The bytes of every file directly in a replica's data directory (its raft log and
+/// snapshot; not its icons).
+fn log_bytes(cluster: &Cluster, node: usize) -> u64 {
+    std::fs::read_dir(cluster.data_dir(node))
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap())
+        .filter(|metadata| metadata.is_file())
+        .map(|metadata| metadata.len())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn icons_stay_out_of_the_log_on_two_replicas_at_least_and_one_that_missed_an_icon_fetches_it() {
+    use sha2::Digest as _;
+    let (mut cluster, leader) = three_replicas(None).await;
+    let workers = cluster.workers.len();
+    let (follower, down) = ((leader + 1) % 3, (leader + 2) % 3);
+    cluster.kill_node(workers + down);
+
+    // A registration with a 200 kB icon, through the follower, while one replica is down:
+    // the raft logs grow by its record, not by its icon.
+    let icon: Vec<u8> = (0..200_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let name = hex::encode(sha2::Sha256::digest(&icon));
+    let alice = sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await;
+    let uuid = cluster.known_uuid('a', 81);
+    let before = [leader, follower].map(|replica| log_bytes(&cluster, workers + replica));
+    alice.register(&uuid, "iconic", Some(&icon)).await.json(201);
+    let after = [leader, follower].map(|replica| log_bytes(&cluster, workers + replica));
+    for (before, after) in before.into_iter().zip(after) {
+        assert!(
+            after - before < 20_000,
+            "the registration grew a raft log by {} bytes: the icon is in it",
+            after - before
+        );
+    }
+
+    // Stored by its hash on both live replicas.
+    let icon_files: Vec<std::path::PathBuf> = (0..3)
+        .map(|replica| cluster.data_dir(workers + replica).join("icons").join(&name))
+        .collect();
+    let icon_file = |replica: usize| icon_files[replica].clone();
+    for replica in [leader, follower] {
+        assert_eq!(
+            std::fs::read(icon_file(replica)).ok(),
+            Some(icon.clone()),
+            "replica {replica}"
+        );
+    }
+    // The replica that was down applies the record, fetches the icon from a peer, and every
+    // replica serves the same bytes.
+    cluster.start_node(workers + down);
+    for replica in 0..3 {
+        let reader = sign_in_with(agent_of(&cluster, replica), &cluster.signer, "alice").await;
+        let served = wait_until("the replica serves the icon", Duration::from_secs(15), || async {
+            let reply = reader.try_get(&format!("/api/isu/{uuid}/icon")).await.ok()?;
+            (reply.status.as_u16() == 200).then_some(reply.body)
+        })
+        .await;
+        assert!(served[..] == icon[..], "replica {replica} serves other bytes");
+    }
+    wait_until(
+        "the replica that was down keeps the icon",
+        Duration::from_secs(10),
+        || async { (std::fs::read(icon_file(down)).ok()? == icon).then_some(()) },
+    )
+    .await;
+    // Each replica says it holds the ISU with its owner and its icon's hash (what the bench
+    // compares with the registrations it got a 201 for).
+    let expected = serde_json::json!([{"uuid": uuid, "owner": "alice", "icon_sha256": name}]);
+    for base in &cluster.coordinators {
+        let held = cluster
+            .internal_get(&format!("{base}{}", shared::protocol::COORDINATOR_REPLICA_ISUS))
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap();
+        assert_eq!(held, expected, "{base}");
+    }
+
+    // The icon routes refuse bad input with a short message.
+    let client = cluster.raw_client();
+    let route = |hash: &str| {
+        format!(
+            "{}{}/{hash}",
+            cluster.coordinators[follower],
+            shared::protocol::COORDINATOR_ICONS
+        )
+    };
+    let put = |hash: String, body: &'static [u8], secret: Option<&str>| {
+        let mut request = client.put(route(&hash)).body(body);
+        if let Some(secret) = secret {
+            request = request.header(shared::protocol::SECRET_HEADER, secret);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    let secret = Some(cluster.secret.as_str());
+    assert_eq!(
+        put(name.clone(), b"other bytes", secret).await,
+        (400, "the icon's bytes do not hash to its name".to_owned())
+    );
+    assert_eq!(put("xyz".into(), b"x", secret).await.0, 400);
+    assert_eq!(put(name.clone(), b"x", None).await.0, 401);
+    let unknown = client
+        .get(route(&"0".repeat(64)))
+        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    cluster.assert_no_crash();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_takes_writes_for_the_cells_that_answer_while_a_worker_is_down() {
+    let (mut cluster, leader) = three_replicas(None).await;
+    let workers = cluster.workers.len();
+    // Worker b (odd first digits) goes down, then the leader.
+    cluster.kill_node(1);
+    cluster.kill_node(workers + leader);
+    let survivor = (leader + 1) % 3;
+    let alice = sign_in_with(agent_of(&cluster, survivor), &cluster.signer, "alice").await;
+    let in_cell_a = cluster.known_uuid('a', 91);
+    let registered_after = Instant::now();
+    wait_until(
+        "the next leader registers an ISU of cell a",
+        Duration::from_secs(15),
+        || async {
+            let reply = alice.register(&in_cell_a, "cell a", None).await;
+            (reply.status.as_u16() == 201).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "registered in cell a {:?} after the leader's death, worker b down",
+        registered_after.elapsed()
+    );
+    // Cell b's registrations fail cleanly meanwhile, and work once its worker is back (the
+    // new leader's watch resets it).
+    let in_cell_b = cluster.known_uuid('b', 92);
+    assert!(alice
+        .register(&in_cell_b, "cell b", None)
+        .await
+        .status
+        .is_server_error());
+    cluster.start_node(1);
+    wait_until(
+        "an ISU of cell b registers once its worker is back",
+        Duration::from_secs(20),
+        || async {
+            let reply = alice.register(&in_cell_b, "cell b", None).await;
+            (reply.status.as_u16() == 201).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        listed(&alice).await,
+        Some(BTreeSet::from([in_cell_a.clone(), in_cell_b.clone()]))
+    );
+    cluster.start_node(workers + leader);
     cluster.assert_no_crash();
 }

@@ -90,6 +90,15 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
     requests.push(coordinator_call(reqwest::Method::GET, COORDINATOR_CELLS, None));
     requests.push(coordinator_call(reqwest::Method::GET, COORDINATOR_REPLICA, None));
     requests.push(coordinator_call(
+        reqwest::Method::GET,
+        shared::protocol::COORDINATOR_REPLICA_ISUS,
+        None,
+    ));
+    let icon_path: &'static str =
+        Box::leak(format!("{}/{}", shared::protocol::COORDINATOR_ICONS, "0".repeat(64)).into_boxed_str());
+    requests.push(coordinator_call(reqwest::Method::GET, icon_path, None));
+    requests.push(coordinator_call(reqwest::Method::PUT, icon_path, None));
+    requests.push(coordinator_call(
         reqwest::Method::POST,
         COORDINATOR_MEMBERS,
         Some(json!({"remove": 1})),
@@ -173,10 +182,7 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
             });
         }
     }
-    let covered: std::collections::BTreeSet<String> = requests
-        .iter()
-        .map(|request| request.path.split('?').next().unwrap_or_default().to_owned())
-        .collect();
+    let covered: std::collections::BTreeSet<String> = requests.iter().map(|request| route_of(request.path)).collect();
     let declared = declared_secret_paths();
     assert!(declared.len() >= 10, "{declared:?}");
     assert!(
@@ -206,6 +212,18 @@ fn wrong_credentials(secret: &str) -> Vec<Option<(&'static str, String)>> {
         Some(("authorization", format!("Basic {}", URL_SAFE_NO_PAD.encode(secret)))),
         Some(("cookie", format!("{SECRET_HEADER}={secret}"))),
     ]
+}
+
+/// The declared route a probed path belongs to: without its query, and without the icon's
+/// hash of `/internal/icons/{hash}`.
+fn route_of(path: &str) -> String {
+    let path = path.split('?').next().unwrap_or_default();
+    match path.rsplit_once('/') {
+        Some((route, hash)) if hash.len() == 64 && hash.bytes().all(|byte| byte.is_ascii_hexdigit()) => {
+            route.to_owned()
+        }
+        _ => path.to_owned(),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,7 +263,7 @@ async fn every_internal_route_of_every_node_refuses_a_missing_or_wrong_secret() 
             refused += 1;
         }
     }
-    assert_eq!(requests.len(), 1 + 7 + 2 * 12 + 3 * 3);
+    assert_eq!(requests.len(), 1 + 10 + 2 * 12 + 3 * 3);
     eprintln!(
         "internal routes: {refused} requests without the right secret, all refused ({} routes × {} credentials)",
         requests.len(),
@@ -402,6 +420,8 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
         "/debug/pprof/profile?seconds=1",
         HEALTH,
         COORDINATOR_REPLICA,
+        shared::protocol::COORDINATOR_REPLICA_ISUS,
+        "/internal/icons/0000000000000000000000000000000000000000000000000000000000000000",
     ] {
         targets.push(("GET", path.to_owned()));
         targets.push(("GET", format!("/{path}")));
@@ -424,10 +444,7 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
             "{method} {target} reached a node: {body:?}"
         );
     }
-    let covered: std::collections::BTreeSet<String> = targets
-        .iter()
-        .map(|(_, target)| target.split('?').next().unwrap_or_default().to_owned())
-        .collect();
+    let covered: std::collections::BTreeSet<String> = targets.iter().map(|(_, target)| route_of(target)).collect();
     assert!(
         covered.is_superset(&declared),
         "not tried: {:?}",
