@@ -151,6 +151,11 @@ pub struct Report {
     pub users: usize,
     pub viewers: usize,
     pub activations: usize,
+    /// Activation requests JIA got for an ISU it had already activated (0 when every ISU
+    /// reached JIA once).
+    pub repeated_activations: usize,
+    /// Registrations answered 201 whose ISU JIA never activated.
+    pub unactivated_acknowledged: usize,
     pub sent_conditions: usize,
     /// Per node, then `bench` itself.
     pub cpu: Vec<CpuUse>,
@@ -286,6 +291,8 @@ impl Report {
             "users": self.users,
             "viewers": self.viewers,
             "activations": self.activations,
+            "repeated_activations": self.repeated_activations,
+            "unactivated_acknowledged": self.unactivated_acknowledged,
             "acknowledged_registrations": self.acknowledged_registrations,
             "sent_conditions": self.sent_conditions,
             "latency_ms": self.stats.latencies,
@@ -364,6 +371,13 @@ impl fmt::Display for Report {
             self.sent_conditions,
             self.stats.requests,
         )?;
+        if self.repeated_activations > 0 || self.unactivated_acknowledged > 0 {
+            writeln!(
+                out,
+                "JIA: {} activations repeated for an ISU already activated, {} registrations answered 201 never activated",
+                self.repeated_activations, self.unactivated_acknowledged
+            )?;
+        }
 
         writeln!(out, "\nscore breakdown")?;
         writeln!(out, "  {:<24} {:>9} {:>9}", "tag", "count", "points")?;
@@ -556,6 +570,8 @@ mod tests {
             users: 0,
             viewers: 0,
             activations: 0,
+            repeated_activations: 0,
+            unactivated_acknowledged: 0,
             sent_conditions: 0,
             cpu: cpu
                 .iter()

@@ -184,6 +184,7 @@ impl JiaSimulator {
             catalog: Mutex::new(config.catalog.clone()),
             devices: Mutex::new(HashMap::new()),
             activations: Mutex::new(Vec::new()),
+            repeated_activations: AtomicUsize::new(0),
             running_devices: Arc::new(AtomicUsize::new(0)),
             error_posts: AtomicUsize::new(0),
             posts: Arc::default(),
@@ -292,6 +293,12 @@ impl JiaHandle {
         self.shared.activations.lock().expect("activations poisoned").clone()
     }
 
+    /// Activation requests for an ISU that was already activated: a service activates each
+    /// ISU once, so anything but 0 means one registration reached JIA twice.
+    pub fn repeated_activations(&self) -> usize {
+        self.shared.repeated_activations.load(Ordering::Relaxed)
+    }
+
     /// Number of device tasks currently running.
     pub fn running_devices(&self) -> usize {
         self.shared.running_devices.load(Ordering::SeqCst)
@@ -367,6 +374,8 @@ struct Shared {
     /// repair flag and where it posts.
     devices: Mutex<HashMap<String, DeviceEntry>>,
     activations: Mutex<Vec<Activation>>,
+    /// Activation requests for an ISU already activated (answered like the first one).
+    repeated_activations: AtomicUsize,
     running_devices: Arc<AtomicUsize>,
     error_posts: AtomicUsize,
     /// Counts of the devices' posts (the malformed batches are counted apart).
@@ -461,6 +470,7 @@ impl Shared {
     ) -> Result<(), &'static str> {
         let mut devices = self.devices.lock().expect("devices poisoned");
         if devices.contains_key(isu_uuid) {
+            self.repeated_activations.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         if let Some(refusal) = self.config.url_policy.refusal(raw_target_base_url, target_base_url) {

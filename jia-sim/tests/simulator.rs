@@ -218,6 +218,7 @@ async fn activation_answers_202_with_the_character_after_the_delay() {
         (activations[0].isu_uuid.as_str(), activations[0].character.as_str()),
         (UUID, "のんき")
     );
+    assert_eq!(jia.repeated_activations(), 0);
     jia.shutdown().await;
 }
 
@@ -253,6 +254,11 @@ async fn reactivation_answers_202_and_keeps_the_first_url() {
     );
     let activations = jia.activations();
     assert_eq!(activations.len(), 1);
+    assert_eq!(
+        jia.repeated_activations(),
+        1,
+        "the second request is counted as a repeat"
+    );
     assert_eq!(activations[0].target_base_url.trim_end_matches('/'), sink_url);
     assert!(wait_until(Duration::from_secs(2), || async { sink.batch_count() >= 2 }).await);
     assert_eq!(jia.running_devices(), 1);

@@ -337,6 +337,15 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
 
     let snapshot = stats.snapshot();
     let acknowledged_registrations = std::mem::take(&mut *ctx.acknowledged.lock().expect("acknowledged poisoned"));
+    let activated: std::collections::HashSet<String> = jia
+        .activations()
+        .into_iter()
+        .map(|activation| activation.isu_uuid)
+        .collect();
+    let unactivated_acknowledged = acknowledged_registrations
+        .iter()
+        .filter(|isu| !activated.contains(&isu.uuid))
+        .count();
     Ok(Report {
         target: config.target.clone(),
         language,
@@ -346,7 +355,9 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         stats: snapshot,
         users: ctx.users_started.load(Ordering::Relaxed),
         viewers: ctx.viewers_started.load(Ordering::Relaxed),
-        activations: jia.activations().len(),
+        activations: activated.len(),
+        repeated_activations: jia.repeated_activations(),
+        unactivated_acknowledged,
         sent_conditions: jia.sent_total(),
         cpu: CpuUse::between(&cpu_before, &cpu_after),
         device_posts: DevicePosts::between(posts_before, posts_after),
@@ -502,6 +513,8 @@ async fn failed_before_load(config: &ScenarioConfig, jia: &JiaHandle, stats: Arc
         users: 0,
         viewers: 0,
         activations: jia.activations().len(),
+        repeated_activations: jia.repeated_activations(),
+        unactivated_acknowledged: 0,
         sent_conditions: jia.sent_total(),
         cpu: Vec::new(),
         device_posts: DevicePosts::default(),
