@@ -23,6 +23,7 @@ use serde::Serialize;
 use crate::local::{self, ClusterFile, RunDir};
 use crate::output::{self, Format};
 use crate::periodic::{append_line, Periodic};
+use crate::takeover::Disruption;
 
 /// Wait after the bench starts before the first live migration: its initialize and first
 /// users come first.
@@ -95,6 +96,12 @@ pub struct Options {
     /// running group); the report gains `control_plane`. Listed in RUN/leader-kills.log.
     #[arg(long, value_name = "S", value_parser = parse_seconds)]
     pub kill_leader_every: Option<f64>,
+    /// During the load, SIGSTOP the coordinator group's leader every S seconds, time the
+    /// takeover, then SIGCONT it and wait until it follows the new leader (a hung process
+    /// whose sockets stay open); the report gains `control_plane`. Listed in
+    /// RUN/leader-kills.log.
+    #[arg(long, value_name = "S", value_parser = parse_seconds, conflicts_with = "kill_leader_every")]
+    pub pause_leader_every: Option<f64>,
     /// Instead of a scored run, ramp the active ISUs until a latency bound or an error (the
     /// bench's --capacity); use it with --pin.
     #[arg(long)]
@@ -386,16 +393,22 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             Duration::from_secs_f64(seconds),
         )
     });
-    let killer = match options.kill_leader_every {
-        Some(seconds) => {
+    let disruption = match (options.kill_leader_every, options.pause_leader_every) {
+        (Some(seconds), _) => Some(("--kill-leader-every", Disruption::Kill, seconds)),
+        (None, Some(seconds)) => Some(("--pause-leader-every", Disruption::Pause, seconds)),
+        (None, None) => None,
+    };
+    let killer = match disruption {
+        Some((option, disruption, seconds)) => {
             anyhow::ensure!(
                 description.replicas.len() >= 3,
-                "bench: --kill-leader-every needs a group of at least 3 coordinators (--coordinators 3)"
+                "bench: {option} needs a group of at least 3 coordinators (--coordinators 3)"
             );
             Some(crate::takeover::LeaderKiller::start(
                 run_dir.clone(),
                 description.replicas.clone(),
                 out.join("leader-kills.log"),
+                disruption,
                 FIRST_MIGRATION_AFTER,
                 Duration::from_secs_f64(seconds),
             ))
@@ -407,6 +420,8 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     let control_plane = killer.map(|killer| {
         let mut plane = killer.stop(&run_dir, &description.replicas);
         plane.failed_requests = failed_requests(&report);
+        plane.repeated_activations = report_count(&report, "repeated_activations");
+        plane.unactivated_acknowledged = report_count(&report, "unactivated_acknowledged");
         let acknowledged = acknowledged_registrations(&report);
         plane.lost_acknowledged =
             crate::takeover::lost_acknowledged(&run_dir, &description.replicas, &acknowledged, &plane.log);
@@ -427,14 +442,17 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     }
     if let Some(plane) = &control_plane {
         said.push_str(&format!(
-            "leader kills during the run: {} ({} failed), takeover median {} ms ({:?}), failed requests {}, replicas differing after the run {}, acknowledged registrations lost {} (details: {})\n",
+            "leader kills during the run: {}, pauses {} ({} failed), takeover median {} ms ({:?}), failed requests {}, replicas differing after the run {}, acknowledged registrations lost {}, JIA activations repeated {} and missing {} (details: {})\n",
             plane.leader_kills,
+            plane.leader_pauses,
             plane.failed_kills,
             plane.takeover_median_ms.map_or_else(|| "-".to_owned(), |ms| ms.to_string()),
             plane.takeover_ms,
             plane.failed_requests,
             plane.replicas_differing,
             plane.lost_acknowledged,
+            plane.repeated_activations,
+            plane.unactivated_acknowledged,
             plane.log.display()
         ));
     }
@@ -450,7 +468,11 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     let passed = status.success()
         && migrations.as_ref().is_none_or(|migrations| migrations.failed == 0)
         && control_plane.as_ref().is_none_or(|plane| {
-            plane.failed_kills == 0 && plane.replicas_differing == 0 && plane.lost_acknowledged == 0
+            plane.failed_kills == 0
+                && plane.replicas_differing == 0
+                && plane.lost_acknowledged == 0
+                && plane.repeated_activations == 0
+                && plane.unactivated_acknowledged == 0
         });
     let result = BenchRun {
         passed,
@@ -670,21 +692,25 @@ impl Migrator {
 /// every cause, timeouts (0 when the report cannot be read).
 /// The registrations the bench got a 201 for (its report's `acknowledged_registrations`;
 /// none when the report cannot be read).
-fn acknowledged_registrations(report: &Path) -> Vec<shared::protocol::HeldIsu> {
+/// The bench's JSON report (`Null` when it is missing or unreadable).
+fn read_report(report: &Path) -> serde_json::Value {
     std::fs::read_to_string(report)
         .ok()
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-        .and_then(|report| serde_json::from_value(report["acknowledged_registrations"].clone()).ok())
+        .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or_default()
 }
 
+fn acknowledged_registrations(report: &Path) -> Vec<shared::protocol::HeldIsu> {
+    serde_json::from_value(read_report(report)["acknowledged_registrations"].take()).unwrap_or_default()
+}
+
+/// A count of the report's (0 when it is not there).
+fn report_count(report: &Path, key: &str) -> u64 {
+    read_report(report)[key].as_u64().unwrap_or(0)
+}
+
 fn failed_requests(report: &Path) -> u64 {
-    let Ok(text) = std::fs::read_to_string(report) else {
-        return 0;
-    };
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return 0;
-    };
+    let value = read_report(report);
     let connection: u64 = value["connection_errors"]
         .as_object()
         .map_or(0, |causes| causes.values().filter_map(serde_json::Value::as_u64).sum());

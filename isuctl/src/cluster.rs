@@ -94,6 +94,11 @@ pub enum Command {
     /// SIGKILL node NAME (coordinator, worker-a, worker-b, ...) by its recorded PID: a crash,
     /// for fault tests.
     Kill { name: String },
+    /// SIGSTOP node NAME by its recorded PID: a process that hangs (a long pause, a stalled
+    /// host) while its sockets stay open, for fault tests; 'resume' lets it go on.
+    Pause { name: String },
+    /// SIGCONT node NAME (after 'pause').
+    Resume { name: String },
     /// Start node NAME again with the command line 'up' gave it (same data directory with
     /// --durable); its log is appended to; waits for /healthz.
     Start {
@@ -596,6 +601,18 @@ impl Cluster {
         Ok(Action::ended(name, process.pid))
     }
 
+    /// Sends `signal` (SIGSTOP, SIGCONT) to node NAME, which goes on running.
+    fn signal(&self, name: &str, signal: Signal) -> anyhow::Result<Action> {
+        self.node_health_url(name)?;
+        let process = self
+            .records
+            .running(name)
+            .with_context(|| format!("{name} is not running"))?;
+        process.signal(signal);
+        log(format!("sent {signal} to {name} (pid {})", process.pid));
+        Ok(Action::running(name, process.pid, None))
+    }
+
     fn stop(&self, name: &str) -> anyhow::Result<Action> {
         self.node_health_url(name)?;
         self.stop_process(name)
@@ -851,6 +868,8 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         Command::Logs { names, follow, lines } => cluster.logs(&names, follow, lines),
         Command::Stop { name } => emit_actions(format, &[cluster.stop(&name)?]),
         Command::Kill { name } => emit_actions(format, &[cluster.kill(&name)?]),
+        Command::Pause { name } => emit_actions(format, &[cluster.signal(&name, Signal::SIGSTOP)?]),
+        Command::Resume { name } => emit_actions(format, &[cluster.signal(&name, Signal::SIGCONT)?]),
         Command::Start { name, binary } => emit_actions(format, &[cluster.start(&name, binary.as_deref())?]),
         Command::Replace { name, binary } => emit_actions(format, &[cluster.replace(&name, binary.as_deref())?]),
         Command::ReloadRouter => emit_actions(format, &Vec::from_iter(cluster.reload_router()?)),

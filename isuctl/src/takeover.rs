@@ -3,6 +3,10 @@
 //! started again from its directory and waited for before the next kill (two replicas down
 //! at once would leave no majority).
 //!
+//! `bench --pause-leader-every S`: the same with SIGSTOP (`cluster pause`): the leader hangs
+//! with its sockets open, as on a stalled host. Once another replica has taken over, it gets
+//! SIGCONT and must step down and follow the new leader (a later term, ready again).
+//!
 //! A takeover lasts from the kill until another replica says it leads in a later term and is
 //! ready (`/healthz` 200: it has brought the workers to the generation, so it takes writes).
 //! After the run, every replica must show the same state hash once they have applied the same
@@ -32,11 +36,14 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(20);
 pub struct ControlPlane {
     pub replicas: usize,
     pub leader_kills: u32,
-    /// Each kill's takeover, in milliseconds.
+    /// Leaders paused (SIGSTOP) until another took over, then resumed.
+    pub leader_pauses: u32,
+    /// Each kill's or pause's takeover, in milliseconds.
     pub takeover_ms: Vec<u64>,
     /// The median of `takeover_ms`.
     pub takeover_median_ms: Option<u64>,
-    /// Kills after which no replica took over within 15 s, or the killed one did not come back.
+    /// Kills or pauses after which no replica took over within 15 s, or the old leader did
+    /// not come back (ready, and following a later term after a pause).
     pub failed_kills: u32,
     /// The bench's errors, connection errors and timeouts of the run.
     pub failed_requests: u64,
@@ -45,12 +52,25 @@ pub struct ControlPlane {
     /// Registrations the bench got a 201 for that a replica does not hold (with their owner
     /// and icon), counted once per replica missing each.
     pub lost_acknowledged: u64,
+    /// Activation requests JIA got for an ISU it had already activated (the bench's report).
+    pub repeated_activations: u64,
+    /// Registrations answered 201 whose ISU JIA never activated (the bench's report).
+    pub unactivated_acknowledged: u64,
     /// Each replica's state hash after the run.
     pub state_hashes: Vec<String>,
     pub log: PathBuf,
 }
 
-/// The thread that kills leaders.
+/// What is done to the leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disruption {
+    /// SIGKILL, then a start from its directory.
+    Kill,
+    /// SIGSTOP, then SIGCONT once another replica leads.
+    Pause,
+}
+
+/// The thread that kills (or pauses) leaders.
 pub struct LeaderKiller(Periodic<ControlPlane>);
 
 /// One replica's answer (`None`: it did not answer).
@@ -79,6 +99,7 @@ impl LeaderKiller {
         run_dir: RunDir,
         replicas: Vec<Node>,
         log: PathBuf,
+        disruption: Disruption,
         first_after: Duration,
         every: Duration,
     ) -> LeaderKiller {
@@ -88,8 +109,11 @@ impl LeaderKiller {
             ..ControlPlane::default()
         };
         LeaderKiller(Periodic::start(first_after, every, plane, move |plane| {
-            plane.leader_kills += 1;
-            match kill_one(&run_dir, &replicas, &log) {
+            match disruption {
+                Disruption::Kill => plane.leader_kills += 1,
+                Disruption::Pause => plane.leader_pauses += 1,
+            }
+            match disrupt_one(&run_dir, &replicas, disruption, &log) {
                 Some(takeover) => plane.takeover_ms.push(takeover.as_millis() as u64),
                 None => plane.failed_kills += 1,
             }
@@ -111,9 +135,10 @@ impl LeaderKiller {
     }
 }
 
-/// Kills the leader, times the takeover, starts the killed replica again and waits until it
-/// is ready; the takeover, or `None` when something did not happen in time.
-fn kill_one(run_dir: &RunDir, replicas: &[Node], log: &Path) -> Option<Duration> {
+/// Kills (or pauses) the leader, times the takeover, starts the killed replica again (or
+/// resumes the paused one) and waits until it is ready (and, after a pause, follows a later
+/// term); the takeover, or `None` when something did not happen in time.
+fn disrupt_one(run_dir: &RunDir, replicas: &[Node], disruption: Disruption, log: &Path) -> Option<Duration> {
     let note = |text: String| append_line(log, &format!("{} {text}", clock_time()));
     let Ok(secret) = run_dir.secret() else {
         note("no cluster secret: no leader killed".to_owned());
@@ -130,9 +155,13 @@ fn kill_one(run_dir: &RunDir, replicas: &[Node], log: &Path) -> Option<Duration>
     };
     let name = &replicas[leader].name;
     let term_before = answers[leader].as_ref().map(term).unwrap_or_default();
+    let (verb, done, undo) = match disruption {
+        Disruption::Kill => ("kill", "killed", "start"),
+        Disruption::Pause => ("pause", "paused", "resume"),
+    };
     let killed_at = Instant::now();
-    if !run_logged(cluster(run_dir, "kill", name), log) {
-        note(format!("killing {name} failed"));
+    if !run_logged(cluster(run_dir, verb, name), log) {
+        note(format!("{verb} {name} failed"));
         return None;
     }
     let takeover = wait_for_takeover(
@@ -146,26 +175,46 @@ fn kill_one(run_dir: &RunDir, replicas: &[Node], log: &Path) -> Option<Duration>
     );
     match takeover {
         Some(took) => note(format!(
-            "killed {name} (term {term_before}); taken over in {} ms",
+            "{done} {name} (term {term_before}); taken over in {} ms",
             took.as_millis()
         )),
         None => note(format!(
-            "killed {name} (term {term_before}); no takeover within {TAKEOVER_LIMIT:?}"
+            "{done} {name} (term {term_before}); no takeover within {TAKEOVER_LIMIT:?}"
         )),
     }
-    if !run_logged(cluster(run_dir, "start", name), log) {
-        note(format!("starting {name} again failed"));
+    if !run_logged(cluster(run_dir, undo, name), log) {
+        note(format!("{undo} {name} failed"));
         return None;
     }
     let started = Instant::now();
-    while !answer_of(&replicas[leader], secret).is_some_and(|answer| answer.ready) {
+    // A resumed leader must also have learnt of the later term and stepped down.
+    let back = |answer: &ReplicaAnswer| {
+        answer.ready && (disruption == Disruption::Kill || (role(answer) != "leader" && term(answer) > term_before))
+    };
+    let mut last = None;
+    loop {
+        last = answer_of(&replicas[leader], secret).or(last);
+        if last.as_ref().is_some_and(back) {
+            break;
+        }
         if started.elapsed() > RESTART_LIMIT {
-            note(format!("{name} not ready {RESTART_LIMIT:?} after its start"));
+            let seen = last.as_ref().map_or_else(
+                || "no answer".to_owned(),
+                |answer| format!("{} in term {}, ready {}", role(answer), term(answer), answer.ready),
+            );
+            note(format!("{name} not back {RESTART_LIMIT:?} after '{undo}' ({seen})"));
             return None;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    note(format!("{name} ready again after {} ms", started.elapsed().as_millis()));
+    let following = last
+        .as_ref()
+        .map(|answer| format!(" ({} in term {})", role(answer), term(answer)));
+    note(format!(
+        "{name} ready again after {} ms{}",
+        started.elapsed().as_millis(),
+        following.unwrap_or_default()
+    ));
     takeover
 }
 
