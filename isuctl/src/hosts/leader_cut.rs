@@ -3,9 +3,10 @@
 //! Under bench load, with the control-plane probe (`hosts::probe`) running from the bench host:
 //!
 //! 1. The leader is found (`GET /internal/replica` of each replica, asked on its own host).
-//!    On nginx's host, leadership is moved away first: its process is stopped (SIGSTOP) for
-//!    2 s and continued (openraft 0.9 has no leader transfer; a stopped leader cannot win the
-//!    next election), up to three times.
+//!    On nginx's host, leadership is moved away first: its process is stopped (SIGSTOP)
+//!    until another replica leads in a later term (at most 10 s), then continued (openraft
+//!    0.9 has no leader transfer; a stopped leader cannot win the next election), up to
+//!    three times.
 //! 2. The leader's host is cut off from every other cluster host for 10 s (not from the bench
 //!    host: its devices keep posting to its worker), then healed.
 //! 3. Checked, each within a bound: another replica leads in a later term within 10 s of the
@@ -49,8 +50,8 @@ const WINDOW_AFTER_TAKEOVER: Duration = Duration::from_secs(3);
 const FOLLOW_LIMIT: Duration = Duration::from_secs(10);
 /// How long the replicas may take to apply the same index after the heal.
 const SETTLE_LIMIT: Duration = Duration::from_secs(20);
-/// How long a SIGSTOP of a leader on nginx's host lasts.
-const PAUSE: Duration = Duration::from_secs(2);
+/// How long a leader on nginx's host may stay stopped (SIGSTOP) waiting for another to lead.
+const PAUSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// Continues a stopped process when dropped, whatever happened meanwhile.
 struct ContinueOnDrop(u32);
@@ -140,24 +141,23 @@ fn cut_the_leader(
             .node_pid(&node)?
             .with_context(|| format!("no process of {node} on {}", replicas[leader].name))?;
         let paused_at = Instant::now();
-        {
+        // Held stopped until another replica leads in a later term: a pause shorter than
+        // the election timeout (up to 8 heartbeats) would leave it the leader.
+        let paused_term = term(&found);
+        let moved = {
             let _continue = ContinueOnDrop(pid);
             super::signal(pid as i32, nix::sys::signal::Signal::SIGSTOP);
-            std::thread::sleep(PAUSE);
-        }
-        // Right after SIGCONT the paused one still says it leads: a leader of a later term.
-        let paused_term = term(&found);
-        let moved = find_leader(answers, Duration::from_secs(10), paused_term);
+            find_leader(answers, PAUSE_LIMIT, paused_term)
+        };
         checks.say(&format!(
-            "  leader cut: paused {node} (the leader, beside nginx) for {} s: {}",
-            PAUSE.as_secs(),
+            "  leader cut: paused {node} (the leader, beside nginx) until another led: {}",
             match &moved {
                 Some((index, _)) => format!(
                     "replica {} leads after {} ms",
                     replicas[*index].replica.unwrap_or_default(),
                     paused_at.elapsed().as_millis()
                 ),
-                None => "no single leader within 10 s".to_owned(),
+                None => format!("no other leader within {PAUSE_LIMIT:?}"),
             }
         ));
         let Some(moved) = moved else { return Ok(None) };
