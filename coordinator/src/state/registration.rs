@@ -146,53 +146,30 @@ impl State {
             .expect("a map's owner is one of its cells")
             .device_url
             .clone();
-        let provisional = ProvisionalIsu {
-            generation: generation.id,
-            id,
-            uuid: registration.uuid.clone(),
-            owner: registration.owner.clone(),
-            name: registration.name.clone(),
+        // Replicas: the icon goes to this replica's store and at least one other's while the
+        // registration starts (the log names it by its hash only in the accepted ISU, below);
+        // JIA is asked once both are done, so a failure here never costs an activation.
+        let store_icon = async {
+            match (&self.icons, &registration.image) {
+                (Some(icons), Some(image)) => icons.store(image.clone(), &self.peer_urls()).await.map(Some),
+                _ => Ok(None),
+            }
         };
-        // Replicas: the icon goes to this replica's store and at least one other's first; the
-        // log names it by its hash.
-        let icon = match (&self.icons, &registration.image) {
-            (Some(icons), Some(image)) => Some(
-                icons
-                    .store(image.clone(), &self.peer_urls())
-                    .await
-                    .map_err(|error| ApiError::Unavailable(error.to_string()))?,
-            ),
-            _ => None,
-        };
-        if self.replicated {
-            // Replicas: the start is logged first, so a next leader ends what this one leaves.
-            let unfinished = Unfinished {
-                uuid: registration.uuid.clone(),
-                id,
-                owner: registration.owner.clone(),
-                accepted: false,
-                request: registration.request.clone(),
-            };
-            self.journal
-                .registering(generation.id, &unfinished)
-                .await
-                .map_err(|error| ApiError::Unavailable(error.to_string()))?;
-            hold_for_crash_test("registration-started", &registration.uuid).await;
-        }
         let rollback = RollbackIsu {
             generation: generation.id,
             id,
             uuid: registration.uuid.clone(),
         };
-        if let Err(error) = self.workers.provisional(cell, &provisional).await {
-            self.log_rolled_back(generation, &registration.uuid).await;
-            return Err(match error.status() {
-                Some(reqwest::StatusCode::CONFLICT) => ApiError::DuplicatedIsu,
-                // Fenced off: a newer leader has acted on the worker (and ends this one).
-                Some(reqwest::StatusCode::FORBIDDEN) => ApiError::Unavailable(error.to_string()),
-                _ => ApiError::Internal(error.to_string()),
-            });
-        }
+        let (icon, started_here) = tokio::join!(store_icon, self.start(generation, registration, id, cell));
+        started_here?;
+        let icon = match icon {
+            Ok(icon) => icon,
+            Err(error) => {
+                self.rollback_worker(cell, &rollback).await;
+                self.log_rolled_back(generation, &registration.uuid).await;
+                return Err(ApiError::Unavailable(error.to_string()));
+            }
+        };
         let service_url = self.jia_service_url.read().clone();
         let asked_jia = std::time::Instant::now();
         let activated = self.jia.activate(&service_url, &device_url, &registration.uuid).await;
@@ -255,14 +232,63 @@ impl State {
             return Err(ApiError::Internal(error.to_string()));
         }
         if self.replicated {
-            if let Err(error) = self.journal.published(generation.id, &registration.uuid).await {
-                // Left unfinished: the next leader publishes it again (idempotent).
-                tracing::warn!(%error, uuid = %registration.uuid, "logging a published registration failed");
-            }
+            // The answer does not wait for this record: the ISU is committed and on its
+            // worker already. Until the record commits the registration is unfinished with
+            // its ISU accepted, and a next leader publishes it again (idempotent).
+            let journal = self.journal.clone();
+            let (generation, uuid) = (generation.id, registration.uuid.clone());
+            tokio::spawn(async move {
+                if let Err(error) = journal.published(generation, &uuid).await {
+                    tracing::warn!(%error, %uuid, "logging a published registration failed");
+                }
+            });
         }
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
             .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
         Ok(isu)
+    }
+
+    /// Logs the start (replicas) and makes the ISU provisional on its worker; a worker that
+    /// refuses is logged as the end.
+    async fn start(
+        &self,
+        generation: &Arc<Generation>,
+        registration: &Registration,
+        id: i64,
+        cell: CellId,
+    ) -> Result<(), ApiError> {
+        let provisional = ProvisionalIsu {
+            generation: generation.id,
+            id,
+            uuid: registration.uuid.clone(),
+            owner: registration.owner.clone(),
+            name: registration.name.clone(),
+        };
+        if self.replicated {
+            // Replicas: the start is logged first, so a next leader ends what this one leaves.
+            let unfinished = Unfinished {
+                uuid: registration.uuid.clone(),
+                id,
+                owner: registration.owner.clone(),
+                accepted: false,
+                request: registration.request.clone(),
+            };
+            self.journal
+                .registering(generation.id, &unfinished)
+                .await
+                .map_err(|error| ApiError::Unavailable(error.to_string()))?;
+            hold_for_crash_test("registration-started", &registration.uuid).await;
+        }
+        if let Err(error) = self.workers.provisional(cell, &provisional).await {
+            self.log_rolled_back(generation, &registration.uuid).await;
+            return Err(match error.status() {
+                Some(reqwest::StatusCode::CONFLICT) => ApiError::DuplicatedIsu,
+                // Fenced off: a newer leader has acted on the worker (and ends this one).
+                Some(reqwest::StatusCode::FORBIDDEN) => ApiError::Unavailable(error.to_string()),
+                _ => ApiError::Internal(error.to_string()),
+            });
+        }
+        Ok(())
     }
 
     /// Replicas: the outcome of a registration request seen before (its id logged with its
