@@ -419,10 +419,13 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     let migrations = migrator.map(Migrator::stop);
     let control_plane = killer.map(|killer| {
         let mut plane = killer.stop(&run_dir, &description.replicas);
-        plane.failed_requests = failed_requests(&report);
-        plane.repeated_activations = report_count(&report, "repeated_activations");
-        plane.unactivated_acknowledged = report_count(&report, "unactivated_acknowledged");
-        let acknowledged = acknowledged_registrations(&report);
+        let mut read = read_report(&report);
+        let count = |key: &str| read[key].as_u64().unwrap_or(0);
+        plane.failed_requests = failed_requests(&read);
+        plane.repeated_activations = count("repeated_activations");
+        plane.unactivated_acknowledged = count("unactivated_acknowledged");
+        let acknowledged: Vec<shared::protocol::HeldIsu> =
+            serde_json::from_value(read["acknowledged_registrations"].take()).unwrap_or_default();
         plane.lost_acknowledged =
             crate::takeover::lost_acknowledged(&run_dir, &description.replicas, &acknowledged, &plane.log);
         if let Err(error) = add_to_report(&report, "control_plane", &plane) {
@@ -688,11 +691,7 @@ impl Migrator {
     }
 }
 
-/// The run's failed requests as the bench's report counts them: errors, connection errors of
-/// every cause, timeouts (0 when the report cannot be read).
-/// The registrations the bench got a 201 for (its report's `acknowledged_registrations`;
-/// none when the report cannot be read).
-/// The bench's JSON report (`Null` when it is missing or unreadable).
+/// The bench's JSON report (`Null` when it is missing or unreadable: every count reads 0).
 fn read_report(report: &Path) -> serde_json::Value {
     std::fs::read_to_string(report)
         .ok()
@@ -700,17 +699,9 @@ fn read_report(report: &Path) -> serde_json::Value {
         .unwrap_or_default()
 }
 
-fn acknowledged_registrations(report: &Path) -> Vec<shared::protocol::HeldIsu> {
-    serde_json::from_value(read_report(report)["acknowledged_registrations"].take()).unwrap_or_default()
-}
-
-/// A count of the report's (0 when it is not there).
-fn report_count(report: &Path, key: &str) -> u64 {
-    read_report(report)[key].as_u64().unwrap_or(0)
-}
-
-fn failed_requests(report: &Path) -> u64 {
-    let value = read_report(report);
+/// The run's failed requests as the bench's report counts them: errors, connection errors of
+/// every cause, timeouts.
+fn failed_requests(value: &serde_json::Value) -> u64 {
     let connection: u64 = value["connection_errors"]
         .as_object()
         .map_or(0, |causes| causes.values().filter_map(serde_json::Value::as_u64).sum());
