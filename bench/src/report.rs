@@ -151,9 +151,8 @@ pub struct Report {
     pub users: usize,
     pub viewers: usize,
     pub activations: usize,
-    /// Activation requests JIA got for an ISU it had already activated (0 when every ISU
-    /// reached JIA once).
-    pub repeated_activations: usize,
+    /// Activation requests JIA got for an ISU it had already activated.
+    pub repeated_activations: JiaRepeats,
     /// Registrations answered 201 whose ISU JIA never activated.
     pub unactivated_acknowledged: usize,
     pub sent_conditions: usize,
@@ -291,7 +290,9 @@ impl Report {
             "users": self.users,
             "viewers": self.viewers,
             "activations": self.activations,
-            "repeated_activations": self.repeated_activations,
+            "repeated_activations": self.repeated_activations.by_service,
+            "repeated_activation_isus": self.repeated_activations.isus,
+            "activations_on_resend": self.repeated_activations.on_resend,
             "unactivated_acknowledged": self.unactivated_acknowledged,
             "acknowledged_registrations": self.acknowledged_registrations,
             "sent_conditions": self.sent_conditions,
@@ -371,11 +372,18 @@ impl fmt::Display for Report {
             self.sent_conditions,
             self.stats.requests,
         )?;
-        if self.repeated_activations > 0 || self.unactivated_acknowledged > 0 {
+        if self.repeated_activations.by_service > 0 || self.unactivated_acknowledged > 0 {
             writeln!(
                 out,
                 "JIA: {} activations repeated for an ISU already activated, {} registrations answered 201 never activated",
-                self.repeated_activations, self.unactivated_acknowledged
+                self.repeated_activations.by_service, self.unactivated_acknowledged
+            )?;
+        }
+        if self.repeated_activations.on_resend > 0 {
+            writeln!(
+                out,
+                "JIA: {} activations asked again by a registration the bench re-sent after a timeout",
+                self.repeated_activations.on_resend
             )?;
         }
 
@@ -551,9 +559,72 @@ impl fmt::Display for Report {
     }
 }
 
+/// JIA's repeated activations, split by cause. A registration request reaches JIA at most
+/// once, but a request the bench sends again after a timeout is a new one: when the first
+/// was rolled back after JIA had answered (its leader died before it committed the answer),
+/// the second asks JIA again, which answers as the first time. Repeats beyond the bench's
+/// re-sent requests are the service's own: one request that reached JIA twice.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JiaRepeats {
+    /// Repeats no re-sent request explains.
+    pub by_service: usize,
+    /// The ISUs of those.
+    pub isus: Vec<String>,
+    /// Repeats that a re-sent registration request explains.
+    pub on_resend: usize,
+}
+
+impl JiaRepeats {
+    /// Splits JIA's repeats per ISU by the registration requests re-sent per ISU.
+    pub fn split(
+        repeats: &std::collections::HashMap<String, usize>,
+        resent: &std::collections::HashMap<String, usize>,
+    ) -> JiaRepeats {
+        let mut split = JiaRepeats::default();
+        for (uuid, repeated) in repeats {
+            let explained = (*repeated).min(resent.get(uuid).copied().unwrap_or(0));
+            split.on_resend += explained;
+            if *repeated > explained {
+                split.by_service += repeated - explained;
+                split.isus.push(uuid.clone());
+            }
+        }
+        split.isus.sort();
+        split
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repeats_a_resent_registration_explains_are_told_apart() {
+        let counts = |pairs: &[(&str, usize)]| {
+            pairs
+                .iter()
+                .map(|(uuid, count)| ((*uuid).to_owned(), *count))
+                .collect::<std::collections::HashMap<_, _>>()
+        };
+        // a: re-sent once, asked again once (explained); b: never re-sent, asked twice;
+        // c: re-sent twice, asked three times more (one beyond what was sent).
+        let split = JiaRepeats::split(
+            &counts(&[("a", 1), ("b", 1), ("c", 3)]),
+            &counts(&[("a", 1), ("c", 2), ("d", 1)]),
+        );
+        assert_eq!(
+            split,
+            JiaRepeats {
+                by_service: 2,
+                isus: vec!["b".to_owned(), "c".to_owned()],
+                on_resend: 3,
+            }
+        );
+        assert_eq!(
+            JiaRepeats::split(&counts(&[]), &counts(&[("a", 2)])),
+            JiaRepeats::default()
+        );
+    }
 
     fn report_of(cpu: &[(&str, Option<f64>)], requests: u64, posts: DevicePosts) -> Report {
         let stats = Snapshot {
@@ -570,7 +641,7 @@ mod tests {
             users: 0,
             viewers: 0,
             activations: 0,
-            repeated_activations: 0,
+            repeated_activations: JiaRepeats::default(),
             unactivated_acknowledged: 0,
             sent_conditions: 0,
             cpu: cpu

@@ -423,6 +423,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         let count = |key: &str| read[key].as_u64().unwrap_or(0);
         plane.failed_requests = failed_requests(&read);
         plane.repeated_activations = count("repeated_activations");
+        plane.activations_on_resend = count("activations_on_resend");
         plane.unactivated_acknowledged = count("unactivated_acknowledged");
         let acknowledged: Vec<shared::protocol::HeldIsu> =
             serde_json::from_value(read["acknowledged_registrations"].take()).unwrap_or_default();
@@ -445,7 +446,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     }
     if let Some(plane) = &control_plane {
         said.push_str(&format!(
-            "leader kills during the run: {}, pauses {} ({} failed), takeover median {} ms ({:?}), failed requests {}, replicas differing after the run {}, acknowledged registrations lost {}, JIA activations repeated {} and missing {} (details: {})\n",
+            "leader kills during the run: {}, pauses {} ({} failed), takeover median {} ms ({:?}), failed requests {}, replicas differing after the run {}, acknowledged registrations lost {}, JIA activations repeated {} and missing {}, asked again by a re-sent registration {} (details: {})\n",
             plane.leader_kills,
             plane.leader_pauses,
             plane.failed_kills,
@@ -456,6 +457,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             plane.lost_acknowledged,
             plane.repeated_activations,
             plane.unactivated_acknowledged,
+            plane.activations_on_resend,
             plane.log.display()
         ));
     }

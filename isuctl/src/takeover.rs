@@ -52,8 +52,12 @@ pub struct ControlPlane {
     /// Registrations the bench got a 201 for that a replica does not hold (with their owner
     /// and icon), counted once per replica missing each.
     pub lost_acknowledged: u64,
-    /// Activation requests JIA got for an ISU it had already activated (the bench's report).
+    /// Activation requests JIA got for an ISU it had already activated that no re-sent
+    /// registration explains: one request that reached JIA twice (the bench's report).
     pub repeated_activations: u64,
+    /// Activations asked again by a registration the bench re-sent after a timeout, the
+    /// first having been rolled back after JIA answered it (the bench's report).
+    pub activations_on_resend: u64,
     /// Registrations answered 201 whose ISU JIA never activated (the bench's report).
     pub unactivated_acknowledged: u64,
     /// Each replica's state hash after the run.

@@ -184,7 +184,7 @@ impl JiaSimulator {
             catalog: Mutex::new(config.catalog.clone()),
             devices: Mutex::new(HashMap::new()),
             activations: Mutex::new(Vec::new()),
-            repeated_activations: AtomicUsize::new(0),
+            repeated_activations: Mutex::new(HashMap::new()),
             running_devices: Arc::new(AtomicUsize::new(0)),
             error_posts: AtomicUsize::new(0),
             posts: Arc::default(),
@@ -294,9 +294,19 @@ impl JiaHandle {
     }
 
     /// Activation requests for an ISU that was already activated: a service activates each
-    /// ISU once, so anything but 0 means one registration reached JIA twice.
+    /// ISU once per registration request, so anything but 0 means one registration reached
+    /// JIA twice, or a user sent it again.
     pub fn repeated_activations(&self) -> usize {
-        self.shared.repeated_activations.load(Ordering::Relaxed)
+        self.repeated_activations_by_isu().values().sum()
+    }
+
+    /// The repeated activation requests per ISU (only ISUs asked for more than once).
+    pub fn repeated_activations_by_isu(&self) -> HashMap<String, usize> {
+        self.shared
+            .repeated_activations
+            .lock()
+            .expect("repeats poisoned")
+            .clone()
     }
 
     /// Number of device tasks currently running.
@@ -374,8 +384,8 @@ struct Shared {
     /// repair flag and where it posts.
     devices: Mutex<HashMap<String, DeviceEntry>>,
     activations: Mutex<Vec<Activation>>,
-    /// Activation requests for an ISU already activated (answered like the first one).
-    repeated_activations: AtomicUsize,
+    /// Per ISU, activation requests after its first (answered like the first one).
+    repeated_activations: Mutex<HashMap<String, usize>>,
     running_devices: Arc<AtomicUsize>,
     error_posts: AtomicUsize,
     /// Counts of the devices' posts (the malformed batches are counted apart).
@@ -470,7 +480,12 @@ impl Shared {
     ) -> Result<(), &'static str> {
         let mut devices = self.devices.lock().expect("devices poisoned");
         if devices.contains_key(isu_uuid) {
-            self.repeated_activations.fetch_add(1, Ordering::Relaxed);
+            *self
+                .repeated_activations
+                .lock()
+                .expect("repeats poisoned")
+                .entry(isu_uuid.to_owned())
+                .or_default() += 1;
             return Ok(());
         }
         if let Some(refusal) = self.config.url_policy.refusal(raw_target_base_url, target_base_url) {

@@ -259,6 +259,7 @@ async fn reactivation_answers_202_and_keeps_the_first_url() {
         1,
         "the second request is counted as a repeat"
     );
+    assert_eq!(jia.repeated_activations_by_isu(), HashMap::from([(UUID.to_owned(), 1)]));
     assert_eq!(activations[0].target_base_url.trim_end_matches('/'), sink_url);
     assert!(wait_until(Duration::from_secs(2), || async { sink.batch_count() >= 2 }).await);
     assert_eq!(jia.running_devices(), 1);

@@ -32,7 +32,7 @@ use self::prepare::{ErrorCheckConfig, ErrorCheckUser, PrepareContext, PrepareOut
 use self::stats::{Stats, Tag};
 use self::validate::{LastFound, TrendIsu};
 use crate::nodes::{cpu_readings, LocalProcess, Nodes};
-use crate::report::{CpuUse, DevicePosts, Report};
+use crate::report::{CpuUse, DevicePosts, JiaRepeats, Report};
 use jia_sim::jwt::JwtSigner;
 use jia_sim::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
 use rand::{Rng, SeedableRng};
@@ -136,6 +136,9 @@ pub(crate) struct RunContext {
     /// Every registration of the load answered 201 (for the report: each must be on every
     /// coordinator replica afterwards).
     acknowledged: Mutex<Vec<shared::protocol::HeldIsu>>,
+    /// Per ISU, the registration requests sent again after one that timed out (each is a new
+    /// request the service may take to JIA again, see `JiaRepeats`).
+    resent_registrations: Mutex<HashMap<String, usize>>,
     /// The devices' sent log as viewers consult it (latest finds remembered).
     trend_log: LastFound<JiaHandle>,
     /// Free viewer slots (each user adds some).
@@ -267,6 +270,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         stats: stats.clone(),
         registered: Mutex::new(registered),
         acknowledged: Mutex::new(Vec::new()),
+        resent_registrations: Mutex::new(HashMap::new()),
         trend_log: LastFound::new(jia.clone()),
         viewer_slots: Arc::new(Semaphore::new(0)),
         fresh_trend_entries: AtomicU64::new(0),
@@ -346,6 +350,8 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         .iter()
         .filter(|isu| !activated.contains(&isu.uuid))
         .count();
+    let resent = std::mem::take(&mut *ctx.resent_registrations.lock().expect("resent poisoned"));
+    let repeated_activations = JiaRepeats::split(&jia.repeated_activations_by_isu(), &resent);
     Ok(Report {
         target: config.target.clone(),
         language,
@@ -356,7 +362,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         users: ctx.users_started.load(Ordering::Relaxed),
         viewers: ctx.viewers_started.load(Ordering::Relaxed),
         activations: activated.len(),
-        repeated_activations: jia.repeated_activations(),
+        repeated_activations,
         unactivated_acknowledged,
         sent_conditions: jia.sent_total(),
         cpu: CpuUse::between(&cpu_before, &cpu_after),
@@ -513,7 +519,7 @@ async fn failed_before_load(config: &ScenarioConfig, jia: &JiaHandle, stats: Arc
         users: 0,
         viewers: 0,
         activations: jia.activations().len(),
-        repeated_activations: jia.repeated_activations(),
+        repeated_activations: JiaRepeats::split(&jia.repeated_activations_by_isu(), &HashMap::new()),
         unactivated_acknowledged: 0,
         sent_conditions: jia.sent_total(),
         cpu: Vec::new(),

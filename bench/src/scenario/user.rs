@@ -287,6 +287,15 @@ impl User {
                 form = form.part("image", part.expect("image/jpeg is a valid MIME type"));
             }
             let request = self.agent.request(Method::POST, "/api/isu").multipart(form);
+            if attempt > 0 {
+                *self
+                    .ctx
+                    .resent_registrations
+                    .lock()
+                    .expect("resent poisoned")
+                    .entry(uuid.clone())
+                    .or_default() += 1;
+            }
             // A retry may find the first attempt committed: 409 then means success.
             let expected_statuses: &[u16] = if attempt == 0 { &[201] } else { &[201, 409] };
             match self.agent.send("POST /api/isu", request, expected_statuses).await {
