@@ -1,9 +1,10 @@
 //! One replica: its stores opened from its data directory, its raft started with the
 //! group's timing, and the first membership of a new group.
 //!
-//! Timing: a leader sends heartbeats every 100 ms; a follower that hears none for a random
-//! 400–800 ms stands for election. So a dead leader is replaced in about one second (its
-//! followers' timeout, one vote round trip, the new leader's first heartbeat).
+//! Timing: a leader sends heartbeats every 100 ms; a follower that hears none for 800 to
+//! 1,000 ms (the leader's lease, 500 ms, then its own timeout, 300 to 500) stands for
+//! election. So a dead leader is replaced in about one second (its followers' timeout, one
+//! vote round trip, the new leader's first heartbeat).
 //!
 //! A new group (no vote and no log anywhere) is initialised by each replica with the same
 //! membership, the listed replicas; openraft refuses the call on a replica that is already
@@ -31,7 +32,8 @@ pub struct ReplicaOptions {
     pub secret: String,
     /// Entries between state machine snapshots (the log is purged up to a snapshot).
     pub snapshot_every: u64,
-    /// The leader's heartbeat, in milliseconds; elections time out after 4 to 8 of them.
+    /// The leader's heartbeat, in milliseconds; a follower elects after 8 to 10 of them
+    /// missed (see [`config`]).
     /// openraft gives an append one heartbeat to answer, so a network whose round trip
     /// nears it needs a longer one ([`DEFAULT_HEARTBEAT_MS`] on a LAN).
     pub heartbeat_ms: u64,
@@ -266,8 +268,13 @@ pub fn config(snapshot_every: u64, heartbeat_ms: u64) -> Arc<Config> {
     let config = Config {
         cluster_name: "isucondition-coordinators".into(),
         heartbeat_interval: heartbeat_ms,
-        election_timeout_min: heartbeat_ms * 4,
-        election_timeout_max: heartbeat_ms * 8,
+        // openraft 0.9 elects after the leader's lease (`election_timeout_max`) plus this
+        // replica's own timeout (drawn once, between the two): 8 to 10 heartbeats of
+        // silence. At 4 to 8 it was 12 to 16 (1.2 to 1.6 s at 100 ms), and a takeover that
+        // needed a second round (a split vote, a candidate with a shorter log waiting out
+        // another `2 × election_timeout_max`) took seconds.
+        election_timeout_min: heartbeat_ms * 3,
+        election_timeout_max: heartbeat_ms * 5,
         install_snapshot_timeout: 2_000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every.max(1)),
         snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,

@@ -121,7 +121,7 @@ pub struct Config {
     #[arg(long, env = "ISU_RAFT_SNAPSHOT_EVERY", default_value_t = 10_000)]
     pub raft_snapshot_every: u64,
 
-    /// The group leader's heartbeat, in milliseconds; an election follows 4 to 8 missed ones.
+    /// The group leader's heartbeat, in milliseconds; an election follows 8 to 10 missed ones.
     /// An append must be answered within one, so raise it where the round trip between
     /// replicas nears 100 ms (a takeover then takes longer).
     #[arg(long, env = "ISU_RAFT_HEARTBEAT_MS", default_value_t = consensus::DEFAULT_HEARTBEAT_MS,

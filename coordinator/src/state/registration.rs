@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use parking_lot::Mutex;
 use shared::placement_map::CellId;
 use shared::protocol::{ProvisionalIsu, PublishIsu, RollbackIsu};
@@ -70,6 +71,8 @@ async fn hold_for_crash_test(step: &'static str, uuid: &str) {
 
 /// How long a registration of a UUID waits for a concurrent one of the same UUID.
 const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
+/// Registrations a new leader ends at once (each waits on its worker and a commit).
+const ENDED_AT_ONCE: usize = 32;
 
 impl State {
     /// Registers an ISU: provisional on the owning worker, JIA activation, publish;
@@ -373,42 +376,53 @@ impl State {
     /// character (JIA activated it) is published on its worker; one that was only started is
     /// rolled back there (JIA is never asked again: it activates an ISU at most once, and
     /// the old leader may have asked). Each end is logged; one that fails stays unfinished
-    /// for the next leader.
-    pub(super) async fn finish_registrations(&self, generation: &Arc<Generation>) {
+    /// for the next leader. They are ended together (each is its own ISU): one after the
+    /// other, each waiting on its worker and a commit, they held a takeover for seconds when
+    /// the old leader died amid many registrations. Returns how many there were.
+    pub(super) async fn finish_registrations(&self, generation: &Arc<Generation>) -> usize {
         let unfinished: Vec<Unfinished> = generation.unfinished.lock().values().cloned().collect();
-        for registration in unfinished {
-            let cell = self.placement.map().owner(&registration.uuid);
-            let isu = generation.by_uuid.get(&registration.uuid).map(|isu| isu.clone());
-            match (registration.accepted, isu) {
-                (true, Some(isu)) => {
-                    let publish = PublishIsu {
-                        generation: generation.id,
-                        uuid: isu.uuid.clone(),
-                        id: isu.id,
-                        character: isu.character.clone(),
-                    };
-                    match self.workers.publish(cell, &publish).await {
-                        Ok(()) => {
-                            tracing::warn!(uuid = %isu.uuid, "published a registration the old leader left unfinished");
-                            if let Err(error) = self.journal.published(generation.id, &isu.uuid).await {
-                                tracing::warn!(%error, uuid = %isu.uuid, "logging a published registration failed");
-                            }
+        let count = unfinished.len();
+        futures_util::stream::iter(unfinished)
+            .for_each_concurrent(ENDED_AT_ONCE, |registration| {
+                self.finish_registration(generation, registration)
+            })
+            .await;
+        count
+    }
+
+    /// Ends one registration an old leader left unfinished (see `finish_registrations`).
+    async fn finish_registration(&self, generation: &Arc<Generation>, registration: Unfinished) {
+        let cell = self.placement.map().owner(&registration.uuid);
+        let isu = generation.by_uuid.get(&registration.uuid).map(|isu| isu.clone());
+        match (registration.accepted, isu) {
+            (true, Some(isu)) => {
+                let publish = PublishIsu {
+                    generation: generation.id,
+                    uuid: isu.uuid.clone(),
+                    id: isu.id,
+                    character: isu.character.clone(),
+                };
+                match self.workers.publish(cell, &publish).await {
+                    Ok(()) => {
+                        tracing::warn!(uuid = %isu.uuid, "published a registration the old leader left unfinished");
+                        if let Err(error) = self.journal.published(generation.id, &isu.uuid).await {
+                            tracing::warn!(%error, uuid = %isu.uuid, "logging a published registration failed");
                         }
-                        Err(error) => {
-                            tracing::warn!(%error, uuid = %isu.uuid, "publishing an unfinished registration failed")
-                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, uuid = %isu.uuid, "publishing an unfinished registration failed")
                     }
                 }
-                _ => {
-                    let rollback = RollbackIsu {
-                        generation: generation.id,
-                        id: registration.id,
-                        uuid: registration.uuid.clone(),
-                    };
-                    if self.workers.rollback(cell, &rollback).await.is_ok() {
-                        tracing::warn!(uuid = %registration.uuid, "rolled back a registration the old leader left unfinished");
-                        self.log_rolled_back(generation, &registration.uuid).await;
-                    }
+            }
+            _ => {
+                let rollback = RollbackIsu {
+                    generation: generation.id,
+                    id: registration.id,
+                    uuid: registration.uuid.clone(),
+                };
+                if self.workers.rollback(cell, &rollback).await.is_ok() {
+                    tracing::warn!(uuid = %registration.uuid, "rolled back a registration the old leader left unfinished");
+                    self.log_rolled_back(generation, &registration.uuid).await;
                 }
             }
         }

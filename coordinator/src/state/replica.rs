@@ -404,6 +404,7 @@ impl State {
     /// workers watched. Ends when aborted (the replica stopped leading).
     async fn leader_duties(self: Arc<Self>) {
         tracing::info!(generation = self.generation().id, "this replica leads");
+        let led_at = tokio::time::Instant::now();
         // Everything committed in earlier terms applied first: the registrations they left
         // are known before any write is taken.
         while let Err(error) = self.journal.catch_up().await {
@@ -421,6 +422,7 @@ impl State {
         }
         let generation = self.generation();
         let waiting_since = tokio::time::Instant::now();
+        let caught_up = waiting_since - led_at;
         loop {
             let resetting = self.reset_lock.lock().await;
             match self.reset_workers(&generation, true).await {
@@ -438,12 +440,22 @@ impl State {
                 }
             }
         }
-        self.finish_registrations(&generation).await;
+        let workers_up = waiting_since.elapsed();
+        let ending_since = tokio::time::Instant::now();
+        let ended = self.finish_registrations(&generation).await;
         self.leading.store(true, Ordering::Release);
         // Before it says it is ready: nginx may start as soon as a replica is healthy, and
         // starts from this file.
         self.placement.write_router_file().await;
         self.ready.store(true, Ordering::Release);
+        tracing::info!(
+            took_ms = led_at.elapsed().as_millis() as u64,
+            catch_up_ms = caught_up.as_millis() as u64,
+            workers_ms = workers_up.as_millis() as u64,
+            registrations_ended = ended,
+            registrations_ms = ending_since.elapsed().as_millis() as u64,
+            "the leader is ready"
+        );
         for user in generation.users.read().iter() {
             self.user_sync.add(generation.id, user);
         }

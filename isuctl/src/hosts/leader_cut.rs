@@ -142,7 +142,7 @@ fn cut_the_leader(
             .with_context(|| format!("no process of {node} on {}", replicas[leader].name))?;
         let paused_at = Instant::now();
         // Held stopped until another replica leads in a later term: a pause shorter than
-        // the election timeout (up to 8 heartbeats) would leave it the leader.
+        // the election timeout (up to 10 heartbeats) would leave it the leader.
         let paused_term = term(&found);
         let moved = {
             let _continue = ContinueOnDrop(pid);
