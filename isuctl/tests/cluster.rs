@@ -169,6 +169,11 @@ fn up_status_request_kill_start_refuse_and_down() {
     build_nodes();
     let mut sandbox = Sandbox::new(1);
     let prefix = sandbox.host_prefix.clone();
+    // Command lines left by an earlier, larger cluster in the same run dir: not part of this one.
+    std::fs::create_dir_all(sandbox.run_dir()).unwrap();
+    for stale in ["coordinator-2", "coordinator-3", "worker-c"] {
+        std::fs::write(sandbox.run_dir().join(format!("{stale}.cmd")), "/bin/true\0").unwrap();
+    }
 
     let output = sandbox.isuctl(
         &["cluster", "up", "--debug", "--no-build", "--timeout", "90"],

@@ -45,6 +45,9 @@ pub(super) fn up(cluster: &Cluster, format: Format) -> anyhow::Result<()> {
     }
     for name in Cluster::all_names() {
         cluster.records.forget(&name);
+        // This 'up' records the command line of each node it starts: one left by an earlier,
+        // larger cluster would make 'status' report that node as stopped (and fail).
+        let _ = std::fs::remove_file(cluster.records.command_file(&name));
     }
     ensure_nginx()?;
     let inputs = inputs(cluster)?;
