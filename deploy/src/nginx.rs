@@ -104,9 +104,11 @@ pub struct Options {
     pub static_dir: PathBuf,
     pub public_listen: String,
     pub public_server_name: String,
-    /// The coordinator's node address, or each replica's (one upstream over all of them:
-    /// a client's requests go to one replica by its session cookie, so it reads its own
-    /// writes there; a replica that fails is skipped for two seconds).
+    /// The coordinator's node address, or each replica's (one upstream over all of them,
+    /// balanced by `nginx/replicas.lua`: a client's requests go to one replica by its
+    /// session cookie, so it reads its own writes there, one without a session to a replica
+    /// that does not lead; a replica that does not answer its health probe, or that a
+    /// request failed on, is skipped).
     pub coordinators: Vec<String>,
     /// 1 to 16 cells.
     pub cells: Vec<CellSpec>,
@@ -145,6 +147,10 @@ pub fn default_nginx_bin() -> PathBuf {
 
 /// The router's code, pasted into `init_by_lua_block`.
 const ROUTER_LUA: &str = include_str!("../../nginx/router.lua");
+
+/// The coordinator replicas' balancer (health probes, clients without a session kept off the
+/// leader), pasted beside the router.
+const REPLICAS_LUA: &str = include_str!("../../nginx/replicas.lua");
 
 /// Where Debian installs nginx's dynamic modules.
 const DEBIAN_MODULES_PATH: &str = "/usr/lib/nginx/modules";
@@ -591,10 +597,22 @@ impl Resolved<'_> {
             .map(|cell| format!("\"{}\"", cell.name))
             .collect::<Vec<_>>()
             .join(", ");
-        let router_init = format!(
+        let mut router_init = format!(
             "        isu_router.init({{\n            map_file = \"{}\",\n            secret_file = \"{}\",\n            cells = {{ {cell_names} }},\n        }})",
             self.placement, self.secret_file
         );
+        if options.coordinators.len() > 1 {
+            let replicas = options
+                .coordinators
+                .iter()
+                .map(|replica| format!("\"{replica}\""))
+                .collect::<Vec<_>>()
+                .join(", ");
+            router_init.push_str(&format!(
+                "\n        isu_replicas.init({{\n            replicas = {{ {replicas} }},\n            cookie = \"{}\",\n        }})",
+                shared::session::COOKIE_NAME
+            ));
+        }
         let modules = &self.build.modules_path;
         let lua_modules = format!(
             "# The Lua module routes by the placement map (Debian: libnginx-mod-http-lua).\nload_module {modules}/ndk_http_module.so;\nload_module {modules}/ngx_http_lua_module.so;"
@@ -603,6 +621,7 @@ impl Resolved<'_> {
             ("LUA_MODULES", lua_modules),
             ("CELL_UPSTREAMS", cell_upstreams),
             ("ROUTER_LUA", ROUTER_LUA.trim_end().to_owned()),
+            ("REPLICAS_LUA", REPLICAS_LUA.trim_end().to_owned()),
             ("ROUTER_INIT", router_init),
             ("ROUTER_CONTROL_LISTEN", options.router_control.clone()),
             ("USER_DIRECTIVE", self.user_directive.clone()),
@@ -637,20 +656,13 @@ impl Resolved<'_> {
 fn coordinator_servers(coordinators: &[String]) -> String {
     match coordinators {
         [one] => format!("        server {one};"),
-        replicas => {
-            // A client stays on one replica (monotonic reads: each replica's trend is its own,
-            // at most a push behind the others); one without a session by its address.
-            let mut lines = vec![format!(
-                "        hash $cookie_{}$remote_addr consistent;",
-                shared::session::COOKIE_NAME
-            )];
-            lines.extend(
-                replicas
-                    .iter()
-                    .map(|replica| format!("        server {replica} max_fails=1 fail_timeout=2s;")),
-            );
-            lines.join("\n")
-        }
+        // nginx/replicas.lua picks the replica of each request (by its health, the leader,
+        // the client's session); the server is a placeholder it never uses.
+        _ => [
+            "        server 0.0.0.1;",
+            "        balancer_by_lua_block { isu_replicas.balance() }",
+        ]
+        .join("\n"),
     }
 }
 

@@ -118,9 +118,8 @@ fn three_replicas_render_as_the_fixture() {
     }
     let nginx = file(&text, "isucondition-1", "etc/isucondition/nginx.conf");
     for line in [
-        "        server 192.168.0.11:3000 max_fails=1 fail_timeout=2s;",
-        "        server 192.168.0.12:3001 max_fails=1 fail_timeout=2s;",
-        "        server 192.168.0.13:3001 max_fails=1 fail_timeout=2s;",
+        "        balancer_by_lua_block { isu_replicas.balance() }",
+        "            replicas = { \"192.168.0.11:3000\", \"192.168.0.12:3001\", \"192.168.0.13:3001\" },",
         "        listen 192.168.0.11:3099;",
     ] {
         assert!(nginx.lines().any(|l| l == line), "nginx.conf lacks {line}");

@@ -107,7 +107,8 @@ struct RenderRequest<'a> {
     run_dir: &'a Path,
     static_dir: &'a Path,
     public_listen: String,
-    coordinator: String,
+    /// The coordinator's `host:port`, or each replica's.
+    coordinators: Vec<String>,
     /// `<cell>=<worker host:port>,<nginx device listen>` per cell, in cell order.
     cells: Vec<String>,
     /// The file holding the cluster secret (the control server wants it).
@@ -134,7 +135,7 @@ fn render_config(request: &RenderRequest) -> PathBuf {
         static_dir: request.static_dir.to_owned(),
         public_listen: request.public_listen.clone(),
         public_server_name: "isucondition-1.t.isucon.dev".to_owned(),
-        coordinators: vec![request.coordinator.clone()],
+        coordinators: request.coordinators.clone(),
         cells,
         placement: None,
         secret_file: request.secret_file.clone(),
@@ -237,13 +238,17 @@ pub async fn public_nginx_at(
             )
         })
         .collect::<Vec<_>>();
-    let coordinator = cluster.coordinator.trim_start_matches("http://");
+    let coordinators: Vec<String> = cluster
+        .coordinators
+        .iter()
+        .map(|url| url.trim_start_matches("http://").to_owned())
+        .collect();
     let setup = FrontSetup {
         nginx,
         static_dir,
         front,
         secret: &cluster.secret,
-        coordinator,
+        coordinators: &coordinators,
         cells: &cells,
         worker_processes: 1,
     };
@@ -256,8 +261,8 @@ pub struct FrontSetup<'a> {
     pub static_dir: &'a Path,
     pub front: &'a RouterFront,
     pub secret: &'a str,
-    /// The coordinator's `host:port`.
-    pub coordinator: &'a str,
+    /// The coordinator's `host:port`, or each replica's (nginx balances over them).
+    pub coordinators: &'a [String],
     /// Each cell's name and `host:port`, in map order.
     pub cells: &'a [(String, String)],
     pub worker_processes: usize,
@@ -283,7 +288,7 @@ pub async fn start_front(setup: &FrontSetup<'_>) -> (Nginx, String) {
         run_dir,
         static_dir: setup.static_dir,
         public_listen: format!("127.0.0.1:{public_port}"),
-        coordinator: setup.coordinator.to_owned(),
+        coordinators: setup.coordinators.to_vec(),
         cells,
         secret_file,
         control: front.control.clone(),

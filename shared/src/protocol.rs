@@ -336,6 +336,10 @@ pub struct Health {
     /// health check sends the current map to a worker whose copy is older.
     #[serde(default)]
     pub map_version: u64,
+    /// A coordinator replica that leads its group and takes leader-only writes (nginx keeps
+    /// clients without a session off it, see `nginx/router.lua`); absent elsewhere.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leader: bool,
 }
 
 /// Whether a request's headers carry the cluster secret, either as

@@ -196,6 +196,7 @@ async fn health(State(app): State<AppState>) -> Result<Response, ApiError> {
         ready,
         generation: app.state.generation().id,
         map_version: app.state.placement.map().version(),
+        leader: app.state.leads_group(),
     })?;
     if !ready {
         *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

@@ -305,6 +305,12 @@ impl State {
         self.leading.load(Ordering::Acquire) && self.is_leader()
     }
 
+    /// Whether this is a replica of a group that leads it and takes leader-only writes (a
+    /// lone coordinator never says so).
+    pub fn leads_group(&self) -> bool {
+        self.replicated && self.takes_leader_writes()
+    }
+
     /// Whether this replica has applied a generation of its group.
     pub fn is_established(&self) -> bool {
         self.established.load(Ordering::Acquire)

@@ -630,3 +630,100 @@ async fn a_new_leader_takes_writes_for_the_cells_that_answer_while_a_worker_is_d
     cluster.start_node(workers + leader);
     cluster.assert_no_crash();
 }
+
+/// `GET /api/trend` requests each replica has answered (0 from one that does not answer
+/// within a second: a stopped one).
+async fn trend_reads(cluster: &Cluster) -> Vec<f64> {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut counts = Vec::new();
+    for base in cluster.coordinators.clone() {
+        let response = client
+            .get(format!("{base}/metrics"))
+            .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await;
+        let metrics = match response {
+            Ok(response) => response.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        counts.push(metric_sum(&metrics, "http_requests_total", &["route=\"/api/trend\""]));
+    }
+    counts
+}
+
+/// `count` trend reads through nginx without a session, each its own connection; how many
+/// answered 200 within a second.
+async fn trend_through(public: &str, count: usize) -> usize {
+    let mut answered = 0;
+    for _ in 0..count {
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let response = client
+            .get(format!("{public}/api/trend"))
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await;
+        answered += usize::from(response.is_ok_and(|response| response.status() == 200));
+    }
+    answered
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_keeps_clients_without_a_session_off_the_leader_and_skips_a_stopped_replica() {
+    let Some(nginx) = nginx_or_skip() else { return };
+    let (mut cluster, leader) = three_replicas(None).await;
+    let web = fixture_front_end();
+    let (mut server, public) = public_nginx(&cluster, &nginx, &web.path).await;
+    let workers = cluster.workers.len();
+
+    // Once nginx has heard from every replica, a client without a session goes to a
+    // follower, the same one every time.
+    let (before, after) = wait_until(
+        "reads without a session reach followers only",
+        Duration::from_secs(10),
+        || async {
+            let before = trend_reads(&cluster).await;
+            (trend_through(&public, 10).await == 10).then_some(())?;
+            let after = trend_reads(&cluster).await;
+            (after[leader] == before[leader]).then_some((before, after))
+        },
+    )
+    .await;
+    let served: Vec<usize> = (0..3).filter(|replica| after[*replica] > before[*replica]).collect();
+    assert_eq!(served.len(), 1, "one replica for one client: {before:?} -> {after:?}");
+    let follower = served[0];
+    assert_ne!(follower, leader);
+    let before = trend_reads(&cluster).await;
+    assert_eq!(trend_through(&public, 20).await, 20);
+    let after = trend_reads(&cluster).await;
+    assert_eq!(after[follower] - before[follower], 20.0, "{before:?} -> {after:?}");
+
+    // That follower hangs with its sockets open: nginx's probe finds it silent and sends
+    // the client to the other follower, not the leader, each read answered within a second.
+    cluster.signal_node(workers + follower, "STOP");
+    let other = (0..3)
+        .find(|replica| *replica != leader && *replica != follower)
+        .unwrap();
+    let stopped_at = Instant::now();
+    wait_until("reads skip the stopped replica", Duration::from_secs(5), || async {
+        (trend_through(&public, 1).await == 1).then_some(())
+    })
+    .await;
+    eprintln!("reads answered again {:?} after the stop", stopped_at.elapsed());
+    let before = trend_reads(&cluster).await;
+    assert_eq!(
+        trend_through(&public, 20).await,
+        20,
+        "every read answered within a second"
+    );
+    let after = trend_reads(&cluster).await;
+    assert_eq!(
+        after[other] - before[other],
+        20.0,
+        "the other follower: {before:?} -> {after:?}"
+    );
+    assert_eq!(after[leader], before[leader], "not the leader");
+    cluster.signal_node(workers + follower, "CONT");
+    server.assert_running();
+    cluster.assert_no_crash();
+}

@@ -416,7 +416,7 @@ async fn the_control_server_takes_newer_maps_only_and_every_nginx_worker_routes_
         static_dir: &web.path,
         front: &front,
         secret,
-        coordinator: "127.0.0.1:9",
+        coordinators: &["127.0.0.1:9".to_owned()],
         cells: &cells,
         // Two worker processes, each with its own copy of the map.
         worker_processes: 2,

@@ -168,6 +168,7 @@ async fn health(State(state): State<AppState>) -> Response {
         ready: true,
         generation: state.store.shard().generation,
         map_version: state.cells.version(),
+        leader: false,
     };
     json_response(serde_json::to_vec(&health).unwrap_or_default())
 }
