@@ -231,24 +231,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             callback.log_io_completed(Ok(()));
             return Ok(());
         }
-        // Readable at once, written in order behind what was queued before; raft goes on
-        // (a leader sends the entries to its followers) while the disk syncs, and hears of
-        // the sync from the callback. Waiting here held raft's loop for the write, the sync
-        // and the hops between tasks that carry them, each long on a loaded machine.
-        let record = Record::Entries(entries);
-        let bytes = encode(&record);
-        self.copy.lock().apply(record);
-        match self.wal.queue(&bytes).await {
-            Ok(written) => {
-                tokio::spawn(async move {
-                    let outcome = written.await.map_err(|error| io::Error::other(error.to_string()));
-                    callback.log_io_completed(outcome);
-                });
+        match self.write(Record::Entries(entries)).await {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
                 Ok(())
             }
             Err(error) => {
                 callback.log_io_completed(Err(io::Error::other(error.to_string())));
-                Err(log_error(error, true))
+                Err(error)
             }
         }
     }

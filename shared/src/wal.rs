@@ -280,27 +280,13 @@ impl Wal {
 
     /// Appends one record; returns once it is written (and synced, under `always`).
     pub async fn append(&self, payload: &[u8]) -> Result<(), WalError> {
-        self.queue(payload).await?.await
-    }
-
-    /// Queues one record behind those queued before it and returns once it is queued; the
-    /// future it returns ends once the record is written (and synced, under `always`). A
-    /// caller that must not wait for the disk (raft's log, which is told of the write by a
-    /// callback) queues in order and waits elsewhere.
-    pub async fn queue(
-        &self,
-        payload: &[u8],
-    ) -> Result<impl std::future::Future<Output = Result<(), WalError>> + Send + 'static, WalError> {
         if payload.is_empty() || payload.len() > MAX_RECORD_BYTES {
             return Err(WalError::TooLarge(payload.len()));
         }
         let record = frame(payload);
-        let (done, answer) = oneshot::channel();
-        self.sender
-            .send(Command::Append { record, done })
-            .await
-            .map_err(|_| WalError::Stopped)?;
-        Ok(async move { answer.await.map_err(|_| WalError::Stopped)?.map_err(WalError::Io) })
+        self.call(|done| Command::Append { record, done })
+            .await?
+            .map_err(WalError::Io)
     }
 
     /// Ends the writer: every record queued before this call is written, a compaction it
