@@ -3,7 +3,7 @@
 -- `balancer_by_lua_block { isu_replicas.balance() }`).
 --
 -- Health. One nginx worker process asks every replica's `/healthz` every PROBE_EVERY
--- seconds (HTTP/1.0, PROBE_TIMEOUT_MS for the whole exchange) and keeps the answer in the
+-- seconds (HTTP/1.0; PROBE_TIMEOUT_MS to connect, to send and to read) and keeps the answer in the
 -- shared dictionary `isu_placement` for ANSWER_TTL seconds: "leader" (200, and it says it
 -- leads), "up" (200), "starting" (any other status: not ready) or "down" (no connection,
 -- no answer in time: dead, or stopped with its sockets open). A request failed on a replica
@@ -141,7 +141,10 @@ isu_replicas = (function()
     for _, address in ipairs(replicas) do
       if not tried[address] then
         local r = rank(address, with_session, any_answer)
-        local weight = ngx.crc32_long(key .. "@" .. address)
+        -- md5, not crc32: crc32 is affine, so for keys of one length the comparison of two
+        -- replicas' weights turns on one bit that does not depend on the key, and one
+        -- replica of three would win about half of the clients.
+        local weight = tonumber(ngx.md5(key .. "@" .. address):sub(1, 8), 16)
         if best == nil or r < best_rank or (r == best_rank and weight > best_weight) then
           best, best_rank, best_weight = address, r, weight
         end
