@@ -106,11 +106,11 @@ isu_replicas = (function()
     ngx.timer.at(0, probe_all)
   end
 
-  local function rank(address, with_session, any_answer)
+  -- The rank of a replica whose probe answered `state` (nil: none kept).
+  local function rank(address, state, with_session, any_answer)
     if dict:get("aside:" .. address) then
       return 2
     end
-    local state = dict:get("replica:" .. address)
     if state == nil then
       return any_answer and 2 or 0
     end
@@ -130,17 +130,17 @@ isu_replicas = (function()
     if not with_session then
       key = ngx.var.remote_addr or ""
     end
-    local any_answer = false
+    -- Each replica's probe answer, read once.
+    local states, any_answer = {}, false
     for _, address in ipairs(replicas) do
-      if dict:get("replica:" .. address) then
-        any_answer = true
-        break
-      end
+      local state = dict:get("replica:" .. address)
+      states[address] = state
+      any_answer = any_answer or state ~= nil
     end
     local best, best_rank, best_weight
     for _, address in ipairs(replicas) do
       if not tried[address] then
-        local r = rank(address, with_session, any_answer)
+        local r = rank(address, states[address], with_session, any_answer)
         -- md5, not crc32: crc32 is affine, so for keys of one length the comparison of two
         -- replicas' weights turns on one bit that does not depend on the key, and one
         -- replica of three would win about half of the clients.
@@ -159,16 +159,12 @@ isu_replicas = (function()
     local ctx = ngx.ctx
     local tried = ctx.isu_replicas_tried
     if tried then
-      local last = ctx.isu_replicas_last
-      if last then
-        dict:set("aside:" .. last, true, SET_ASIDE)
-      end
+      -- A retry: the replica tried last failed this request.
+      dict:set("aside:" .. ctx.isu_replicas_last, true, SET_ASIDE)
     else
       tried = {}
       ctx.isu_replicas_tried = tried
-      if #replicas > 1 then
-        balancer.set_more_tries(#replicas - 1)
-      end
+      balancer.set_more_tries(#replicas - 1)
     end
     local address = choose(tried)
     if not address then

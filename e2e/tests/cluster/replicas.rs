@@ -9,23 +9,31 @@ use std::time::{Duration, Instant};
 use e2e::*;
 use serde_json::Value;
 
-/// Each replica's `/internal/replica` answer (`None`: it did not answer within a second; a
-/// paused replica never does).
-async fn statuses(cluster: &Cluster) -> Vec<Option<Value>> {
+/// Each replica's successful answer to `GET path` with the cluster secret (`None`: it did
+/// not answer within a second; a paused replica never does).
+async fn ask_each_replica(cluster: &Cluster, path: &str) -> Vec<Option<reqwest::Response>> {
     let mut answers = Vec::new();
     for base in &cluster.coordinators {
         let asked = cluster
             .raw_client()
-            .get(format!("{base}/internal/replica"))
+            .get(format!("{base}{path}"))
             .header(shared::protocol::SECRET_HEADER, &cluster.secret)
             .timeout(Duration::from_secs(1))
             .send()
             .await;
-        let answer = match asked {
-            Ok(response) if response.status().is_success() => response.json::<Value>().await.ok(),
-            _ => None,
-        };
-        answers.push(answer);
+        answers.push(asked.ok().filter(|response| response.status().is_success()));
+    }
+    answers
+}
+
+/// Each replica's `/internal/replica` answer (`None`: it did not answer within a second).
+async fn statuses(cluster: &Cluster) -> Vec<Option<Value>> {
+    let mut answers = Vec::new();
+    for response in ask_each_replica(cluster, "/internal/replica").await {
+        answers.push(match response {
+            Some(response) => response.json::<Value>().await.ok(),
+            None => None,
+        });
     }
     answers
 }
@@ -634,18 +642,11 @@ async fn a_new_leader_takes_writes_for_the_cells_that_answer_while_a_worker_is_d
 /// `GET /api/trend` requests each replica has answered (0 from one that does not answer
 /// within a second: a stopped one).
 async fn trend_reads(cluster: &Cluster) -> Vec<f64> {
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let mut counts = Vec::new();
-    for base in cluster.coordinators.clone() {
-        let response = client
-            .get(format!("{base}/metrics"))
-            .header(shared::protocol::SECRET_HEADER, &cluster.secret)
-            .timeout(Duration::from_secs(1))
-            .send()
-            .await;
+    for response in ask_each_replica(cluster, "/metrics").await {
         let metrics = match response {
-            Ok(response) => response.text().await.unwrap_or_default(),
-            Err(_) => String::new(),
+            Some(response) => response.text().await.unwrap_or_default(),
+            None => String::new(),
         };
         counts.push(metric_sum(&metrics, "http_requests_total", &["route=\"/api/trend\""]));
     }
