@@ -35,6 +35,7 @@ const MAP_TAG: u8 = 5;
 const MIGRATION_TAG: u8 = 6;
 const REGISTERING_TAG: u8 = 7;
 const PUBLISHED_TAG: u8 = 8;
+const ABANDONED_TAG: u8 = 9;
 
 /// A registration the replicated log has seen start and not end (replicas only): its ISU is
 /// provisional on its worker and maybe activated at JIA (`accepted: false`), or logged with
@@ -194,11 +195,36 @@ pub fn log_path(data_dir: &Path) -> PathBuf {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     Snapshot(Restored),
-    User { generation: u64, user: String },
-    Isu { generation: u64, isu: LoggedIsu },
-    Removed { generation: u64, uuid: String },
-    Registering { generation: u64, unfinished: Unfinished },
-    Published { generation: u64, uuid: String },
+    User {
+        generation: u64,
+        user: String,
+    },
+    /// A registered ISU; `request` is the registration request's id (replicas).
+    Isu {
+        generation: u64,
+        isu: LoggedIsu,
+        request: Option<String>,
+    },
+    Removed {
+        generation: u64,
+        uuid: String,
+    },
+    /// Written by replicas before 2026-12-04 (a registration's start and end); still read.
+    Registering {
+        generation: u64,
+        unfinished: Unfinished,
+    },
+    Published {
+        generation: u64,
+        uuid: String,
+    },
+    /// Registrations a new leader found provisional on their workers and rolled back there
+    /// (their ISUs never committed): their request ids, so a request sent again is answered
+    /// from its outcome (a 503) instead of asking JIA again.
+    Abandoned {
+        generation: u64,
+        registrations: Vec<Unfinished>,
+    },
     Map(PlacementMap),
     Migration(Migration),
 }
@@ -217,6 +243,11 @@ pub fn decode(payload: &[u8]) -> Option<Record> {
         ISU_TAG => Record::Isu {
             generation: decoder.u64()?,
             isu: LoggedIsu::decode(&mut decoder)?,
+            // Written since replicas dropped the start record: absent in older records.
+            request: match decoder.is_empty() {
+                true => None,
+                false => Some(decoder.str()?.to_owned()),
+            },
         },
         REMOVED_TAG => Record::Removed {
             generation: decoder.u64()?,
@@ -229,6 +260,10 @@ pub fn decode(payload: &[u8]) -> Option<Record> {
         PUBLISHED_TAG => Record::Published {
             generation: decoder.u64()?,
             uuid: decoder.str()?.to_owned(),
+        },
+        ABANDONED_TAG => Record::Abandoned {
+            generation: decoder.u64()?,
+            registrations: serde_json::from_str(decoder.str()?).ok()?,
         },
         _ => return None,
     })
@@ -265,7 +300,7 @@ pub fn replay(data_dir: &Path) -> std::io::Result<Option<Restored>> {
                         migrations.insert(migration.id, migration);
                     }
                     Record::User { generation, user } if generation == state.generation => state.users.push(user),
-                    Record::Isu { generation, isu } if generation == state.generation => {
+                    Record::Isu { generation, isu, .. } if generation == state.generation => {
                         isus.insert(isu.uuid.clone(), (isu.id, isu));
                     }
                     Record::Removed { generation, uuid } if generation == state.generation => {
@@ -440,11 +475,15 @@ impl Journal {
         self.append(|| of_generation(USER_TAG, generation, user)).await
     }
 
-    pub async fn isu(&self, generation: u64, isu: &LoggedIsu) -> Result<(), JournalError> {
+    /// A registered ISU; `request` is the registration request's id (replicas).
+    pub async fn isu(&self, generation: u64, isu: &LoggedIsu, request: Option<&str>) -> Result<(), JournalError> {
         self.append_as_leader(|| {
             let mut encoder = Encoder::new(ISU_TAG);
             encoder.u64(generation);
             isu.encode(&mut encoder);
+            if let Some(request) = request {
+                encoder.str(request);
+            }
             encoder
         })
         .await
@@ -472,14 +511,16 @@ impl Journal {
         .await
     }
 
-    /// A registration starts (replicas only): before its ISU is provisional on its worker.
-    pub async fn registering(&self, generation: u64, unfinished: &Unfinished) -> Result<(), JournalError> {
-        let json = serde_json::to_string(unfinished).expect("registrations serialise");
-        self.append_as_leader(|| of_generation(REGISTERING_TAG, generation, &json))
+    /// Registrations a new leader rolled back on their workers (replicas only; see
+    /// [`Record::Abandoned`]).
+    pub async fn abandoned(&self, generation: u64, registrations: &[Unfinished]) -> Result<(), JournalError> {
+        let json = serde_json::to_string(registrations).expect("registrations serialise");
+        self.append_as_leader(|| of_generation(ABANDONED_TAG, generation, &json))
             .await
     }
 
-    /// A registration ended: its ISU is published on its worker (replicas only).
+    /// A registration ended: its ISU is published on its worker (replicas: ends a
+    /// registration a log written before 2026-12-04 holds as started).
     pub async fn published(&self, generation: u64, uuid: &str) -> Result<(), JournalError> {
         self.append_as_leader(|| of_generation(PUBLISHED_TAG, generation, uuid))
             .await
@@ -545,6 +586,42 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_isu_record_carries_its_request_and_one_without_reads_as_none() {
+        let logged = isu(12, "uuid-12", None);
+        for request in [Some("req-1"), None] {
+            let mut encoder = Encoder::new(ISU_TAG);
+            encoder.u64(3);
+            logged.encode(&mut encoder);
+            if let Some(request) = request {
+                encoder.str(request);
+            }
+            assert_eq!(
+                decode(&encoder.bytes),
+                Some(Record::Isu {
+                    generation: 3,
+                    isu: logged.clone(),
+                    request: request.map(str::to_owned),
+                })
+            );
+        }
+        let abandoned = vec![Unfinished {
+            uuid: "uuid-13".into(),
+            id: 13,
+            owner: "alice".into(),
+            accepted: false,
+            request: Some("req-2".into()),
+        }];
+        let json = serde_json::to_string(&abandoned).unwrap();
+        assert_eq!(
+            decode(&of_generation(ABANDONED_TAG, 3, &json).bytes),
+            Some(Record::Abandoned {
+                generation: 3,
+                registrations: abandoned
+            })
+        );
+    }
+
     #[tokio::test]
     async fn replay_restores_the_snapshot_and_later_records_of_its_generation_only() {
         let directory = std::env::temp_dir().join(format!("coordinator-journal-{}", std::process::id()));
@@ -567,8 +644,8 @@ mod tests {
         .unwrap();
         journal.snapshot().await.unwrap();
         journal.user(7, "bob").await.unwrap();
-        journal.isu(7, &isu(30, "u30", Some(b"icon"))).await.unwrap();
-        journal.isu(7, &isu(31, "u31", None)).await.unwrap();
+        journal.isu(7, &isu(30, "u30", Some(b"icon")), None).await.unwrap();
+        journal.isu(7, &isu(31, "u31", None), Some("request-31")).await.unwrap();
         journal.removed(7, "u31").await.unwrap();
         journal.user(6, "from another generation").await.unwrap();
         let cells = (0..2)

@@ -288,6 +288,23 @@ impl WorkerClient {
             .await
     }
 
+    /// The registrations the worker of `cell` holds provisionally (a new leader ends them).
+    pub async fn unpublished(
+        &self,
+        cell: CellId,
+        generation: u64,
+    ) -> Result<Vec<shared::protocol::UnpublishedIsu>, WorkerCallError> {
+        let response = self
+            .post_for_response(
+                cell,
+                shared::protocol::WORKER_UNPUBLISHED,
+                &ResendLatest { generation },
+                CALL_TIMEOUT,
+            )
+            .await?;
+        response.json().await.map_err(self.transport(cell))
+    }
+
     /// Asks a migration's source to export its subject to the target; answers once the target
     /// holds the whole history (a slot of a million conditions takes seconds, hence the timeout).
     pub async fn export(&self, cell: CellId, request: &ExportSubject) -> Result<ExportReport, WorkerCallError> {

@@ -30,6 +30,9 @@ pub const WORKER_PROVISIONAL: &str = "/internal/isu/provisional";
 pub const WORKER_PUBLISH: &str = "/internal/isu/publish";
 /// Worker: forget a provisional ISU and everything posted to it.
 pub const WORKER_ROLLBACK: &str = "/internal/isu/rollback";
+/// Worker: the registrations it holds provisionally, as [`UnpublishedIsu`]s (POST
+/// `{"generation"}`): a new leader of the coordinator replicas ends each one.
+pub const WORKER_UNPUBLISHED: &str = "/internal/isu/unpublished";
 /// Worker: push the latest condition of every published ISU again (a restarted
 /// coordinator restored its ISUs from its log, but not their latest conditions).
 pub const WORKER_RESEND_LATEST: &str = "/internal/latest/resend";
@@ -166,6 +169,20 @@ pub struct ProvisionalIsu {
     pub uuid: String,
     pub owner: String,
     pub name: String,
+    /// The registration request's id (replicas): kept with the provisional ISU, so a new
+    /// leader that rolls it back can answer that request, sent again, from its outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+}
+
+/// One registration a worker holds provisionally (see [`WORKER_UNPUBLISHED`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnpublishedIsu {
+    pub uuid: String,
+    pub id: i64,
+    pub owner: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
 }
 
 /// Body of [`WORKER_PUBLISH`]: applies only to the provisional entry of registration `id`.

@@ -155,7 +155,9 @@ impl Journal {
         .await
     }
 
-    pub async fn provisional(&self, isu: &ProvisionalIsu) -> Result<(), WalError> {
+    /// A provisional ISU: a registration's (`registration`, logged with its request id) or
+    /// a migration's import.
+    pub async fn provisional(&self, isu: &ProvisionalIsu, registration: bool) -> Result<(), WalError> {
         self.append(|| {
             let mut encoder = Encoder::new(PROVISIONAL_TAG);
             encoder
@@ -164,6 +166,10 @@ impl Journal {
                 .str(&isu.uuid)
                 .str(&isu.owner)
                 .str(&isu.name);
+            if registration {
+                // Written since replicas: a record without it is read as an import.
+                encoder.u8(1).str(isu.request.as_deref().unwrap_or(""));
+            }
             encoder
         })
         .await
@@ -323,7 +329,13 @@ fn apply(shard: &Shard, tag: u8, decoder: &mut Decoder<'_>) -> Option<()> {
         }
         PROVISIONAL_TAG => {
             let (id, uuid, owner, name) = (decoder.i64()?, decoder.str()?, decoder.str()?, decoder.str()?);
-            shard.provisional(uuid, owner, name, id).ok().map(drop)
+            if decoder.is_empty() {
+                // A migration's import (or a registration logged before replicas).
+                return shard.provisional_entry(uuid, owner, name, id).ok().map(drop);
+            }
+            let (_registration, request) = (decoder.u8()?, decoder.str()?);
+            let request = (!request.is_empty()).then_some(request);
+            shard.provisional(uuid, owner, name, id, request).ok().map(drop)
         }
         PUBLISH_TAG => {
             let (id, uuid) = (decoder.i64()?, decoder.str()?);

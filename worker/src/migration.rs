@@ -302,13 +302,17 @@ pub async fn admit(shard: &Shard, journal: &Journal, chunk: &ImportChunk, isu: &
     match shard.import(&isu.uuid, &isu.owner, &isu.name, isu.id) {
         Ok(true) => {
             journal
-                .provisional(&ProvisionalIsu {
-                    generation: chunk.generation,
-                    id: isu.id,
-                    uuid: isu.uuid.clone(),
-                    owner: isu.owner.clone(),
-                    name: isu.name.clone(),
-                })
+                .provisional(
+                    &ProvisionalIsu {
+                        generation: chunk.generation,
+                        id: isu.id,
+                        uuid: isu.uuid.clone(),
+                        owner: isu.owner.clone(),
+                        name: isu.name.clone(),
+                        request: None,
+                    },
+                    false,
+                )
                 .await?;
             Ok(())
         }

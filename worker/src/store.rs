@@ -328,7 +328,13 @@ pub struct Shard {
     users: DashSet<Box<str>>,
     pub messages: Messages,
     push_queue: Mutex<PushQueue>,
+    /// The registrations held provisionally (not a migration's imports): UUID to the
+    /// registration's id and request id, until published or rolled back.
+    registering: Mutex<std::collections::HashMap<Box<str>, Registering>>,
 }
+
+/// A registration held provisionally: its id and its request's id.
+type Registering = (i64, Option<Box<str>>);
 
 #[derive(Debug, Default)]
 struct PushQueue {
@@ -365,6 +371,7 @@ impl Shard {
             users: DashSet::new(),
             messages: Messages::default(),
             push_queue: Mutex::new(PushQueue::default()),
+            registering: Mutex::default(),
         }
     }
 
@@ -419,7 +426,30 @@ impl Shard {
     /// whatever was posted to it; a published one, or a newer registration's, is kept.
     /// The same registration sent again (the coordinator retries a call whose answer
     /// it lost) is [`Provisional::Repeated`]: the entry and what was posted to it stay.
-    pub fn provisional(&self, uuid: &str, owner: &str, name: &str, id: i64) -> Result<Provisional, ProvisionalError> {
+    /// `request` is the registration request's id (see [`Shard::unpublished_registrations`]).
+    pub fn provisional(
+        &self,
+        uuid: &str,
+        owner: &str,
+        name: &str,
+        id: i64,
+        request: Option<&str>,
+    ) -> Result<Provisional, ProvisionalError> {
+        let provisional = self.provisional_entry(uuid, owner, name, id)?;
+        self.registering
+            .lock()
+            .insert(uuid.into(), (id, request.map(Box::from)));
+        Ok(provisional)
+    }
+
+    /// The entry of [`Shard::provisional`] without noting a registration (a replayed import).
+    pub fn provisional_entry(
+        &self,
+        uuid: &str,
+        owner: &str,
+        name: &str,
+        id: i64,
+    ) -> Result<Provisional, ProvisionalError> {
         match self.isus.entry(uuid.into()) {
             dashmap::Entry::Occupied(occupied)
                 if !occupied.get().is_published()
@@ -451,16 +481,49 @@ impl Shard {
             return false;
         }
         entry.published.store(true, Ordering::Release);
+        self.forget_registering(uuid, id);
         if entry.latest().is_some() {
             self.enqueue(&entry);
         }
         true
     }
 
+    fn forget_registering(&self, uuid: &str, id: i64) {
+        let mut registering = self.registering.lock();
+        if registering.get(uuid).is_some_and(|(held, _)| *held == id) {
+            registering.remove(uuid);
+        }
+    }
+
+    /// The registrations held provisionally, neither published nor rolled back (a
+    /// migration's imports are not registrations): a new leader of the coordinator
+    /// replicas publishes those its log accepted and rolls back the others.
+    pub fn unpublished_registrations(&self) -> Vec<shared::protocol::UnpublishedIsu> {
+        let registering: Vec<(Box<str>, i64, Option<Box<str>>)> = self
+            .registering
+            .lock()
+            .iter()
+            .map(|(uuid, (id, request))| (uuid.clone(), *id, request.clone()))
+            .collect();
+        registering
+            .into_iter()
+            .filter_map(|(uuid, id, request)| {
+                let entry = self.isu(&uuid)?;
+                (entry.id() == id && !entry.is_published()).then(|| shared::protocol::UnpublishedIsu {
+                    uuid: uuid.into(),
+                    id,
+                    owner: entry.owner.to_string(),
+                    request: request.map(String::from),
+                })
+            })
+            .collect()
+    }
+
     /// Forgets registration `id`'s ISU and what was posted to it: a provisional
     /// one, or one whose publish reached this worker while the answer was lost
     /// (the coordinator has not registered it).
     pub fn rollback(&self, uuid: &str, id: i64) -> bool {
+        self.forget_registering(uuid, id);
         self.isus.remove_if(uuid, |_, entry| entry.id() == id).is_some()
     }
 
@@ -489,6 +552,7 @@ impl Shard {
 
     /// Removes `uuid` whatever its state (a migration's source forgetting it); its entry.
     pub fn forget(&self, uuid: &str) -> Option<Arc<IsuEntry>> {
+        self.registering.lock().remove(uuid);
         self.isus.remove(uuid).map(|(_, entry)| entry)
     }
 
@@ -751,7 +815,7 @@ mod tests {
 
     fn shard_with(uuid: &str, conditions: &[(i64, &str)]) -> Shard {
         let shard = Shard::new(1);
-        shard.provisional(uuid, "alice", "chair", 1).unwrap();
+        shard.provisional(uuid, "alice", "chair", 1, None).unwrap();
         shard.publish(uuid, 1);
         let batch: Vec<NewCondition> = conditions
             .iter()
@@ -891,7 +955,7 @@ mod tests {
     #[test]
     fn a_failed_push_keeps_the_time_its_isus_were_first_queued() {
         let shard = Shard::new(1);
-        shard.provisional("p", "alice", "chair", 7).unwrap();
+        shard.provisional("p", "alice", "chair", 7, None).unwrap();
         assert!(shard.publish("p", 7));
         let batch = [NewCondition {
             timestamp: 1,
@@ -921,7 +985,7 @@ mod tests {
             message: "",
         }];
         assert_eq!(shard.post("nope", &batch), Err(PostError::UnknownIsu));
-        shard.provisional("p", "alice", "chair", 7).unwrap();
+        shard.provisional("p", "alice", "chair", 7, None).unwrap();
         shard.post("p", &batch).unwrap();
         assert!(shard.owned_isu("p", "alice").is_none());
         assert!(shard.take_changed().0.is_empty(), "provisional ISUs are not pushed");
@@ -929,7 +993,7 @@ mod tests {
         assert_eq!(shard.owned_isu("p", "alice").unwrap().id(), 7);
         assert!(shard.owned_isu("p", "bob").is_none());
         assert_eq!(
-            shard.provisional("p", "bob", "x", 8),
+            shard.provisional("p", "bob", "x", 8, None),
             Err(ProvisionalError::AlreadyExists)
         );
         let (changed, oldest) = shard.take_changed();
@@ -946,7 +1010,7 @@ mod tests {
     #[test]
     fn a_leftover_provisional_isu_is_replaced_with_its_conditions() {
         let shard = Shard::new(1);
-        shard.provisional("p", "alice", "old", 1).unwrap();
+        shard.provisional("p", "alice", "old", 1, None).unwrap();
         let batch = [NewCondition {
             timestamp: 5,
             flags: flags(false, INFO),
@@ -954,11 +1018,11 @@ mod tests {
         }];
         shard.post("p", &batch).unwrap();
         assert_eq!(
-            shard.provisional("p", "late", "stale", 1),
+            shard.provisional("p", "late", "stale", 1, None),
             Err(ProvisionalError::AlreadyExists)
         );
         assert_eq!(
-            shard.provisional("p", "alice", "old", 1),
+            shard.provisional("p", "alice", "old", 1, None),
             Ok(Provisional::Repeated),
             "the same registration sent again"
         );
@@ -967,7 +1031,7 @@ mod tests {
             1,
             "a repeat keeps what was posted"
         );
-        shard.provisional("p", "bob", "new", 2).unwrap();
+        shard.provisional("p", "bob", "new", 2, None).unwrap();
         let entry = shard.isu("p").unwrap();
         assert_eq!((&*entry.owner, entry.condition_count()), ("bob", 0));
         assert!(!shard.publish("p", 1), "the old registration's publish is ignored");
@@ -975,9 +1039,37 @@ mod tests {
     }
 
     #[test]
+    fn unpublished_registrations_are_the_provisional_ones_until_published_or_rolled_back() {
+        let shard = Shard::new(1);
+        shard.provisional("a", "alice", "chair", 7, Some("req-a")).unwrap();
+        shard.provisional("b", "bob", "chair", 8, None).unwrap();
+        shard.provisional("c", "carol", "chair", 9, None).unwrap();
+        assert_eq!(shard.import("m", "dave", "moved", 3), Ok(true));
+        assert!(shard.publish("b", 8));
+        assert!(shard.rollback("c", 9));
+        let held = shard.unpublished_registrations();
+        assert_eq!(
+            held,
+            vec![shared::protocol::UnpublishedIsu {
+                uuid: "a".into(),
+                id: 7,
+                owner: "alice".into(),
+                request: Some("req-a".into()),
+            }],
+            "neither a published one, a rolled-back one nor a migration's import"
+        );
+        // A later registration of the UUID replaces the leftover, with its own request.
+        shard.provisional("a", "erin", "again", 10, Some("req-b")).unwrap();
+        let held = shard.unpublished_registrations();
+        assert_eq!((held[0].id, held[0].request.as_deref()), (10, Some("req-b")));
+        assert!(!shard.rollback("a", 7), "the old registration's rollback is ignored");
+        assert_eq!(shard.unpublished_registrations().len(), 1);
+    }
+
+    #[test]
     fn rollback_forgets_provisional_conditions() {
         let shard = Shard::new(1);
-        shard.provisional("p", "alice", "chair", 7).unwrap();
+        shard.provisional("p", "alice", "chair", 7, None).unwrap();
         let batch = [NewCondition {
             timestamp: 5,
             flags: flags(false, INFO),

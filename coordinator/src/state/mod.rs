@@ -85,6 +85,9 @@ pub struct State {
     /// The control plane: which cell owns which ISU.
     pub placement: Placement,
     ready: AtomicBool,
+    /// Replicas, leading: the cells whose worker did not answer when this replica took over,
+    /// so the registrations it holds provisionally are ended when it answers again.
+    registrations_left: parking_lot::Mutex<std::collections::BTreeSet<shared::placement_map::CellId>>,
     reset_lock: tokio::sync::Mutex<()>,
     /// One migration at a time.
     migration_lock: tokio::sync::Mutex<()>,
@@ -134,6 +137,7 @@ impl State {
             jia,
             placement,
             ready: AtomicBool::new(false),
+            registrations_left: parking_lot::Mutex::default(),
             reset_lock: tokio::sync::Mutex::new(()),
             migration_lock: tokio::sync::Mutex::new(()),
             migration_grace: DEFAULT_MIGRATION_GRACE,

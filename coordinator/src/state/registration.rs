@@ -1,6 +1,11 @@
 //! The registration protocol: provisional ISU on the owning worker, JIA activation with
 //! that worker's device URL, then publish (logged first) or roll back on both nodes; a
 //! concurrent registration of the same UUID waits for the first.
+//!
+//! Replicas commit one record per registration, the accepted ISU with its character (and the
+//! request's id), before its worker publishes it. What a leader leaves unfinished is on the
+//! workers: a new leader asks each worker for the registrations it holds provisionally,
+//! publishes those the log accepted and rolls back the others.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -48,10 +53,11 @@ impl Drop for Claim {
     }
 }
 
-/// Crash tests only (fail points, off in any deployment): `registration-started=return(UUID)`
-/// or `registration-accepted=return(UUID)` holds that ISU's registration there for a minute,
-/// `return(UUID/MILLIS)` for that long (after its start is logged; after its ISU is logged
-/// with its character), so a test can kill or pause the leader at that step.
+/// Crash tests only (fail points, off in any deployment): `registration-claimed=return(UUID)`,
+/// `registration-started=return(UUID)` or `registration-accepted=return(UUID)` holds that
+/// ISU's registration there for a minute, `return(UUID/MILLIS)` for that long (before its
+/// worker hears of it; once its ISU is provisional on its worker; once its ISU is logged with
+/// its character), so a test can kill or pause the leader at that step.
 async fn hold_for_crash_test(step: &'static str, uuid: &str) {
     if !node_http::fail_points_on() {
         return;
@@ -90,6 +96,12 @@ impl State {
             return outcome;
         }
         let (mut claim, id) = self.claim(&generation, &registration.uuid).await?;
+        if let (true, Some(request)) = (self.replicated, &registration.request) {
+            // The same request sent again to this leader (a forwarding replica's retry) is
+            // answered from this one's outcome; other replicas learn it from the log.
+            let registered = (registration.uuid.clone(), registration.owner.clone());
+            generation.requests.lock().insert(request.clone(), registered);
+        }
         let result = self.activate_and_publish(&generation, &registration, id).await;
         if result.is_ok() {
             claim.outcome = Outcome::Published;
@@ -169,7 +181,6 @@ impl State {
             Ok(icon) => icon,
             Err(error) => {
                 self.rollback_worker(cell, &rollback).await;
-                self.log_rolled_back(generation, &registration.uuid).await;
                 return Err(ApiError::Unavailable(error.to_string()));
             }
         };
@@ -181,7 +192,6 @@ impl State {
             Ok(character) => character,
             Err(error) => {
                 self.rollback_worker(cell, &rollback).await;
-                self.log_rolled_back(generation, &registration.uuid).await;
                 return Err(match error {
                     ActivateError::Refused(status) => ApiError::JiaRefused(status),
                     other => ApiError::Internal(other.to_string()),
@@ -200,10 +210,15 @@ impl State {
         };
         // Logged before the worker publishes it: an ISU visible anywhere is in the log.
         let isu = if self.replicated {
-            self.log_accepted(generation, cell, &rollback, &isu).await?
+            self.log_accepted(generation, cell, &rollback, &isu, registration.request.as_deref())
+                .await?
         } else {
             let isu = generation.publish(isu);
-            if let Err(error) = self.journal.isu(generation.id, &logged(&isu, &self.default_icon)).await {
+            if let Err(error) = self
+                .journal
+                .isu(generation.id, &logged(&isu, &self.default_icon), None)
+                .await
+            {
                 generation.remove(&registration.uuid);
                 self.rollback_worker(cell, &rollback).await;
                 return Err(ApiError::Internal(error.to_string()));
@@ -234,25 +249,13 @@ impl State {
             self.rollback_worker(cell, &rollback).await;
             return Err(ApiError::Internal(error.to_string()));
         }
-        if self.replicated {
-            // The answer does not wait for this record: the ISU is committed and on its
-            // worker already. Until the record commits the registration is unfinished with
-            // its ISU accepted, and a next leader publishes it again (idempotent).
-            let journal = self.journal.clone();
-            let (generation, uuid) = (generation.id, registration.uuid.clone());
-            tokio::spawn(async move {
-                if let Err(error) = journal.published(generation, &uuid).await {
-                    tracing::warn!(%error, %uuid, "logging a published registration failed");
-                }
-            });
-        }
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
             .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
         Ok(isu)
     }
 
-    /// Logs the start (replicas) and makes the ISU provisional on its worker; a worker that
-    /// refuses is logged as the end.
+    /// Makes the ISU provisional on its worker (replicas: with the request's id, which a next
+    /// leader that rolls it back logs).
     async fn start(
         &self,
         generation: &Arc<Generation>,
@@ -266,24 +269,10 @@ impl State {
             uuid: registration.uuid.clone(),
             owner: registration.owner.clone(),
             name: registration.name.clone(),
+            request: registration.request.clone().filter(|_| self.replicated),
         };
-        if self.replicated {
-            // Replicas: the start is logged first, so a next leader ends what this one leaves.
-            let unfinished = Unfinished {
-                uuid: registration.uuid.clone(),
-                id,
-                owner: registration.owner.clone(),
-                accepted: false,
-                request: registration.request.clone(),
-            };
-            self.journal
-                .registering(generation.id, &unfinished)
-                .await
-                .map_err(|error| ApiError::Unavailable(error.to_string()))?;
-            hold_for_crash_test("registration-started", &registration.uuid).await;
-        }
+        hold_for_crash_test("registration-claimed", &registration.uuid).await;
         if let Err(error) = self.workers.provisional(cell, &provisional).await {
-            self.log_rolled_back(generation, &registration.uuid).await;
             return Err(match error.status() {
                 Some(reqwest::StatusCode::CONFLICT) => ApiError::DuplicatedIsu,
                 // Fenced off: a newer leader has acted on the worker (and ends this one).
@@ -291,11 +280,12 @@ impl State {
                 _ => ApiError::Internal(error.to_string()),
             });
         }
+        hold_for_crash_test("registration-started", &registration.uuid).await;
         Ok(())
     }
 
-    /// Replicas: the outcome of a registration request seen before (its id logged with its
-    /// start, by this leader or an earlier one), once it is over: the ISU it registered, or a
+    /// Replicas: the outcome of a registration request seen before (by this leader, or logged
+    /// with its ISU or its rollback by an earlier one), once it is over: the ISU it registered, or a
     /// 503 when it was rolled back (it is not run again: JIA may have activated the ISU).
     /// `None` for a request not seen, or one of another user.
     async fn outcome_of_sent_again(
@@ -346,9 +336,10 @@ impl State {
         cell: CellId,
         rollback: &RollbackIsu,
         isu: &Isu,
+        request: Option<&str>,
     ) -> Result<Arc<Isu>, ApiError> {
         let logged = logged(isu, &self.default_icon);
-        if let Err(error) = self.journal.isu(generation.id, &logged).await {
+        if let Err(error) = self.journal.isu(generation.id, &logged, request).await {
             if let Err(logging) = self.journal.removed(generation.id, &isu.uuid).await {
                 tracing::warn!(%logging, uuid = %isu.uuid, "an unconfirmed accept is left to the next leader");
                 return Err(ApiError::Unavailable(error.to_string()));
@@ -363,7 +354,8 @@ impl State {
             .ok_or_else(|| ApiError::Unavailable(format!("ISU {} was reset while it registered", isu.uuid)))
     }
 
-    /// Replicas: logs that a registration logged as started was rolled back.
+    /// Replicas: logs that a registration logged as started (by a build before 2026-12-04)
+    /// was rolled back.
     async fn log_rolled_back(&self, generation: &Generation, uuid: &str) {
         if self.replicated {
             if let Err(error) = self.journal.removed(generation.id, uuid).await {
@@ -372,25 +364,125 @@ impl State {
         }
     }
 
-    /// A new leader ends the registrations an old one left unfinished: one logged with its
-    /// character (JIA activated it) is published on its worker; one that was only started is
+    /// A new leader (the workers already fenced off the old one) ends the registrations an
+    /// old one left unfinished, as its workers hold them provisionally: one the log holds
+    /// with its character (JIA activated it) is published on its worker; any other is
     /// rolled back there (JIA is never asked again: it activates an ISU at most once, and
-    /// the old leader may have asked). Each end is logged; one that fails stays unfinished
-    /// for the next leader. They are ended together (each is its own ISU): one after the
-    /// other, each waiting on its worker and a commit, they held a takeover for seconds when
-    /// the old leader died amid many registrations. Returns how many there were.
-    pub(super) async fn finish_registrations(&self, generation: &Arc<Generation>) -> usize {
-        let unfinished: Vec<Unfinished> = generation.unfinished.lock().values().cloned().collect();
-        let count = unfinished.len();
-        futures_util::stream::iter(unfinished)
+    /// the old leader may have asked), and the rolled-back requests are logged in one record.
+    /// Those of a worker that does not answer stay invisible there (a registration of the
+    /// UUID again replaces them). They are ended together (each is its own ISU): one after
+    /// the other, each waiting on its worker, they held a takeover for seconds when the old
+    /// leader died amid many registrations. Registrations an older build's log holds as
+    /// started are ended from the log. Returns how many there were.
+    pub(super) async fn finish_registrations(&self, generation: &Arc<Generation>, absent: &[CellId]) -> usize {
+        let logged: Vec<Unfinished> = generation.unfinished.lock().values().cloned().collect();
+        let count = logged.len();
+        futures_util::stream::iter(logged)
             .for_each_concurrent(ENDED_AT_ONCE, |registration| {
                 self.finish_registration(generation, registration)
             })
             .await;
+        count + self.end_provisional_registrations(generation, absent).await
+    }
+
+    /// Ends what the workers hold provisionally (see `finish_registrations`); a worker that
+    /// does not answer (or did not when this replica took over, `absent`) is left to the
+    /// watch, which ends its registrations when it does.
+    async fn end_provisional_registrations(&self, generation: &Arc<Generation>, absent: &[CellId]) -> usize {
+        self.registrations_left.lock().extend(absent.iter().copied());
+        let cells: Vec<CellId> = self.workers.cells().filter(|cell| !absent.contains(cell)).collect();
+        let ended = futures_util::future::join_all(
+            cells
+                .iter()
+                .map(|cell| self.end_registrations_held_by(generation, *cell)),
+        )
+        .await;
+        let mut count = 0;
+        for (cell, ended) in cells.into_iter().zip(ended) {
+            match ended {
+                Ok(ended) => count += ended,
+                Err(error) => {
+                    tracing::warn!(%error, "the registrations a worker holds provisionally are ended when it answers");
+                    self.registrations_left.lock().insert(cell);
+                }
+            }
+        }
         count
     }
 
-    /// Ends one registration an old leader left unfinished (see `finish_registrations`).
+    /// Ends the registrations the worker of `cell` holds provisionally (see
+    /// `finish_registrations`), except this leader's own in flight. How many there were.
+    pub(super) async fn end_registrations_held_by(
+        &self,
+        generation: &Arc<Generation>,
+        cell: CellId,
+    ) -> Result<usize, crate::worker_client::WorkerCallError> {
+        let mut held = self.workers.unpublished(cell, generation.id).await?;
+        held.retain(|isu| !generation.pending.lock().contains_key(&isu.uuid));
+        let count = held.len();
+        let abandoned = Mutex::new(Vec::new());
+        futures_util::stream::iter(held)
+            .for_each_concurrent(ENDED_AT_ONCE, |held| {
+                let abandoned = &abandoned;
+                async move {
+                    // Its id is never given again, whatever becomes of it.
+                    generation.next_id.fetch_max(held.id + 1, Ordering::AcqRel);
+                    let accepted = generation
+                        .by_uuid
+                        .get(&held.uuid)
+                        .filter(|isu| isu.id == held.id)
+                        .map(|isu| isu.character.clone());
+                    if let Some(character) = accepted {
+                        let publish = PublishIsu {
+                            generation: generation.id,
+                            uuid: held.uuid.clone(),
+                            id: held.id,
+                            character,
+                        };
+                        match self.workers.publish(cell, &publish).await {
+                            Ok(()) => {
+                                tracing::warn!(uuid = %held.uuid, "published a registration the old leader left unfinished")
+                            }
+                            Err(error) => {
+                                tracing::warn!(%error, uuid = %held.uuid, "publishing an unfinished registration failed")
+                            }
+                        }
+                        return;
+                    }
+                    let rollback = RollbackIsu {
+                        generation: generation.id,
+                        id: held.id,
+                        uuid: held.uuid.clone(),
+                    };
+                    match self.workers.rollback(cell, &rollback).await {
+                        Ok(()) => {
+                            tracing::warn!(uuid = %held.uuid, "rolled back a registration the old leader left unfinished");
+                            abandoned.lock().push(Unfinished {
+                                uuid: held.uuid,
+                                id: held.id,
+                                owner: held.owner,
+                                accepted: false,
+                                request: held.request,
+                            });
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, uuid = %held.uuid, "rolling back an unfinished registration failed")
+                        }
+                    }
+                }
+            })
+            .await;
+        let abandoned = abandoned.into_inner();
+        if !abandoned.is_empty() {
+            if let Err(error) = self.journal.abandoned(generation.id, &abandoned).await {
+                tracing::warn!(%error, "logging the rolled-back registrations failed");
+            }
+        }
+        Ok(count)
+    }
+
+    /// Ends one registration an older build's log holds as unfinished (see
+    /// `finish_registrations`).
     async fn finish_registration(&self, generation: &Arc<Generation>, registration: Unfinished) {
         let cell = self.placement.map().owner(&registration.uuid);
         let isu = generation.by_uuid.get(&registration.uuid).map(|isu| isu.clone());

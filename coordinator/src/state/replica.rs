@@ -20,6 +20,7 @@
 //! every worker's latest conditions once per generation it adopts (they are soft state that
 //! no log holds) and serves only then; the workers' pushes bring every later change.
 
+use shared::placement_map::CellId;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -194,11 +195,34 @@ impl State {
                     self.user_sync.add(generation, &user);
                 }
             }
-            Record::Isu { generation, isu } if generation == current.id => {
+            Record::Isu {
+                generation,
+                isu,
+                request,
+            } if generation == current.id => {
+                if let Some(request) = request {
+                    current
+                        .requests
+                        .lock()
+                        .insert(request, (isu.uuid.clone(), isu.owner.clone()));
+                }
                 if let Some(unfinished) = current.unfinished.lock().get_mut(&isu.uuid) {
                     unfinished.accepted = true;
                 }
                 current.publish_logged(&isu, &self.default_icon);
+            }
+            Record::Abandoned {
+                generation,
+                registrations,
+            } if generation == current.id => {
+                let mut requests = current.requests.lock();
+                let mut unfinished = current.unfinished.lock();
+                for registration in registrations {
+                    unfinished.remove(&registration.uuid);
+                    if let Some(request) = registration.request {
+                        requests.insert(request, (registration.uuid, registration.owner));
+                    }
+                }
             }
             Record::Removed { generation, uuid } if generation == current.id => {
                 current.unfinished.lock().remove(&uuid);
@@ -220,7 +244,8 @@ impl State {
             | Record::Isu { .. }
             | Record::Removed { .. }
             | Record::Registering { .. }
-            | Record::Published { .. } => {}
+            | Record::Published { .. }
+            | Record::Abandoned { .. } => {}
         }
     }
 
@@ -429,26 +454,31 @@ impl State {
         let generation = self.generation();
         let waiting_since = tokio::time::Instant::now();
         let caught_up = waiting_since - led_at;
-        loop {
+        // The cells whose worker did not answer (their registrations are ended by the watch).
+        let absent: Vec<CellId> = loop {
             let resetting = self.reset_lock.lock().await;
-            match self.reset_workers(&generation, true).await {
-                Ok(()) => break,
-                // A worker cut off or down at a takeover holds the generation already (or is
-                // reset by the watch when it answers): the others' cells are served meanwhile.
-                Err(error) if taken_over && waiting_since.elapsed() >= WORKERS_WAIT_AT_TAKEOVER => {
-                    tracing::warn!(%error, "leading without a worker that does not answer; the watch brings it up");
-                    break;
-                }
-                Err(error) => {
-                    drop(resetting);
-                    tracing::info!(%error, "waiting for workers");
-                    tokio::time::sleep(RETRY_EVERY).await;
-                }
+            let results = self.reset_each_worker(&generation, true).await;
+            let absent: Vec<CellId> = results
+                .iter()
+                .filter(|(_, result)| result.is_err())
+                .map(|(cell, _)| *cell)
+                .collect();
+            let Some(error) = results.into_iter().find_map(|(_, result)| result.err()) else {
+                break absent;
+            };
+            // A worker cut off or down at a takeover holds the generation already (or is
+            // reset by the watch when it answers): the others' cells are served meanwhile.
+            if taken_over && waiting_since.elapsed() >= WORKERS_WAIT_AT_TAKEOVER {
+                tracing::warn!(%error, "leading without a worker that does not answer; the watch brings it up");
+                break absent;
             }
-        }
+            drop(resetting);
+            tracing::info!(%error, "waiting for workers");
+            tokio::time::sleep(RETRY_EVERY).await;
+        };
         let workers_up = waiting_since.elapsed();
         let ending_since = tokio::time::Instant::now();
-        let ended = self.finish_registrations(&generation).await;
+        let ended = self.finish_registrations(&generation, &absent).await;
         self.leading.store(true, Ordering::Release);
         // Before it says it is ready: nginx may start as soon as a replica is healthy, and
         // starts from this file.

@@ -69,13 +69,26 @@ impl State {
 
     /// Brings every worker to `generation` (see [`State::bring_worker_up`]).
     pub(super) async fn reset_workers(&self, generation: &Arc<Generation>, keep_current: bool) -> anyhow::Result<()> {
+        self.reset_each_worker(generation, keep_current)
+            .await
+            .into_iter()
+            .try_for_each(|(_, result)| result)
+    }
+
+    /// [`State::reset_workers`], with each cell's outcome.
+    pub(super) async fn reset_each_worker(
+        &self,
+        generation: &Arc<Generation>,
+        keep_current: bool,
+    ) -> Vec<(CellId, anyhow::Result<()>)> {
+        let cells: Vec<CellId> = self.workers.cells().collect();
         let results = futures_util::future::join_all(
-            self.workers
-                .cells()
-                .map(|cell| self.bring_worker_up(generation, cell, keep_current)),
+            cells
+                .iter()
+                .map(|cell| self.bring_worker_up(generation, *cell, keep_current)),
         )
         .await;
-        results.into_iter().collect()
+        cells.into_iter().zip(results).collect()
     }
 
     /// Sends a worker the ISUs of `generation` its cell owns in the current map.
@@ -109,8 +122,21 @@ impl State {
                 }
                 let generation = self.generation();
                 if health.generation == generation.id {
+                    if self.registrations_left.lock().contains(&cell) {
+                        // It did not answer when this replica took over.
+                        if let Ok(ended) = self.end_registrations_held_by(&generation, cell).await {
+                            self.registrations_left.lock().remove(&cell);
+                            tracing::info!(
+                                ended,
+                                worker = self.workers.role(cell),
+                                "ended the registrations a worker held since the takeover"
+                            );
+                        }
+                    }
                     continue;
                 }
+                // Reset: the registrations it held are gone.
+                self.registrations_left.lock().remove(&cell);
                 tracing::warn!(
                     worker = self.workers.role(cell),
                     worker_generation = health.generation,

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use e2e::*;
 use serde_json::Value;
 
-/// Each replica's successful answer to `GET path` with the cluster secret (`None`: it did
-/// not answer within a second; a paused replica never does).
-async fn ask_each_replica(cluster: &Cluster, path: &str) -> Vec<Option<reqwest::Response>> {
+/// The body of each replica's successful answer to `GET path` with the cluster secret
+/// (`None`: it did not answer within a second; a paused replica never does). Each body is
+/// read before the next replica is asked: the timeout covers the body too.
+async fn ask_each_replica(cluster: &Cluster, path: &str) -> Vec<Option<bytes::Bytes>> {
     let mut answers = Vec::new();
     for base in &cluster.coordinators {
         let asked = cluster
@@ -21,21 +22,22 @@ async fn ask_each_replica(cluster: &Cluster, path: &str) -> Vec<Option<reqwest::
             .timeout(Duration::from_secs(1))
             .send()
             .await;
-        answers.push(asked.ok().filter(|response| response.status().is_success()));
+        let body = match asked {
+            Ok(response) if response.status().is_success() => response.bytes().await.ok(),
+            _ => None,
+        };
+        answers.push(body);
     }
     answers
 }
 
 /// Each replica's `/internal/replica` answer (`None`: it did not answer within a second).
 async fn statuses(cluster: &Cluster) -> Vec<Option<Value>> {
-    let mut answers = Vec::new();
-    for response in ask_each_replica(cluster, "/internal/replica").await {
-        answers.push(match response {
-            Some(response) => response.json::<Value>().await.ok(),
-            None => None,
-        });
-    }
-    answers
+    ask_each_replica(cluster, "/internal/replica")
+        .await
+        .into_iter()
+        .map(|body| serde_json::from_slice(&body?).ok())
+        .collect()
 }
 
 /// The replica (0-based) every answering replica names as leader, once they agree.
@@ -315,7 +317,8 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
     cluster.make_known(&published);
     let workers = cluster.workers.len();
 
-    // The leader dies after logging the start (before the worker and JIA hear of it).
+    // The leader dies once the worker holds the ISU provisionally (before JIA hears of it);
+    // nothing of it is in the log.
     let follower = (leader + 1) % 3;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
     let registering = {
@@ -371,11 +374,64 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_on_a_worker_absent_at_the_takeover_is_published_when_it_answers() {
+    // Cell A (an even first digit): worker 0.
+    let uuid = test_uuid('a', 75);
+    let (mut cluster, leader) = three_replicas(Some(format!("registration-accepted=return({uuid})"))).await;
+    cluster.make_known(&uuid);
+    let workers = cluster.workers.len();
+
+    // The leader dies once the ISU is logged with its character, before its worker
+    // publishes it, and that worker is paused through the takeover.
+    let follower = (leader + 1) % 3;
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
+    let registering = {
+        let (alice, uuid) = (alice.clone(), uuid.clone());
+        tokio::spawn(async move { alice.register(&uuid, "late", None).await })
+    };
+    cluster.wait_for_log(workers + leader, "registration held").await;
+    cluster.signal_node(0, "STOP");
+    cluster.kill_node(workers + leader);
+    let new_leader = agreed_leader(&cluster).await;
+    // The follower sends the registration again to the next leader, which answers it from
+    // the log (its ISU is committed) though its worker does not answer.
+    let created = registering.await.unwrap().json(201);
+    assert_eq!(created["jia_isu_uuid"], uuid.as_str());
+    assert_eq!(listed(&alice).await, Some(BTreeSet::from([uuid.clone()])));
+
+    // The worker answers again: the leader's watch publishes the ISU there.
+    cluster.signal_node(0, "CONT");
+    wait_until("the worker serves the ISU", Duration::from_secs(10), || async {
+        let path = format!("/api/condition/{uuid}?end_time=2000000000&condition_level=info,warning,critical");
+        let reply = alice.try_get(&path).await.ok()?;
+        (reply.status.as_u16() == 200).then_some(())
+    })
+    .await;
+    assert!(
+        cluster
+            .node_log(workers + new_leader)
+            .contains("ended the registrations a worker held since the takeover"),
+        "the watch ended it"
+    );
+    let activations = cluster.jia.activations();
+    assert_eq!(
+        activations
+            .iter()
+            .filter(|activation| activation.isu_uuid == uuid)
+            .count(),
+        1
+    );
+    cluster.start_node(workers + leader);
+    agreed_leader(&cluster).await;
+    cluster.assert_no_crash();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_is_replaced_fenced_off_the_workers_and_follows_once_resumed() {
     let held = test_uuid('e', 73);
     let mut cluster = spawn_cluster_with(ClusterOptions {
         coordinators: 3,
-        fail_points: Some(format!("registration-started=return({held}/2000)")),
+        fail_points: Some(format!("registration-claimed=return({held}/2000)")),
         ..ClusterOptions::default()
     })
     .await;
@@ -387,7 +443,7 @@ async fn a_paused_leader_is_replaced_fenced_off_the_workers_and_follows_once_res
         .as_u64()
         .unwrap();
 
-    // A registration sent to the leader is held (2 s) once its start is logged, and the
+    // A registration sent to the leader is held (2 s) before its worker hears of it, and the
     // leader is paused there: it still believes it leads when it wakes up.
     let alice = Arc::new(sign_in_with(agent_of(&cluster, leader), &cluster.signer, "alice").await);
     let registering = {
@@ -398,8 +454,8 @@ async fn a_paused_leader_is_replaced_fenced_off_the_workers_and_follows_once_res
     cluster.signal_node(workers + leader, "STOP");
     let paused_at = Instant::now();
 
-    // The other two elect a leader in a later term, which ends the held registration (rolls
-    // it back: JIA may not be asked again) and calls the workers with its term.
+    // The other two elect a leader in a later term, which calls the workers with its term
+    // (the held registration is nowhere yet: nothing to end).
     let others: Vec<usize> = (0..3).filter(|replica| *replica != leader).collect();
     let new_leader = wait_until(
         "another replica leads, ready, in a later term",
@@ -643,11 +699,10 @@ async fn a_new_leader_takes_writes_for_the_cells_that_answer_while_a_worker_is_d
 /// within a second: a stopped one).
 async fn trend_reads(cluster: &Cluster) -> Vec<f64> {
     let mut counts = Vec::new();
-    for response in ask_each_replica(cluster, "/metrics").await {
-        let metrics = match response {
-            Some(response) => response.text().await.unwrap_or_default(),
-            None => String::new(),
-        };
+    for body in ask_each_replica(cluster, "/metrics").await {
+        let metrics = body
+            .map(|body| String::from_utf8_lossy(&body).into_owned())
+            .unwrap_or_default();
         counts.push(metric_sum(&metrics, "http_requests_total", &["route=\"/api/trend\""]));
     }
     counts

@@ -1,5 +1,6 @@
 //! Internal routes called by the coordinator (cluster secret required):
-//! reset, user sync, provisional registration, publish and rollback.
+//! reset, user sync, provisional registration, publish and rollback, the registrations
+//! held provisionally.
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
@@ -10,7 +11,8 @@ use node_http::ClusterPeer;
 use shared::placement_map::PlacementMap;
 use shared::protocol::{
     Health, ProvisionalIsu, PublishIsu, ResendLatest, ResetShard, RollbackIsu, UserSync, HEALTH, WORKER_PLACEMENT,
-    WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_UNPUBLISHED,
+    WORKER_USERS,
 };
 
 use super::common::json_response;
@@ -29,6 +31,7 @@ pub fn control() -> Router<AppState> {
         .route(WORKER_PROVISIONAL, post(provisional))
         .route(WORKER_PUBLISH, post(publish))
         .route(WORKER_ROLLBACK, post(rollback))
+        .route(WORKER_UNPUBLISHED, post(unpublished))
         .route(WORKER_PLACEMENT, post(placement))
 }
 
@@ -81,11 +84,13 @@ async fn provisional(
     State(state): State<AppState>,
     Json(isu): Json<ProvisionalIsu>,
 ) -> Result<StatusCode, WorkerError> {
-    let status = match state
-        .store
-        .current(isu.generation)?
-        .provisional(&isu.uuid, &isu.owner, &isu.name, isu.id)
-    {
+    let status = match state.store.current(isu.generation)?.provisional(
+        &isu.uuid,
+        &isu.owner,
+        &isu.name,
+        isu.id,
+        isu.request.as_deref(),
+    ) {
         Ok(Provisional::Created) => StatusCode::CREATED,
         // A retried call whose first answer was lost. Logged again like a new one: the first
         // attempt's record may never have been written (its log write failed, or the call was
@@ -93,7 +98,7 @@ async fn provisional(
         Ok(Provisional::Repeated) => StatusCode::OK,
         Err(ProvisionalError::AlreadyExists) => return Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU)),
     };
-    state.journal.provisional(&isu).await?;
+    state.journal.provisional(&isu, true).await?;
     Ok(status)
 }
 
@@ -118,6 +123,15 @@ async fn rollback(
     state.store.current(isu.generation)?.rollback(&isu.uuid, isu.id);
     state.journal.rollback(&isu).await?;
     Ok(StatusCode::OK)
+}
+
+/// The registrations held provisionally (a new leader of the coordinator replicas ends them).
+async fn unpublished(
+    _: ClusterPeer,
+    State(state): State<AppState>,
+    Json(of): Json<ResendLatest>,
+) -> Result<Json<Vec<shared::protocol::UnpublishedIsu>>, WorkerError> {
+    Ok(Json(state.store.current(of.generation)?.unpublished_registrations()))
 }
 
 /// The pusher sends the latest condition of every published ISU with its next batch.
