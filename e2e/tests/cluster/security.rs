@@ -15,7 +15,8 @@ use shared::protocol::{
     COORDINATOR_CELLS, COORDINATOR_DRAIN, COORDINATOR_LATEST, COORDINATOR_MEMBERS, COORDINATOR_MIGRATE,
     COORDINATOR_PLACEMENT, COORDINATOR_REBALANCE, COORDINATOR_REPLICA, HEALTH, METRICS, PPROF_LAST, PPROF_PROFILE,
     SECRET_HEADER, WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET, WORKER_IMPORT, WORKER_LATEST_ALL, WORKER_PLACEMENT,
-    WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_USERS,
+    WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_UNPUBLISHED,
+    WORKER_USERS,
 };
 use shared::session::{SessionKey, COOKIE_NAME};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -152,6 +153,7 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
             json!({"generation": generation, "id": victim.id, "uuid": victim.uuid}),
         ));
         requests.push(post(WORKER_RESEND_LATEST, json!({"generation": generation})));
+        requests.push(post(WORKER_UNPUBLISHED, json!({"generation": generation})));
         requests.push(post(WORKER_LATEST_ALL, json!({"generation": generation})));
         let map = json!({"version": 99, "cells": [{"name": "x", "internal_url": "http://127.0.0.1:9", "device_url": "http://127.0.0.1:9"}], "slots": vec![0; 256], "pins": {}});
         requests.push(post(WORKER_PLACEMENT, map.clone()));
@@ -263,7 +265,7 @@ async fn every_internal_route_of_every_node_refuses_a_missing_or_wrong_secret() 
             refused += 1;
         }
     }
-    assert_eq!(requests.len(), 1 + 10 + 2 * 12 + 3 * 3);
+    assert_eq!(requests.len(), 1 + 10 + 2 * 13 + 3 * 3);
     eprintln!(
         "internal routes: {refused} requests without the right secret, all refused ({} routes × {} credentials)",
         requests.len(),
@@ -391,6 +393,7 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
         WORKER_PUBLISH,
         WORKER_ROLLBACK,
         WORKER_RESEND_LATEST,
+        WORKER_UNPUBLISHED,
         WORKER_LATEST_ALL,
         WORKER_PLACEMENT,
         WORKER_EXPORT,
