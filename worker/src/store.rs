@@ -155,7 +155,18 @@ pub struct IsuEntry {
     published: AtomicBool,
     /// Set while the ISU waits in the push queue, so it is queued once per batch.
     queued: AtomicBool,
+    /// The entry a registration made provisional (not a migration's import): until it is
+    /// published, a new leader of the coordinator replicas ends it (see
+    /// [`Shard::unpublished_registrations`]).
+    registration: Option<Registration>,
     history: RwLock<History>,
+}
+
+/// What a registration's provisional entry keeps of it.
+#[derive(Debug)]
+struct Registration {
+    /// The registration request's id (replicas).
+    request: Option<Box<str>>,
 }
 
 impl IsuEntry {
@@ -167,14 +178,17 @@ impl IsuEntry {
             id: AtomicI64::new(0),
             published: AtomicBool::new(false),
             queued: AtomicBool::new(false),
+            registration: None,
             history: RwLock::new(History::default()),
         }
     }
 
-    /// An unpublished entry of registration `id`.
-    fn provisional(uuid: &str, owner: &str, name: &str, id: i64) -> Arc<IsuEntry> {
-        let entry = IsuEntry::new(uuid, owner, name);
+    /// An unpublished entry of registration `id` (`registration`: made by the registration
+    /// itself, not imported).
+    fn provisional(uuid: &str, owner: &str, name: &str, id: i64, registration: Option<Registration>) -> Arc<IsuEntry> {
+        let mut entry = IsuEntry::new(uuid, owner, name);
         entry.id.store(id, Ordering::Relaxed);
+        entry.registration = registration;
         Arc::new(entry)
     }
 
@@ -328,13 +342,7 @@ pub struct Shard {
     users: DashSet<Box<str>>,
     pub messages: Messages,
     push_queue: Mutex<PushQueue>,
-    /// The registrations held provisionally (not a migration's imports): UUID to the
-    /// registration's id and request id, until published or rolled back.
-    registering: Mutex<std::collections::HashMap<Box<str>, Registering>>,
 }
-
-/// A registration held provisionally: its id and its request's id.
-type Registering = (i64, Option<Box<str>>);
 
 #[derive(Debug, Default)]
 struct PushQueue {
@@ -371,7 +379,6 @@ impl Shard {
             users: DashSet::new(),
             messages: Messages::default(),
             push_queue: Mutex::new(PushQueue::default()),
-            registering: Mutex::default(),
         }
     }
 
@@ -435,20 +442,31 @@ impl Shard {
         id: i64,
         request: Option<&str>,
     ) -> Result<Provisional, ProvisionalError> {
-        let provisional = self.provisional_entry(uuid, owner, name, id)?;
-        self.registering
-            .lock()
-            .insert(uuid.into(), (id, request.map(Box::from)));
-        Ok(provisional)
+        let registration = Registration {
+            request: request.map(Box::from),
+        };
+        self.insert_provisional(uuid, owner, name, id, Some(registration))
     }
 
-    /// The entry of [`Shard::provisional`] without noting a registration (a replayed import).
+    /// The entry of [`Shard::provisional`] without marking it a registration's (a replayed
+    /// import).
     pub fn provisional_entry(
         &self,
         uuid: &str,
         owner: &str,
         name: &str,
         id: i64,
+    ) -> Result<Provisional, ProvisionalError> {
+        self.insert_provisional(uuid, owner, name, id, None)
+    }
+
+    fn insert_provisional(
+        &self,
+        uuid: &str,
+        owner: &str,
+        name: &str,
+        id: i64,
+        registration: Option<Registration>,
     ) -> Result<Provisional, ProvisionalError> {
         match self.isus.entry(uuid.into()) {
             dashmap::Entry::Occupied(occupied)
@@ -463,11 +481,11 @@ impl Shard {
                 Err(ProvisionalError::AlreadyExists)
             }
             dashmap::Entry::Occupied(mut occupied) => {
-                occupied.insert(IsuEntry::provisional(uuid, owner, name, id));
+                occupied.insert(IsuEntry::provisional(uuid, owner, name, id, registration));
                 Ok(Provisional::Created)
             }
             dashmap::Entry::Vacant(vacant) => {
-                vacant.insert(IsuEntry::provisional(uuid, owner, name, id));
+                vacant.insert(IsuEntry::provisional(uuid, owner, name, id, registration));
                 Ok(Provisional::Created)
             }
         }
@@ -481,39 +499,26 @@ impl Shard {
             return false;
         }
         entry.published.store(true, Ordering::Release);
-        self.forget_registering(uuid, id);
         if entry.latest().is_some() {
             self.enqueue(&entry);
         }
         true
     }
 
-    fn forget_registering(&self, uuid: &str, id: i64) {
-        let mut registering = self.registering.lock();
-        if registering.get(uuid).is_some_and(|(held, _)| *held == id) {
-            registering.remove(uuid);
-        }
-    }
-
     /// The registrations held provisionally, neither published nor rolled back (a
     /// migration's imports are not registrations): a new leader of the coordinator
     /// replicas publishes those its log accepted and rolls back the others.
     pub fn unpublished_registrations(&self) -> Vec<shared::protocol::UnpublishedIsu> {
-        let registering: Vec<(Box<str>, i64, Option<Box<str>>)> = self
-            .registering
-            .lock()
+        self.isus
             .iter()
-            .map(|(uuid, (id, request))| (uuid.clone(), *id, request.clone()))
-            .collect();
-        registering
-            .into_iter()
-            .filter_map(|(uuid, id, request)| {
-                let entry = self.isu(&uuid)?;
-                (entry.id() == id && !entry.is_published()).then(|| shared::protocol::UnpublishedIsu {
-                    uuid: uuid.into(),
-                    id,
+            .filter(|entry| !entry.is_published())
+            .filter_map(|entry| {
+                let registration = entry.registration.as_ref()?;
+                Some(shared::protocol::UnpublishedIsu {
+                    uuid: entry.uuid.to_string(),
+                    id: entry.id(),
                     owner: entry.owner.to_string(),
-                    request: request.map(String::from),
+                    request: registration.request.as_deref().map(String::from),
                 })
             })
             .collect()
@@ -523,7 +528,6 @@ impl Shard {
     /// one, or one whose publish reached this worker while the answer was lost
     /// (the coordinator has not registered it).
     pub fn rollback(&self, uuid: &str, id: i64) -> bool {
-        self.forget_registering(uuid, id);
         self.isus.remove_if(uuid, |_, entry| entry.id() == id).is_some()
     }
 
@@ -535,7 +539,7 @@ impl Shard {
             dashmap::Entry::Occupied(occupied) if occupied.get().id() == id => Ok(false),
             dashmap::Entry::Occupied(_) => Err(ProvisionalError::AlreadyExists),
             dashmap::Entry::Vacant(vacant) => {
-                vacant.insert(IsuEntry::provisional(uuid, owner, name, id));
+                vacant.insert(IsuEntry::provisional(uuid, owner, name, id, None));
                 Ok(true)
             }
         }
@@ -552,7 +556,6 @@ impl Shard {
 
     /// Removes `uuid` whatever its state (a migration's source forgetting it); its entry.
     pub fn forget(&self, uuid: &str) -> Option<Arc<IsuEntry>> {
-        self.registering.lock().remove(uuid);
         self.isus.remove(uuid).map(|(_, entry)| entry)
     }
 
@@ -676,6 +679,13 @@ fn poison_panic(uuid: &str) {
 /// Tag of a snapshot record in the worker's log (`journal.rs`).
 pub const SNAPSHOT_TAG: u8 = 1;
 
+/// An ISU's state in a snapshot: unpublished (a migration's import), published, or
+/// unpublished and a registration's (followed by its request id, empty if none; written
+/// since replicas, so older snapshots hold only the first two).
+const SNAPSHOT_PROVISIONAL: u8 = 0;
+const SNAPSHOT_PUBLISHED: u8 = 1;
+const SNAPSHOT_REGISTERING: u8 = 2;
+
 impl Shard {
     /// The whole shard as one log record: generation, users, ISUs (with their
     /// registration id, published flag and every condition), then the message
@@ -693,7 +703,13 @@ impl Shard {
         encoder.u32(isus.len() as u32);
         for isu in &isus {
             encoder.i64(isu.id()).str(&isu.uuid).str(&isu.owner).str(&isu.name);
-            encoder.u8(u8::from(isu.is_published()));
+            match (&isu.registration, isu.is_published()) {
+                (_, true) => encoder.u8(SNAPSHOT_PUBLISHED),
+                (None, false) => encoder.u8(SNAPSHOT_PROVISIONAL),
+                (Some(registration), false) => encoder
+                    .u8(SNAPSHOT_REGISTERING)
+                    .str(registration.request.as_deref().unwrap_or("")),
+            };
             let history = isu.history.read();
             for list in &history.by_level {
                 encoder.u32(list.len() as u32);
@@ -722,9 +738,20 @@ impl Shard {
         let mut max_message = None;
         for _ in 0..decoder.u32()? {
             let (id, uuid, owner, name) = (decoder.i64()?, decoder.str()?, decoder.str()?, decoder.str()?);
-            let entry = IsuEntry::new(uuid, owner, name);
+            let mut entry = IsuEntry::new(uuid, owner, name);
             entry.id.store(id, Ordering::Relaxed);
-            let published = decoder.u8()? != 0;
+            let published = match decoder.u8()? {
+                SNAPSHOT_PROVISIONAL => false,
+                SNAPSHOT_PUBLISHED => true,
+                SNAPSHOT_REGISTERING => {
+                    let request = decoder.str()?;
+                    entry.registration = Some(Registration {
+                        request: (!request.is_empty()).then(|| request.into()),
+                    });
+                    false
+                }
+                _ => return None,
+            };
             {
                 let mut history = entry.history.write();
                 for list in &mut history.by_level {
@@ -1064,6 +1091,53 @@ mod tests {
         assert_eq!((held[0].id, held[0].request.as_deref()), (10, Some("req-b")));
         assert!(!shard.rollback("a", 7), "the old registration's rollback is ignored");
         assert_eq!(shard.unpublished_registrations().len(), 1);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_which_provisional_isus_are_registrations() {
+        let shard = Shard::new(4);
+        shard.provisional("a", "alice", "chair", 7, Some("req-a")).unwrap();
+        shard.provisional("b", "bob", "chair", 8, None).unwrap();
+        shard.provisional("c", "carol", "chair", 9, Some("req-c")).unwrap();
+        assert!(shard.publish("c", 9));
+        assert_eq!(shard.import("m", "dave", "moved", 3), Ok(true));
+        let snapshot = shard.snapshot();
+        let mut decoder = Decoder::new(&snapshot);
+        assert_eq!(decoder.u8(), Some(SNAPSHOT_TAG));
+        let restored = Shard::from_snapshot(&mut decoder).expect("the snapshot reads back");
+        assert!(decoder.is_empty());
+        let mut held = restored.unpublished_registrations();
+        held.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        let held: Vec<(&str, i64, Option<&str>)> = held
+            .iter()
+            .map(|isu| (&*isu.uuid, isu.id, isu.request.as_deref()))
+            .collect();
+        assert_eq!(held, [("a", 7, Some("req-a")), ("b", 8, None)]);
+        assert!(restored.isu("c").unwrap().is_published());
+        assert!(!restored.isu("m").unwrap().is_published());
+
+        // A snapshot written before replicas: the state byte is 0 or 1, nothing follows it.
+        let mut old = Encoder::new(SNAPSHOT_TAG);
+        old.u64(4).u32(0).u32(2);
+        for (id, uuid, published) in [(7, "a", 0), (9, "c", 1)] {
+            old.i64(id).str(uuid).str("alice").str("chair").u8(published);
+            for _ in 0..3 {
+                old.u32(0);
+            }
+        }
+        old.u32(0);
+        let mut decoder = Decoder::new(&old.bytes[1..]);
+        let restored = Shard::from_snapshot(&mut decoder).expect("an older snapshot reads");
+        assert!(
+            restored.unpublished_registrations().is_empty(),
+            "unmarked: read as an import"
+        );
+        assert!(restored.isu("c").unwrap().is_published());
+
+        // An unknown state byte is a malformed snapshot, not a guess.
+        let mut bad = Encoder::new(SNAPSHOT_TAG);
+        bad.u64(4).u32(0).u32(1).i64(7).str("a").str("alice").str("chair").u8(5);
+        assert!(Shard::from_snapshot(&mut Decoder::new(&bad.bytes[1..])).is_none());
     }
 
     #[test]

@@ -77,6 +77,13 @@ pub(super) fn agent_of(cluster: &Cluster, replica: usize) -> Agent {
 
 /// The UUIDs of the signed-in user's ISUs as `agent`'s replica lists them (`None` when it
 /// does not answer 200).
+/// Sends a registration as `agent` in the background: its answer comes after the takeover
+/// the test causes meanwhile.
+fn register_in_background(agent: &Arc<Agent>, uuid: &str, name: &'static str) -> tokio::task::JoinHandle<Reply> {
+    let (agent, uuid) = (agent.clone(), uuid.to_owned());
+    tokio::spawn(async move { agent.register(&uuid, name, None).await })
+}
+
 async fn listed(agent: &Agent) -> Option<BTreeSet<String>> {
     let reply = agent.try_get("/api/isu").await.ok()?;
     if reply.status.as_u16() != 200 {
@@ -321,10 +328,7 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
     // nothing of it is in the log.
     let follower = (leader + 1) % 3;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
-    let registering = {
-        let (alice, uuid) = (alice.clone(), rolled_back.clone());
-        tokio::spawn(async move { alice.register(&uuid, "rolled back", None).await })
-    };
+    let registering = register_in_background(&alice, &rolled_back, "rolled back");
     cluster.wait_for_log(workers + leader, "registration held").await;
     cluster.kill_node(workers + leader);
     // The follower sends it again to the next leader, which has rolled it back.
@@ -338,10 +342,7 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
     let second_leader = agreed_leader(&cluster).await;
     let follower = (0..3).find(|replica| *replica != second_leader).unwrap();
     let bob = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "bob").await);
-    let registering = {
-        let (bob, uuid) = (bob.clone(), published.clone());
-        tokio::spawn(async move { bob.register(&uuid, "published", None).await })
-    };
+    let registering = register_in_background(&bob, &published, "published");
     cluster.wait_for_log(workers + second_leader, "registration held").await;
     cluster.kill_node(workers + second_leader);
     let answer = registering.await.unwrap();
@@ -385,10 +386,7 @@ async fn a_registration_on_a_worker_absent_at_the_takeover_is_published_when_it_
     // publishes it, and that worker is paused through the takeover.
     let follower = (leader + 1) % 3;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
-    let registering = {
-        let (alice, uuid) = (alice.clone(), uuid.clone());
-        tokio::spawn(async move { alice.register(&uuid, "late", None).await })
-    };
+    let registering = register_in_background(&alice, &uuid, "late");
     cluster.wait_for_log(workers + leader, "registration held").await;
     cluster.signal_node(0, "STOP");
     cluster.kill_node(workers + leader);
@@ -446,10 +444,7 @@ async fn a_paused_leader_is_replaced_fenced_off_the_workers_and_follows_once_res
     // A registration sent to the leader is held (2 s) before its worker hears of it, and the
     // leader is paused there: it still believes it leads when it wakes up.
     let alice = Arc::new(sign_in_with(agent_of(&cluster, leader), &cluster.signer, "alice").await);
-    let registering = {
-        let (alice, uuid) = (alice.clone(), held.clone());
-        tokio::spawn(async move { alice.register(&uuid, "held", None).await })
-    };
+    let registering = register_in_background(&alice, &held, "held");
     cluster.wait_for_log(workers + leader, "registration held").await;
     cluster.signal_node(workers + leader, "STOP");
     let paused_at = Instant::now();
