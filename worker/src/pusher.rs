@@ -3,8 +3,10 @@
 //! each published ISU that changed, and nothing when nothing changed.
 //!
 //! The shard's push queue is taken once per tick and its ISUs added to one pending set per
-//! coordinator; each coordinator has its own task sending its set, so a coordinator that is
-//! slow or stopped (a replica paused, a takeover) delays only its own batches. A failed push
+//! coordinator; each coordinator has its own task sending its set when the tick wakes it, so
+//! a coordinator that is slow or stopped (a replica paused, a takeover) delays only its own
+//! batches. One ticker drives them all, so an ISU queued just after a tick waits one
+//! interval, not one more for its coordinator's own ticker to come round. A failed push
 //! puts its ISUs back in that coordinator's set, so every coordinator eventually converges
 //! (it keeps the newest timestamp, so a repeat is harmless). A set holds each ISU at most once
 //! and the latest condition is read when a batch is built, so while a coordinator is down
@@ -23,6 +25,7 @@ use parking_lot::Mutex;
 use shared::backoff::Backoff;
 use shared::protocol::{encode_latest, LatestBatch, LatestItem, COORDINATOR_LATEST, LATEST_BINARY, SECRET_HEADER};
 use shared::telemetry::{BATCH_ITEMS, PUSH_LAG_SECONDS};
+use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -118,16 +121,15 @@ impl Pusher {
         let mut targets = Vec::new();
         let mut tasks = Vec::new();
         for url in &self.urls {
-            let pending = Arc::new(Mutex::new(Pending::default()));
+            let wake = TargetWake::default();
             let target = Target {
                 client: self.client.clone(),
                 url: url.clone(),
                 secret: self.secret.clone(),
-                interval: self.interval,
-                pending: pending.clone(),
+                wake: wake.clone(),
                 json_until: None,
             };
-            targets.push(pending);
+            targets.push(wake);
             tasks.push(tokio::spawn(target.run(stop_targets.clone())));
         }
         let mut ticker = tokio::time::interval(self.interval);
@@ -147,17 +149,29 @@ impl Pusher {
         }
     }
 
-    /// Takes the shard's queue into every coordinator's pending set.
-    fn distribute(&self, targets: &[Arc<Mutex<Pending>>]) {
+    /// Takes the shard's queue into every coordinator's pending set, and wakes each
+    /// coordinator's sender that has something to send (new, or put back by a failed push).
+    fn distribute(&self, targets: &[TargetWake]) {
         let shard = self.store.shard();
         let (queued, oldest) = shard.take_queued();
-        if queued.is_empty() {
-            return;
-        }
-        for pending in targets {
-            pending.lock().add(&shard, queued.iter().cloned(), oldest);
+        for target in targets {
+            let mut pending = target.pending.lock();
+            if !queued.is_empty() {
+                pending.add(&shard, queued.iter().cloned(), oldest);
+            }
+            if !pending.entries.is_empty() {
+                target.tick.notify_one();
+            }
         }
     }
+}
+
+/// What the pusher shares with one coordinator's sender: its pending set, and the tick
+/// that wakes it.
+#[derive(Clone, Default)]
+struct TargetWake {
+    pending: Arc<Mutex<Pending>>,
+    tick: Arc<Notify>,
 }
 
 /// A latest batch of `shard` holding `changed`: the binary form ([`LATEST_BINARY`]) or JSON.
@@ -185,8 +199,7 @@ struct Target {
     client: reqwest::Client,
     url: String,
     secret: reqwest::header::HeaderValue,
-    interval: Duration,
-    pending: Arc<Mutex<Pending>>,
+    wake: TargetWake,
     /// After the coordinator refused a binary batch: JSON until then, then binary again
     /// (the coordinator may have been upgraded meanwhile). `None`: binary.
     json_until: Option<Instant>,
@@ -194,13 +207,12 @@ struct Target {
 
 impl Target {
     async fn run(mut self, stop: CancellationToken) {
-        let mut ticker = tokio::time::interval(self.interval);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let tick = self.wake.tick.clone();
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let mut retry_at = Instant::now();
         loop {
             tokio::select! {
-                _ = ticker.tick() => {
+                () = tick.notified() => {
                     if Instant::now() < retry_at {
                         continue;
                     }
@@ -232,7 +244,7 @@ impl Target {
 
     /// Pushes one batch of what is pending for this coordinator.
     async fn push_pending(&mut self) -> Pushed {
-        let Pending { shard, entries, oldest } = std::mem::take(&mut *self.pending.lock());
+        let Pending { shard, entries, oldest } = std::mem::take(&mut *self.wake.pending.lock());
         let Some(shard) = shard else {
             return Pushed::Nothing;
         };
@@ -255,7 +267,7 @@ impl Target {
             .body(body)
             .send()
             .await;
-        let pending = self.pending.clone();
+        let pending = self.wake.pending.clone();
         let put_back = |changed: Vec<(Arc<IsuEntry>, _)>| {
             let mut pending = pending.lock();
             // A set of a newer shard (an `/initialize` meanwhile) is kept: this batch is stale.
