@@ -169,11 +169,16 @@ impl Application {
         if let Some(replica) = self.state.replica.clone() {
             // A replica leads or follows; its duties follow its role (see `state::replica`).
             let lead = tokio::spawn(self.state.state.clone().lead());
+            let sweep = tokio::spawn(self.state.state.clone().sweep_icons(
+                std::time::Duration::from_secs(self.state.config.icon_sweep_every_secs),
+                std::time::Duration::from_secs(self.state.config.icon_grace_secs),
+            ));
             let router = routes::all::router(self.state)?;
             let served = axum::serve(self.listener, router)
                 .with_graceful_shutdown(shutdown)
                 .await;
             lead.abort();
+            sweep.abort();
             replica.shutdown().await;
             return Ok(served?);
         }

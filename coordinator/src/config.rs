@@ -102,6 +102,15 @@ pub struct Config {
     #[arg(long, env = "ISU_MIGRATION_GRACE_MS", default_value_t = 2000)]
     pub migration_grace_ms: u64,
 
+    /// Replicas: how often the icon store is swept of icons no ISU names (seconds).
+    #[arg(long, env = "ISU_ICON_SWEEP_EVERY_SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub icon_sweep_every_secs: u64,
+
+    /// Replicas: how long an icon no ISU names is kept after it was last stored (seconds);
+    /// it must exceed the time between storing a registration's icon and applying its record.
+    #[arg(long, env = "ISU_ICON_GRACE_SECS", default_value_t = 3600)]
+    pub icon_grace_secs: u64,
+
     /// This coordinator's id in a group of replicas (1, 2, 3, …; with `--replica`). The
     /// group keeps the coordinator's state (users, ISUs, the placement map, migrations) in a
     /// raft log under `--data-dir`; every replica serves the API, the leader runs the

@@ -152,6 +152,43 @@ impl State {
         self.icons.as_ref()?.fetch(hash, &self.peer_urls()).await
     }
 
+    /// Replicas: every `every`, while ready, removes the icons no ISU of the current
+    /// generation names that were stored more than `grace` ago (see
+    /// [`crate::icons::IconStore::sweep`]). Runs until aborted; nothing for a lone
+    /// coordinator, which keeps its icons in its log.
+    pub async fn sweep_icons(self: Arc<Self>, every: Duration, grace: Duration) {
+        let Some(icons) = self.icons.clone() else {
+            return;
+        };
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            if !self.is_ready() {
+                continue;
+            }
+            let referenced: std::collections::HashSet<crate::icons::IconHash> = self
+                .generation()
+                .registered()
+                .iter()
+                .filter_map(|isu| isu.icon)
+                .collect();
+            let icons = icons.clone();
+            match tokio::task::spawn_blocking(move || icons.sweep(&referenced, grace)).await {
+                Ok(Ok(swept)) if swept.removed + swept.removed_temporary > 0 => tracing::info!(
+                    removed = swept.removed,
+                    removed_bytes = swept.removed_bytes,
+                    removed_temporary = swept.removed_temporary,
+                    kept_recent = swept.kept_recent,
+                    "removed icons no ISU names"
+                ),
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => tracing::warn!(%error, "sweeping the icon store failed"),
+                Err(error) => tracing::error!(%error, "the icon sweep stopped"),
+            }
+        }
+    }
+
     /// `record` with the bytes of the icons it names by hash that this replica holds (see
     /// [`State::resolve_icons`]).
     fn with_icons(&self, mut record: Record) -> Record {

@@ -536,7 +536,16 @@ fn log_bytes(cluster: &Cluster, node: usize) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn icons_stay_out_of_the_log_on_two_replicas_at_least_and_one_that_missed_an_icon_fetches_it() {
     use sha2::Digest as _;
-    let (mut cluster, leader) = three_replicas(None).await;
+    // Icons no ISU names are swept every second once 5 s old (see the end).
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        coordinator_args: ["--icon-sweep-every-secs", "1", "--icon-grace-secs", "5"]
+            .map(String::from)
+            .to_vec(),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let leader = agreed_leader(&cluster).await;
     let workers = cluster.workers.len();
     let (follower, down) = ((leader + 1) % 3, (leader + 2) % 3);
     cluster.kill_node(workers + down);
@@ -637,6 +646,36 @@ async fn icons_stay_out_of_the_log_on_two_replicas_at_least_and_one_that_missed_
         .await
         .unwrap();
     assert_eq!(unknown.status(), 404);
+
+    // An icon that no ISU names (stored, and its registration never committed) is swept
+    // from every replica after the grace period; the named one stays on all three.
+    let orphan = b"an icon whose registration failed".as_slice();
+    let orphan_name = hex::encode(sha2::Sha256::digest(orphan));
+    for base in &cluster.coordinators {
+        let stored = client
+            .put(format!("{base}{}/{orphan_name}", shared::protocol::COORDINATOR_ICONS))
+            .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+            .body(orphan)
+            .send()
+            .await
+            .unwrap();
+        assert!(stored.status().is_success(), "{base}: {}", stored.status());
+    }
+    let orphan_file = |replica: usize| cluster.data_dir(workers + replica).join("icons").join(&orphan_name);
+    assert!((0..3).all(|replica| orphan_file(replica).exists()));
+    wait_until(
+        "every replica sweeps the orphan icon",
+        Duration::from_secs(20),
+        || async { (0..3).all(|replica| !orphan_file(replica).exists()).then_some(()) },
+    )
+    .await;
+    for replica in 0..3 {
+        assert_eq!(
+            std::fs::read(icon_file(replica)).ok(),
+            Some(icon.clone()),
+            "replica {replica}"
+        );
+    }
     cluster.assert_no_crash();
 }
 
