@@ -240,6 +240,24 @@ impl Proposer {
         self.wait_applied(leader_applied, "catching up with the leader").await
     }
 
+    /// Leader only: confirms with a majority that this replica still leads, then waits until
+    /// it has applied every entry of its log, those not yet committed included (a write
+    /// whose caller gave up may still commit). After it, what the leader's state lacks was
+    /// never written, as of when it was called. An error when it does not lead, no majority
+    /// answers, or the log is not applied within [`APPLY_WAIT`].
+    pub async fn settled(&self) -> Result<u64, ProposeError> {
+        if self.raft.metrics().borrow().state != openraft::ServerState::Leader {
+            return Err(ProposeError::NoLeader);
+        }
+        match tokio::time::timeout(APPLY_WAIT, self.raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => return Err(ProposeError::Raft(error.to_string())),
+            Err(_) => return Err(ProposeError::Raft("no majority answered in time".into())),
+        }
+        let last = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
+        self.wait_applied(last, "the leader's own log").await
+    }
+
     /// The raft this proposer writes to.
     pub fn raft(&self) -> &Raft {
         &self.raft

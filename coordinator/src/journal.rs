@@ -435,6 +435,16 @@ impl Journal {
         Ok(())
     }
 
+    /// Replicated, on the leader: waits until it has applied its whole log (see
+    /// [`consensus::Proposer::settled`]); a local or disabled journal has nothing to wait for.
+    pub async fn settled(&self) -> Result<(), JournalError> {
+        if let Backend::Replicated(replicated) = &self.backend {
+            let proposer = replicated.proposer.get().ok_or(JournalError::NotStarted)?;
+            proposer.settled().await?;
+        }
+        Ok(())
+    }
+
     async fn append(&self, record: impl FnOnce() -> Encoder) -> Result<(), JournalError> {
         match &self.backend {
             Backend::Off => Ok(()),

@@ -77,6 +77,25 @@ async fn hold_for_crash_test(step: &'static str, uuid: &str) {
 
 /// How long a registration of a UUID waits for a concurrent one of the same UUID.
 const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
+
+/// A sweep of a worker's provisional registrations decides only this soon after its leader
+/// applied its whole log: well within the 5 s a registration waits for a commit before it
+/// gives up (and leaves `pending`), so one whose record was appended after the barrier is
+/// still in flight when the sweep looks.
+const SWEEP_DECIDED_WITHIN: Duration = Duration::from_secs(2);
+const _: () = assert!(SWEEP_DECIDED_WITHIN.as_millis() < consensus::replica::ELECTION_WAIT.as_millis());
+
+/// How a registration left unfinished on its worker ends.
+enum LeftRegistration {
+    Publish(PublishIsu),
+    Rollback(RollbackIsu),
+}
+
+/// A sweep of a worker's registrations that did not run (not leading, no majority, the log
+/// not applied in time): the next one tries again.
+#[derive(Debug, thiserror::Error)]
+#[error("registration sweep skipped: {0}")]
+pub struct SweepSkipped(String);
 /// Registrations a new leader ends at once (each waits on its worker and a commit).
 const ENDED_AT_ONCE: usize = 32;
 
@@ -156,6 +175,14 @@ impl State {
         let _pass = self.placement.gate.enter(&registration.uuid).await;
         let map = self.placement.map();
         let cell = map.owner(&registration.uuid);
+        if self.registrations_left.lock().contains(&cell) {
+            // Its worker did not answer this leader's takeover: what it holds of the old
+            // leader's registrations (this one's first try, maybe) is ended first.
+            return Err(ApiError::Unavailable(format!(
+                "cell {} has registrations of the previous leader to end first",
+                self.workers.role(cell)
+            )));
+        }
         let device_url = map
             .cell(cell)
             .expect("a map's owner is one of its cells")
@@ -410,75 +437,121 @@ impl State {
         count
     }
 
+    /// Replicas, on the leader, after the takeover: ends the registrations the worker of
+    /// `cell` holds provisionally once this replica has applied its whole log (so a
+    /// registration whose record is in the log, committed or not, is never rolled back),
+    /// and only if it decides soon after, while every registration whose record was not in
+    /// the log yet is still in flight here (one gives up only after `ELECTION_WAIT`).
+    pub(super) async fn sweep_registrations(
+        &self,
+        generation: &Arc<Generation>,
+        cell: CellId,
+    ) -> Result<usize, SweepSkipped> {
+        self.journal
+            .settled()
+            .await
+            .map_err(|error| SweepSkipped(error.to_string()))?;
+        let settled = std::time::Instant::now();
+        self.end_registrations_held_by_within(generation, cell, Some((settled, SWEEP_DECIDED_WITHIN)))
+            .await
+            .map_err(|error| SweepSkipped(format!("{error:#}")))?
+            .ok_or_else(|| SweepSkipped("the worker answered too long after the barrier".into()))
+    }
+
     /// Ends the registrations the worker of `cell` holds provisionally (see
     /// `finish_registrations`), except this leader's own in flight. How many there were.
     pub(super) async fn end_registrations_held_by(
         &self,
         generation: &Arc<Generation>,
         cell: CellId,
-    ) -> Result<usize, crate::worker_client::WorkerCallError> {
+    ) -> anyhow::Result<usize> {
+        let ended = self.end_registrations_held_by_within(generation, cell, None).await?;
+        Ok(ended.unwrap_or_default())
+    }
+
+    /// [`State::end_registrations_held_by`], ending none (`None`) when the worker's answer
+    /// comes later than `deadline` (from when, how long). Those the log holds with their id
+    /// are published; the others are logged as abandoned first, in one record, and rolled
+    /// back once it is committed: from then on no record that names them can be applied
+    /// after it (the record commits only while this replica leads, after every entry before
+    /// it), and a later leader knows them ended. A publish or rollback the worker does not
+    /// answer is done again by the next sweep.
+    async fn end_registrations_held_by_within(
+        &self,
+        generation: &Arc<Generation>,
+        cell: CellId,
+        deadline: Option<(std::time::Instant, Duration)>,
+    ) -> anyhow::Result<Option<usize>> {
         let mut held = self.workers.unpublished(cell, generation.id).await?;
+        if deadline.is_some_and(|(from, within)| from.elapsed() > within) {
+            return Ok(None);
+        }
         held.retain(|isu| !generation.pending.lock().contains_key(&isu.uuid));
         let count = held.len();
-        let abandoned = Mutex::new(Vec::new());
-        futures_util::stream::iter(held)
-            .for_each_concurrent(ENDED_AT_ONCE, |held| {
-                let abandoned = &abandoned;
-                async move {
-                    // Its id is never given again, whatever becomes of it.
-                    generation.next_id.fetch_max(held.id + 1, Ordering::AcqRel);
-                    let accepted = generation
-                        .by_uuid
-                        .get(&held.uuid)
-                        .filter(|isu| isu.id == held.id)
-                        .map(|isu| isu.character.clone());
-                    if let Some(character) = accepted {
-                        let publish = PublishIsu {
-                            generation: generation.id,
-                            uuid: held.uuid.clone(),
-                            id: held.id,
-                            character,
-                        };
-                        match self.workers.publish(cell, &publish).await {
-                            Ok(()) => {
-                                tracing::warn!(uuid = %held.uuid, "published a registration the old leader left unfinished")
-                            }
-                            Err(error) => {
-                                tracing::warn!(%error, uuid = %held.uuid, "publishing an unfinished registration failed")
-                            }
-                        }
-                        return;
-                    }
-                    let rollback = RollbackIsu {
-                        generation: generation.id,
-                        id: held.id,
-                        uuid: held.uuid.clone(),
-                    };
-                    match self.workers.rollback(cell, &rollback).await {
-                        Ok(()) => {
-                            tracing::warn!(uuid = %held.uuid, "rolled back a registration the old leader left unfinished");
-                            abandoned.lock().push(Unfinished {
-                                uuid: held.uuid,
-                                id: held.id,
-                                owner: held.owner,
-                                accepted: false,
-                                request: held.request,
-                            });
-                        }
-                        Err(error) => {
-                            tracing::warn!(%error, uuid = %held.uuid, "rolling back an unfinished registration failed")
-                        }
-                    }
-                }
-            })
-            .await;
-        let abandoned = abandoned.into_inner();
-        if !abandoned.is_empty() {
-            if let Err(error) = self.journal.abandoned(generation.id, &abandoned).await {
-                tracing::warn!(%error, "logging the rolled-back registrations failed");
+        let mut accepted = Vec::new();
+        let mut abandoned = Vec::new();
+        for held in held {
+            // Its id is never given again, whatever becomes of it.
+            generation.next_id.fetch_max(held.id + 1, Ordering::AcqRel);
+            let character = generation
+                .by_uuid
+                .get(&held.uuid)
+                .filter(|isu| isu.id == held.id)
+                .map(|isu| isu.character.clone());
+            match character {
+                Some(character) => accepted.push(PublishIsu {
+                    generation: generation.id,
+                    uuid: held.uuid,
+                    id: held.id,
+                    character,
+                }),
+                None => abandoned.push(Unfinished {
+                    uuid: held.uuid,
+                    id: held.id,
+                    owner: held.owner,
+                    accepted: false,
+                    request: held.request,
+                }),
             }
         }
-        Ok(count)
+        if !abandoned.is_empty() {
+            self.journal.abandoned(generation.id, &abandoned).await?;
+        }
+        let ends: Vec<_> = accepted
+            .into_iter()
+            .map(LeftRegistration::Publish)
+            .chain(abandoned.into_iter().map(|held| {
+                LeftRegistration::Rollback(RollbackIsu {
+                    generation: generation.id,
+                    id: held.id,
+                    uuid: held.uuid,
+                })
+            }))
+            .map(|end| self.end_left_registration(cell, end))
+            .collect();
+        futures_util::stream::iter(ends)
+            .buffer_unordered(ENDED_AT_ONCE)
+            .collect::<Vec<()>>()
+            .await;
+        Ok(Some(count))
+    }
+
+    /// Publishes or rolls back one registration left unfinished on the worker of `cell`.
+    async fn end_left_registration(&self, cell: CellId, end: LeftRegistration) {
+        match end {
+            LeftRegistration::Publish(publish) => match self.workers.publish(cell, &publish).await {
+                Ok(()) => tracing::warn!(uuid = %publish.uuid, "published a registration left unfinished"),
+                Err(error) => {
+                    tracing::warn!(%error, uuid = %publish.uuid, "publishing an unfinished registration failed")
+                }
+            },
+            LeftRegistration::Rollback(rollback) => match self.workers.rollback(cell, &rollback).await {
+                Ok(()) => tracing::warn!(uuid = %rollback.uuid, "rolled back a registration left unfinished"),
+                Err(error) => {
+                    tracing::warn!(%error, uuid = %rollback.uuid, "rolling back an unfinished registration failed")
+                }
+            },
+        }
     }
 
     /// Ends one registration an older build's log holds as unfinished (see

@@ -18,6 +18,13 @@ use super::State;
 /// How often the coordinator checks that the workers still hold the current generation.
 const WORKER_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Replicas: how often the leader asks every worker for the registrations it holds
+/// provisionally that no registration in flight here owns, and ends them (see
+/// [`State::end_registrations_held_by`]): one left behind by a step that failed while this
+/// replica led (a publish or a rollback its worker did not answer, a commit that timed out)
+/// or sent by a deposed leader to a worker that had restarted and forgotten its fence.
+const REGISTRATION_SWEEP_EVERY: Duration = Duration::from_secs(10);
+
 impl State {
     /// Brings the workers to the current generation (at start-up), retrying until all answer.
     pub async fn sync_workers_until_ready(&self) {
@@ -106,8 +113,13 @@ impl State {
     pub async fn watch_workers(&self) {
         let mut ticker = tokio::time::interval(WORKER_WATCH_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut swept_at = tokio::time::Instant::now();
         loop {
             ticker.tick().await;
+            let sweep_due = self.replicated && swept_at.elapsed() >= REGISTRATION_SWEEP_EVERY;
+            if sweep_due {
+                swept_at = tokio::time::Instant::now();
+            }
             for cell in self.workers.cells() {
                 // Asked under the lock, so an `/initialize` in progress is not mistaken for a restart.
                 let _resetting = self.reset_lock.lock().await;
@@ -122,15 +134,18 @@ impl State {
                 }
                 let generation = self.generation();
                 if health.generation == generation.id {
-                    if self.registrations_left.lock().contains(&cell) {
-                        // It did not answer when this replica took over.
-                        if let Ok(ended) = self.end_registrations_held_by(&generation, cell).await {
+                    let left = self.registrations_left.lock().contains(&cell);
+                    if left || sweep_due {
+                        // It did not answer when this replica took over, or it is its turn.
+                        if let Ok(ended) = self.sweep_registrations(&generation, cell).await {
                             self.registrations_left.lock().remove(&cell);
-                            tracing::info!(
-                                ended,
-                                worker = self.workers.role(cell),
-                                "ended the registrations a worker held since the takeover"
-                            );
+                            if left || ended > 0 {
+                                tracing::info!(
+                                    ended,
+                                    worker = self.workers.role(cell),
+                                    "ended the registrations a worker held provisionally"
+                                );
+                            }
                         }
                     }
                     continue;
