@@ -170,8 +170,14 @@ impl State {
         id: i64,
     ) -> Result<Arc<Isu>, ApiError> {
         let started = std::time::Instant::now();
-        // Held until publish or rollback: a migration of this slot waits for it (and this
-        // waits for one in progress), so the owner picked here stays the owner.
+        // Replicas: every step that changes the log or a worker is taken only while this
+        // replica still leads in the term it started in. Led again in a later term, it would
+        // undo what the leader between did (that one may have published this ISU and
+        // answered 201); what it leaves is the sweep's.
+        let term = self.leading_term();
+        if self.replicated && term.is_none() {
+            return Err(ApiError::Unavailable("this replica no longer leads".into()));
+        }
         let _pass = self.placement.gate.enter(&registration.uuid).await;
         let map = self.placement.map();
         let cell = map.owner(&registration.uuid);
@@ -207,7 +213,7 @@ impl State {
         let icon = match icon {
             Ok(icon) => icon,
             Err(error) => {
-                self.rollback_worker(cell, &rollback).await;
+                self.rollback_worker(cell, &rollback, term).await;
                 return Err(ApiError::Unavailable(error.to_string()));
             }
         };
@@ -218,7 +224,7 @@ impl State {
         let character = match activated {
             Ok(character) => character,
             Err(error) => {
-                self.rollback_worker(cell, &rollback).await;
+                self.rollback_worker(cell, &rollback, term).await;
                 return Err(match error {
                     ActivateError::Refused(status) => ApiError::JiaRefused(status),
                     other => ApiError::Internal(other.to_string()),
@@ -237,7 +243,7 @@ impl State {
         };
         // Logged before the worker publishes it: an ISU visible anywhere is in the log.
         let isu = if self.replicated {
-            self.log_accepted(generation, cell, &rollback, &isu, registration.request.as_deref())
+            self.log_accepted(generation, cell, &rollback, &isu, registration.request.as_deref(), term)
                 .await?
         } else {
             let isu = generation.publish(isu);
@@ -247,7 +253,7 @@ impl State {
                 .await
             {
                 generation.remove(&registration.uuid);
-                self.rollback_worker(cell, &rollback).await;
+                self.rollback_worker(cell, &rollback, term).await;
                 return Err(ApiError::Internal(error.to_string()));
             }
             isu
@@ -262,7 +268,12 @@ impl State {
         if let Err(error) = self.workers.publish(cell, &publish).await {
             if self.replicated {
                 // Its removal is committed first (applying it removes the ISU here too); if
-                // that fails, the registration stays unfinished for the next leader.
+                // that fails, or this replica no longer leads in the registration's term,
+                // the registration stays unfinished for the leader's sweep.
+                if !self.leads_in(term) {
+                    tracing::warn!(uuid = %registration.uuid, "a failed publish of an older term is left to the leader");
+                    return Err(ApiError::Unavailable(error.to_string()));
+                }
                 if let Err(logging) = self.journal.removed(generation.id, &registration.uuid).await {
                     tracing::warn!(%logging, uuid = %registration.uuid, "a failed publish is left to the next leader");
                     return Err(ApiError::Unavailable(error.to_string()));
@@ -273,7 +284,7 @@ impl State {
                     tracing::error!(%error, uuid = %registration.uuid, "logging a failed registration failed");
                 }
             }
-            self.rollback_worker(cell, &rollback).await;
+            self.rollback_worker(cell, &rollback, term).await;
             return Err(ApiError::Internal(error.to_string()));
         }
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
@@ -355,8 +366,9 @@ impl State {
     /// Replicas: commits the accepted ISU (JIA activated it); applying the record publishes
     /// it on every replica, this one included, so no replica ever shows an ISU the log does
     /// not hold. A commit that fails may still happen (a timeout, a lost leadership): the
-    /// ISU's removal is committed after it, or, when that fails too, the registration is
-    /// left unfinished for the next leader, which publishes or rolls it back from the log.
+    /// ISU's removal is committed after it, or, when that fails too or this replica no
+    /// longer leads in `term`, the registration is left unfinished for the leader's sweep,
+    /// which publishes or rolls it back from the log.
     async fn log_accepted(
         &self,
         generation: &Arc<Generation>,
@@ -364,14 +376,24 @@ impl State {
         rollback: &RollbackIsu,
         isu: &Isu,
         request: Option<&str>,
+        term: Option<u64>,
     ) -> Result<Arc<Isu>, ApiError> {
         let logged = logged(isu, &self.default_icon);
+        if !self.leads_in(term) {
+            return Err(ApiError::Unavailable(
+                "leadership changed during the registration; the leader ends it".into(),
+            ));
+        }
         if let Err(error) = self.journal.isu(generation.id, &logged, request).await {
+            if !self.leads_in(term) {
+                tracing::warn!(uuid = %isu.uuid, "an unconfirmed accept of an older term is left to the leader");
+                return Err(ApiError::Unavailable(error.to_string()));
+            }
             if let Err(logging) = self.journal.removed(generation.id, &isu.uuid).await {
                 tracing::warn!(%logging, uuid = %isu.uuid, "an unconfirmed accept is left to the next leader");
                 return Err(ApiError::Unavailable(error.to_string()));
             }
-            self.rollback_worker(cell, rollback).await;
+            self.rollback_worker(cell, rollback, term).await;
             return Err(ApiError::Unavailable(error.to_string()));
         }
         generation
@@ -593,16 +615,21 @@ impl State {
         }
     }
 
-    async fn rollback_worker(&self, cell: CellId, rollback: &RollbackIsu) {
-        if self.replicated && !self.is_leader() {
-            // A replica that stopped leading mid-registration (paused, cut off) leaves the
-            // worker alone: the next leader ends the registration from the log, and may
-            // have published it already.
-            tracing::warn!(uuid = %rollback.uuid, "no longer leading: the worker's rollback is left to the leader");
+    async fn rollback_worker(&self, cell: CellId, rollback: &RollbackIsu, term: Option<u64>) {
+        if !self.leads_in(term) {
+            // A replica that stopped leading mid-registration (paused, cut off), or leads
+            // again in a later term, leaves the worker alone: the leader ends the
+            // registration from the log, and may have published it already.
+            tracing::warn!(uuid = %rollback.uuid, "no longer leading in the registration's term: the worker's rollback is left to the leader");
             return;
         }
         if let Err(error) = self.workers.rollback(cell, rollback).await {
-            tracing::error!(%error, uuid = %rollback.uuid, "rollback on worker failed");
+            tracing::error!(%error, uuid = %rollback.uuid, "rollback on worker failed; the leader's sweep ends it");
         }
+    }
+
+    /// Whether this coordinator still leads in `term` (see [`State::leading_term`]).
+    fn leads_in(&self, term: Option<u64>) -> bool {
+        term.is_some() && self.leading_term() == term
     }
 }

@@ -112,6 +112,19 @@ impl State {
         }
     }
 
+    /// The raft term this replica leads in (`Some(0)` for a lone coordinator); `None` when
+    /// it does not lead.
+    pub fn leading_term(&self) -> Option<u64> {
+        match self.journal.raft() {
+            Some(raft) => {
+                let metrics = raft.metrics();
+                let metrics = metrics.borrow();
+                (metrics.state == consensus::openraft::ServerState::Leader).then_some(metrics.current_term)
+            }
+            None => (!self.replicated).then_some(0),
+        }
+    }
+
     /// The registered ISUs of the current generation as this coordinator holds them, in
     /// registration order (an icon by its hash: the store's name, or the hash of the bytes
     /// a lone coordinator keeps).
