@@ -357,6 +357,14 @@ pub struct Health {
     /// clients without a session off it, see `nginx/router.lua`); absent elsewhere.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub leader: bool,
+    /// A worker: the newest leader term it has seen (0: none, as after a restart); the
+    /// leader's watch raises it again at once when it is older than its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fence_term: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// Whether a request's headers carry the cluster secret, either as

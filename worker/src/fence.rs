@@ -4,8 +4,10 @@
 //! led may still believe it leads and go on with a registration or a reset: once the next
 //! leader has called this worker, nothing the old one sends changes it.
 //!
-//! The newest term is not durable: a restarted worker admits the first term it sees, and
-//! the next call of the current leader (which watches the workers) raises it again. Calls
+//! The newest term is not durable: a restarted worker admits the first term it sees. Its
+//! health answer says the newest term it has seen (`fence_term`); the current leader's
+//! watch, which asks every second, calls it with its term when that is older, and ends any
+//! registration that passed meanwhile (its sweep). Calls
 //! without a term (a lone coordinator) are always admitted, as are reads (health, the
 //! latest conditions' full resync) and a migration's import (a worker's own call).
 

@@ -197,6 +197,7 @@ async fn health(State(app): State<AppState>) -> Result<Response, ApiError> {
         generation: app.state.generation().id,
         map_version: app.state.placement.map().version(),
         leader: app.state.leads_group(),
+        fence_term: 0,
     })?;
     if !ready {
         *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;

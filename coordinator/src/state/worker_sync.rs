@@ -135,8 +135,12 @@ impl State {
                 let generation = self.generation();
                 if health.generation == generation.id {
                     let left = self.registrations_left.lock().contains(&cell);
-                    if left || sweep_due {
-                        // It did not answer when this replica took over, or it is its turn.
+                    // A worker that restarted forgot the newest term (a deposed leader's call
+                    // would pass): the sweep's call raises it again, and ends what passed.
+                    let unfenced = self.replicated && self.leading_term().is_some_and(|term| health.fence_term < term);
+                    if left || sweep_due || unfenced {
+                        // It did not answer when this replica took over, it forgot the
+                        // term, or it is its turn.
                         if let Ok(ended) = self.sweep_registrations(&generation, cell).await {
                             self.registrations_left.lock().remove(&cell);
                             if left || ended > 0 {

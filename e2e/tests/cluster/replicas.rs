@@ -374,28 +374,39 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
     cluster.assert_no_crash();
 }
 
+/// Worker `worker`'s `/healthz` answer (`None`: it did not answer).
+async fn worker_health(cluster: &Cluster, worker: usize) -> Option<shared::protocol::Health> {
+    let url = format!("{}{}", cluster.workers[worker], shared::protocol::HEALTH);
+    cluster.internal_get(&url).await.ok()?.json().await.ok()
+}
+
 /// A registration a worker holds provisionally that the log does not hold and that is not
 /// in flight (a rollback its worker never got, a deposed leader's call) is rolled back by
 /// the leader's periodic sweep, without a takeover; the UUID then registers as any other.
+/// A worker that restarts from its log forgets the newest leader term: the leader's watch
+/// raises it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
-    use shared::protocol::{
-        Health, ProvisionalIsu, UnpublishedIsu, HEALTH, SECRET_HEADER, WORKER_PROVISIONAL, WORKER_UNPUBLISHED,
-    };
-    let (mut cluster, leader) = three_replicas(None).await;
+    use shared::protocol::{ProvisionalIsu, UnpublishedIsu, SECRET_HEADER, WORKER_PROVISIONAL, WORKER_UNPUBLISHED};
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        durable: true,
+        ..ClusterOptions::default()
+    })
+    .await;
+    let leader = agreed_leader(&cluster).await;
     let workers = cluster.workers.len();
     let uuid = cluster.known_uuid('a', 91);
     let worker = cluster.workers[0].clone();
-    let health: Health = cluster
-        .internal_get(&format!("{worker}{HEALTH}"))
-        .await
-        .unwrap()
-        .json()
-        .await
+    let health = worker_health(&cluster, 0).await.unwrap();
+    let term = statuses(&cluster).await[leader].as_ref().unwrap()["term"]
+        .as_u64()
         .unwrap();
+    assert_eq!(health.fence_term, term, "the leader's term on its worker");
+    let generation = health.generation;
     let client = cluster.raw_client();
     let left = ProvisionalIsu {
-        generation: health.generation,
+        generation,
         id: 900_001,
         uuid: uuid.clone(),
         owner: "alice".into(),
@@ -414,7 +425,7 @@ async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
         client
             .post(format!("{worker}{WORKER_UNPUBLISHED}"))
             .header(SECRET_HEADER, &cluster.secret)
-            .json(&serde_json::json!({ "generation": health.generation }))
+            .json(&serde_json::json!({ "generation": generation }))
             .send()
             .await
             .ok()?
@@ -443,6 +454,21 @@ async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
             .count(),
         1
     );
+
+    // Restarted from its log (same generation, nothing to reset), the worker has forgotten
+    // the term until the leader's watch sees it.
+    cluster.kill_node(0);
+    cluster.start_node(0);
+    cluster.wait_until_healthy().await;
+    wait_until(
+        "the leader raises the restarted worker's term",
+        Duration::from_secs(5),
+        || async {
+            let health = worker_health(&cluster, 0).await?;
+            (health.generation == generation && health.fence_term == term).then_some(())
+        },
+    )
+    .await;
     cluster.assert_no_crash();
 }
 

@@ -183,6 +183,7 @@ async fn health(State(state): State<AppState>) -> Response {
         generation: state.store.shard().generation,
         map_version: state.cells.version(),
         leader: false,
+        fence_term: state.fence.newest(),
     };
     json_response(serde_json::to_vec(&health).unwrap_or_default())
 }
