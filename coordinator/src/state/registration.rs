@@ -78,6 +78,9 @@ async fn hold_for_crash_test(step: &'static str, uuid: &str) {
 /// How long a registration of a UUID waits for a concurrent one of the same UUID.
 const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
 
+/// Registrations a new leader ends at once (each waits on its worker and a commit).
+const ENDED_AT_ONCE: usize = 32;
+
 /// A sweep of a worker's provisional registrations decides only this soon after its leader
 /// applied its whole log: well within the 5 s a registration waits for a commit before it
 /// gives up (and leaves `pending`), so one whose record was appended after the barrier is
@@ -90,14 +93,6 @@ enum LeftRegistration {
     Publish(PublishIsu),
     Rollback(RollbackIsu),
 }
-
-/// A sweep of a worker's registrations that did not run (not leading, no majority, the log
-/// not applied in time): the next one tries again.
-#[derive(Debug, thiserror::Error)]
-#[error("registration sweep skipped: {0}")]
-pub struct SweepSkipped(String);
-/// Registrations a new leader ends at once (each waits on its worker and a commit).
-const ENDED_AT_ONCE: usize = 32;
 
 impl State {
     /// Registers an ISU: provisional on the owning worker, JIA activation, publish;
@@ -174,10 +169,9 @@ impl State {
         // replica still leads in the term it started in. Led again in a later term, it would
         // undo what the leader between did (that one may have published this ISU and
         // answered 201); what it leaves is the sweep's.
-        let term = self.leading_term();
-        if self.replicated && term.is_none() {
+        let Some(term) = self.leading_term() else {
             return Err(ApiError::Unavailable("this replica no longer leads".into()));
-        }
+        };
         let _pass = self.placement.gate.enter(&registration.uuid).await;
         let map = self.placement.map();
         let cell = map.owner(&registration.uuid);
@@ -267,15 +261,7 @@ impl State {
         };
         if let Err(error) = self.workers.publish(cell, &publish).await {
             if self.replicated {
-                // Its removal is committed first (applying it removes the ISU here too); if
-                // that fails, or this replica no longer leads in the registration's term,
-                // the registration stays unfinished for the leader's sweep.
-                if !self.leads_in(term) {
-                    tracing::warn!(uuid = %registration.uuid, "a failed publish of an older term is left to the leader");
-                    return Err(ApiError::Unavailable(error.to_string()));
-                }
-                if let Err(logging) = self.journal.removed(generation.id, &registration.uuid).await {
-                    tracing::warn!(%logging, uuid = %registration.uuid, "a failed publish is left to the next leader");
+                if !self.remove_failed(generation, cell, &rollback, term).await {
                     return Err(ApiError::Unavailable(error.to_string()));
                 }
             } else {
@@ -283,8 +269,8 @@ impl State {
                 if let Err(error) = self.journal.removed(generation.id, &registration.uuid).await {
                     tracing::error!(%error, uuid = %registration.uuid, "logging a failed registration failed");
                 }
+                self.rollback_worker(cell, &rollback, term).await;
             }
-            self.rollback_worker(cell, &rollback, term).await;
             return Err(ApiError::Internal(error.to_string()));
         }
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
@@ -365,10 +351,8 @@ impl State {
 
     /// Replicas: commits the accepted ISU (JIA activated it); applying the record publishes
     /// it on every replica, this one included, so no replica ever shows an ISU the log does
-    /// not hold. A commit that fails may still happen (a timeout, a lost leadership): the
-    /// ISU's removal is committed after it, or, when that fails too or this replica no
-    /// longer leads in `term`, the registration is left unfinished for the leader's sweep,
-    /// which publishes or rolls it back from the log.
+    /// not hold. A commit that fails may still happen (a timeout, a lost leadership): see
+    /// [`State::remove_failed`].
     async fn log_accepted(
         &self,
         generation: &Arc<Generation>,
@@ -376,7 +360,7 @@ impl State {
         rollback: &RollbackIsu,
         isu: &Isu,
         request: Option<&str>,
-        term: Option<u64>,
+        term: u64,
     ) -> Result<Arc<Isu>, ApiError> {
         let logged = logged(isu, &self.default_icon);
         if !self.leads_in(term) {
@@ -385,15 +369,7 @@ impl State {
             ));
         }
         if let Err(error) = self.journal.isu(generation.id, &logged, request).await {
-            if !self.leads_in(term) {
-                tracing::warn!(uuid = %isu.uuid, "an unconfirmed accept of an older term is left to the leader");
-                return Err(ApiError::Unavailable(error.to_string()));
-            }
-            if let Err(logging) = self.journal.removed(generation.id, &isu.uuid).await {
-                tracing::warn!(%logging, uuid = %isu.uuid, "an unconfirmed accept is left to the next leader");
-                return Err(ApiError::Unavailable(error.to_string()));
-            }
-            self.rollback_worker(cell, rollback, term).await;
+            self.remove_failed(generation, cell, rollback, term).await;
             return Err(ApiError::Unavailable(error.to_string()));
         }
         generation
@@ -468,16 +444,12 @@ impl State {
         &self,
         generation: &Arc<Generation>,
         cell: CellId,
-    ) -> Result<usize, SweepSkipped> {
-        self.journal
-            .settled()
-            .await
-            .map_err(|error| SweepSkipped(error.to_string()))?;
-        let settled = std::time::Instant::now();
-        self.end_registrations_held_by_within(generation, cell, Some((settled, SWEEP_DECIDED_WITHIN)))
-            .await
-            .map_err(|error| SweepSkipped(format!("{error:#}")))?
-            .ok_or_else(|| SweepSkipped("the worker answered too long after the barrier".into()))
+    ) -> anyhow::Result<usize> {
+        self.journal.settled().await?;
+        let decide_by = std::time::Instant::now() + SWEEP_DECIDED_WITHIN;
+        self.end_registrations_held_by_within(generation, cell, Some(decide_by))
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the worker answered too long after the barrier"))
     }
 
     /// Ends the registrations the worker of `cell` holds provisionally (see
@@ -492,7 +464,7 @@ impl State {
     }
 
     /// [`State::end_registrations_held_by`], ending none (`None`) when the worker's answer
-    /// comes later than `deadline` (from when, how long). Those the log holds with their id
+    /// comes after `decide_by`. Those the log holds with their id
     /// are published; the others are logged as abandoned first, in one record, and rolled
     /// back once it is committed: from then on no record that names them can be applied
     /// after it (the record commits only while this replica leads, after every entry before
@@ -502,10 +474,10 @@ impl State {
         &self,
         generation: &Arc<Generation>,
         cell: CellId,
-        deadline: Option<(std::time::Instant, Duration)>,
+        decide_by: Option<std::time::Instant>,
     ) -> anyhow::Result<Option<usize>> {
         let mut held = self.workers.unpublished(cell, generation.id).await?;
-        if deadline.is_some_and(|(from, within)| from.elapsed() > within) {
+        if decide_by.is_some_and(|decide_by| std::time::Instant::now() > decide_by) {
             return Ok(None);
         }
         held.retain(|isu| !generation.pending.lock().contains_key(&isu.uuid));
@@ -615,7 +587,25 @@ impl State {
         }
     }
 
-    async fn rollback_worker(&self, cell: CellId, rollback: &RollbackIsu, term: Option<u64>) {
+    /// Replicas: ends a registration whose record may be committed (its commit or its
+    /// worker's publish failed): commits its removal (applying it removes the ISU here too),
+    /// then rolls its worker back. Only while this replica leads in `term`; otherwise, or
+    /// when the removal is not committed, the registration is left unfinished for the
+    /// leader's sweep, which publishes or rolls it back from the log. Whether it ended here.
+    async fn remove_failed(&self, generation: &Generation, cell: CellId, rollback: &RollbackIsu, term: u64) -> bool {
+        if !self.leads_in(term) {
+            tracing::warn!(uuid = %rollback.uuid, "a failed registration of an older term is left to the leader");
+            return false;
+        }
+        if let Err(logging) = self.journal.removed(generation.id, &rollback.uuid).await {
+            tracing::warn!(%logging, uuid = %rollback.uuid, "a failed registration is left to the leader's sweep");
+            return false;
+        }
+        self.rollback_worker(cell, rollback, term).await;
+        true
+    }
+
+    async fn rollback_worker(&self, cell: CellId, rollback: &RollbackIsu, term: u64) {
         if !self.leads_in(term) {
             // A replica that stopped leading mid-registration (paused, cut off), or leads
             // again in a later term, leaves the worker alone: the leader ends the
@@ -629,7 +619,7 @@ impl State {
     }
 
     /// Whether this coordinator still leads in `term` (see [`State::leading_term`]).
-    fn leads_in(&self, term: Option<u64>) -> bool {
-        term.is_some() && self.leading_term() == term
+    fn leads_in(&self, term: u64) -> bool {
+        self.leading_term() == Some(term)
     }
 }

@@ -75,8 +75,6 @@ pub(super) fn agent_of(cluster: &Cluster, replica: usize) -> Agent {
     })
 }
 
-/// The UUIDs of the signed-in user's ISUs as `agent`'s replica lists them (`None` when it
-/// does not answer 200).
 /// Sends a registration as `agent` in the background: its answer comes after the takeover
 /// the test causes meanwhile.
 fn register_in_background(agent: &Arc<Agent>, uuid: &str, name: &'static str) -> tokio::task::JoinHandle<Reply> {
@@ -84,6 +82,17 @@ fn register_in_background(agent: &Arc<Agent>, uuid: &str, name: &'static str) ->
     tokio::spawn(async move { agent.register(&uuid, name, None).await })
 }
 
+/// How many times JIA was asked to activate `uuid`.
+fn activations_of(cluster: &Cluster, uuid: &str) -> usize {
+    let activations = cluster.jia.activations();
+    activations
+        .iter()
+        .filter(|activation| activation.isu_uuid == uuid)
+        .count()
+}
+
+/// The UUIDs of the signed-in user's ISUs as `agent`'s replica lists them (`None` when it
+/// does not answer 200).
 async fn listed(agent: &Agent) -> Option<BTreeSet<String>> {
     let reply = agent.try_get("/api/isu").await.ok()?;
     if reply.status.as_u16() != 200 {
@@ -294,13 +303,8 @@ async fn three_replicas_serve_the_api_survive_the_leader_s_death_and_catch_up() 
     assert_eq!(without_secret.status(), 401);
 
     // JIA activated each ISU once; no term had two leaders.
-    let activations = cluster.jia.activations();
     for uuid in [&first, &second] {
-        let count = activations
-            .iter()
-            .filter(|activation| activation.isu_uuid == *uuid)
-            .count();
-        assert_eq!(count, 1, "activations of {uuid}");
+        assert_eq!(activations_of(&cluster, uuid), 1, "activations of {uuid}");
     }
     sampler.abort();
     let seen = leaders_per_term.lock().unwrap().clone();
@@ -361,14 +365,13 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
     )
     .await;
     // JIA never heard of the rolled-back one and activated the other once.
-    let activations = cluster.jia.activations();
-    let count = |uuid: &str| {
-        activations
-            .iter()
-            .filter(|activation| activation.isu_uuid == uuid)
-            .count()
-    };
-    assert_eq!((count(&rolled_back), count(&published)), (0, 1));
+    assert_eq!(
+        (
+            activations_of(&cluster, &rolled_back),
+            activations_of(&cluster, &published)
+        ),
+        (0, 1)
+    );
     cluster.start_node(workers + second_leader);
     agreed_leader(&cluster).await;
     cluster.assert_no_crash();
@@ -446,14 +449,7 @@ async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
     let alice = sign_in_with(agent_of(&cluster, leader), &cluster.signer, "alice").await;
     alice.register(&uuid, "chair", None).await.json(201);
     assert_eq!(listed(&alice).await, Some(BTreeSet::from([uuid.clone()])));
-    let activations = cluster.jia.activations();
-    assert_eq!(
-        activations
-            .iter()
-            .filter(|activation| activation.isu_uuid == uuid)
-            .count(),
-        1
-    );
+    assert_eq!(activations_of(&cluster, &uuid), 1);
 
     // Restarted from its log (same generation, nothing to reset), the worker has forgotten
     // the term until the leader's watch sees it.
@@ -510,14 +506,7 @@ async fn a_registration_on_a_worker_absent_at_the_takeover_is_published_when_it_
             "ended the registrations a worker held provisionally",
         )
         .await;
-    let activations = cluster.jia.activations();
-    assert_eq!(
-        activations
-            .iter()
-            .filter(|activation| activation.isu_uuid == uuid)
-            .count(),
-        1
-    );
+    assert_eq!(activations_of(&cluster, &uuid), 1);
     cluster.start_node(workers + leader);
     agreed_leader(&cluster).await;
     cluster.assert_no_crash();
