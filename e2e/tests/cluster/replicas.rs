@@ -876,13 +876,27 @@ async fn nginx_keeps_clients_without_a_session_off_the_leader_and_skips_a_stoppe
     let after = trend_reads(&cluster).await;
     assert_eq!(after[follower] - before[follower], 20.0, "{before:?} -> {after:?}");
 
-    // That follower hangs with its sockets open: nginx's probe finds it silent and sends
-    // the client to the other follower, not the leader, each read answered within a second.
-    cluster.signal_node(workers + follower, "STOP");
+    // That follower hangs with its sockets open. A read sent to it at once (its probe has
+    // not noticed yet: that takes a probe's timeout) waits half a second for an answer and
+    // goes to another replica, answered within the client's second all the same.
     let other = (0..3)
         .find(|replica| *replica != leader && *replica != follower)
         .unwrap();
+    let before = trend_reads(&cluster).await;
+    cluster.signal_node(workers + follower, "STOP");
     let stopped_at = Instant::now();
+    assert_eq!(trend_through(&public, 1).await, 1, "a read held by the stopped replica");
+    let waited = stopped_at.elapsed();
+    eprintln!("a read sent to the stopped replica answered after {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(400),
+        "the read went to the stopped replica first: answered after {waited:?}"
+    );
+    let after = trend_reads(&cluster).await;
+    assert_eq!(after[other] - before[other], 1.0, "{before:?} -> {after:?}");
+
+    // nginx's probe finds it silent and sends the client to the other follower, not the
+    // leader, each read answered within a second.
     wait_until("reads skip the stopped replica", Duration::from_secs(5), || async {
         (trend_through(&public, 1).await == 1).then_some(())
     })
