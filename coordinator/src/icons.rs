@@ -125,15 +125,27 @@ impl IconStore {
         })
     }
 
-    /// Stores `bytes` here and on at least one of `peers` (all are asked at once; the first
-    /// to store it is enough). With no peer (a group of one) this replica alone holds it.
+    /// Stores `bytes` here and on at least one of `peers`, both at once (every peer is
+    /// asked; the first to store it is enough). With no peer (a group of one) this replica
+    /// alone holds it. A failure here may leave a copy on a peer: no ISU names it, and the
+    /// sweep removes it.
     pub async fn store(&self, bytes: Bytes, peers: &[String]) -> Result<IconHash, IconError> {
         let hash = hash_of(&bytes);
-        self.store_local(hash, bytes.clone()).await?;
+        let (here, elsewhere) = tokio::join!(
+            self.store_local(hash, bytes.clone()),
+            self.store_on_a_peer(&hash, bytes, peers)
+        );
+        here?;
+        elsewhere?;
+        Ok(hash)
+    }
+
+    /// Sends `bytes` to every one of `peers`; done when the first has stored them.
+    async fn store_on_a_peer(&self, hash: &IconHash, bytes: Bytes, peers: &[String]) -> Result<(), IconError> {
         if peers.is_empty() {
-            return Ok(hash);
+            return Ok(());
         }
-        let name = to_hex(&hash);
+        let name = to_hex(hash);
         let mut puts: futures_util::stream::FuturesUnordered<_> = peers
             .iter()
             .map(|peer| {
@@ -158,7 +170,7 @@ impl IconStore {
         let mut reasons = Vec::new();
         while let Some(answer) = futures_util::StreamExt::next(&mut puts).await {
             match answer {
-                Ok(()) => return Ok(hash),
+                Ok(()) => return Ok(()),
                 Err(reason) => reasons.push(reason),
             }
         }
