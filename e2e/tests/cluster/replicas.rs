@@ -383,6 +383,22 @@ async fn worker_health(cluster: &Cluster, worker: usize) -> Option<shared::proto
     cluster.internal_get(&url).await.ok()?.json().await.ok()
 }
 
+/// What worker `worker` holds provisionally in `generation` (`None`: no answer).
+async fn held_by(cluster: &Cluster, worker: usize, generation: u64) -> Option<Vec<shared::protocol::UnpublishedIsu>> {
+    let url = format!("{}{}", cluster.workers[worker], shared::protocol::WORKER_UNPUBLISHED);
+    cluster
+        .raw_client()
+        .post(url)
+        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+        .json(&serde_json::json!({ "generation": generation }))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()
+}
+
 /// A registration a worker holds provisionally that the log does not hold and that is not
 /// in flight (a rollback its worker never got, a deposed leader's call) is rolled back by
 /// the leader's periodic sweep, without a takeover; the UUID then registers as any other.
@@ -390,7 +406,7 @@ async fn worker_health(cluster: &Cluster, worker: usize) -> Option<shared::proto
 /// raises it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
-    use shared::protocol::{ProvisionalIsu, UnpublishedIsu, SECRET_HEADER, WORKER_PROVISIONAL, WORKER_UNPUBLISHED};
+    use shared::protocol::{ProvisionalIsu, SECRET_HEADER, WORKER_PROVISIONAL};
     let mut cluster = spawn_cluster_with(ClusterOptions {
         coordinators: 3,
         durable: true,
@@ -424,18 +440,7 @@ async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
         .await
         .unwrap();
     assert!(held.status().is_success(), "{}", held.status());
-    let unpublished = || async {
-        client
-            .post(format!("{worker}{WORKER_UNPUBLISHED}"))
-            .header(SECRET_HEADER, &cluster.secret)
-            .json(&serde_json::json!({ "generation": generation }))
-            .send()
-            .await
-            .ok()?
-            .json::<Vec<UnpublishedIsu>>()
-            .await
-            .ok()
-    };
+    let unpublished = || held_by(&cluster, 0, generation);
     assert_eq!(unpublished().await.map(|held| held.len()), Some(1));
     wait_until(
         "the leader's sweep ends the registration left behind",
@@ -465,6 +470,72 @@ async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
         },
     )
     .await;
+    cluster.assert_no_crash();
+}
+
+/// A registration a worker holds keeps its request id when the worker's log is rewritten
+/// as a snapshot: restarted from that snapshot, the worker lists it as a registration (a new
+/// leader ends it, and answers its request sent again from that end), not as an anonymous
+/// provisional ISU. A lone coordinator, which never sweeps, leaves it there to be seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_restarted_from_a_snapshot_still_lists_the_registration_it_held() {
+    use shared::protocol::{ProvisionalIsu, SECRET_HEADER, WORKER_PROVISIONAL};
+    // Worker a rewrites its log as one snapshot each time the log doubles.
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        durable: true,
+        worker_args: ["--compact-after-mb", "0"].map(String::from).to_vec(),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let worker = cluster.workers[0].clone();
+    let generation = worker_health(&cluster, 0).await.unwrap().generation;
+    let client = cluster.raw_client();
+    let hold = |number: u32, request: Option<&str>| {
+        let isu = ProvisionalIsu {
+            generation,
+            id: 900_000 + i64::from(number),
+            uuid: test_uuid('a', number),
+            owner: "alice".into(),
+            name: format!("held {number}"),
+            request: request.map(str::to_owned),
+        };
+        let client = client.clone();
+        let url = format!("{worker}{WORKER_PROVISIONAL}");
+        let secret = cluster.secret.clone();
+        async move {
+            let answer = client
+                .post(url)
+                .header(SECRET_HEADER, secret)
+                .json(&isu)
+                .send()
+                .await
+                .unwrap();
+            assert!(answer.status().is_success(), "{}", answer.status());
+        }
+    };
+    let snapshots = |cluster: &Cluster| cluster.node_log(0).matches("log snapshot written").count();
+    let before = snapshots(&cluster);
+    hold(1, Some("held-request")).await;
+    // Anonymous provisional ISUs after it until the log is rewritten with it inside.
+    let mut number = 2;
+    while snapshots(&cluster) == before {
+        assert!(number < 500, "no snapshot after {number} records");
+        hold(number, None).await;
+        number += 1;
+    }
+
+    cluster.kill_node(0);
+    cluster.start_node(0);
+    cluster.wait_until_healthy().await;
+    let held = held_by(&cluster, 0, generation).await.unwrap();
+    assert_eq!(held.len() as u32, number - 1, "{held:?}");
+    let registration = held.iter().find(|isu| isu.uuid == test_uuid('a', 1)).unwrap();
+    assert_eq!(registration.request.as_deref(), Some("held-request"));
+    assert_eq!(registration.id, 900_001);
+    assert!(held
+        .iter()
+        .filter(|isu| isu.uuid != registration.uuid)
+        .all(|isu| isu.request.is_none()));
     cluster.assert_no_crash();
 }
 
