@@ -14,8 +14,8 @@
 -- then goes to the next replica (the locations' `proxy_next_upstream ... timeout`): a
 -- replica stopped with its sockets open, or whose host went silent, holds the reads already
 -- sent to it until its probe notices, and the clients (the benchmarker's, 1 s) would give
--- up long before nginx's 30 s. A loaded replica answers a read within a tenth of that (the
--- bench's p99 under load on one shared core: 25-110 ms). Writes keep the locations' read
+-- up long before nginx's 30 s. A loaded replica answers a read well inside the bound (the
+-- bench's p99 under load on one shared core: 25-115 ms). Writes keep the locations' read
 -- timeout: a sign-in or registration waits for a commit, through a takeover if need be,
 -- and sent again elsewhere it would only wait for the same leader.
 --

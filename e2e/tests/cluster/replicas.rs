@@ -383,6 +383,21 @@ async fn worker_health(cluster: &Cluster, worker: usize) -> Option<shared::proto
     cluster.internal_get(&url).await.ok()?.json().await.ok()
 }
 
+/// Makes `isu` provisional on worker `worker`, as a leader's registration would (it must
+/// answer 2xx).
+async fn hold_on(cluster: &Cluster, worker: usize, isu: &shared::protocol::ProvisionalIsu) {
+    let url = format!("{}{}", cluster.workers[worker], shared::protocol::WORKER_PROVISIONAL);
+    let answer = cluster
+        .raw_client()
+        .post(url)
+        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+        .json(isu)
+        .send()
+        .await
+        .unwrap();
+    assert!(answer.status().is_success(), "{}", answer.status());
+}
+
 /// What worker `worker` holds provisionally in `generation` (`None`: no answer).
 async fn held_by(cluster: &Cluster, worker: usize, generation: u64) -> Option<Vec<shared::protocol::UnpublishedIsu>> {
     let url = format!("{}{}", cluster.workers[worker], shared::protocol::WORKER_UNPUBLISHED);
@@ -406,7 +421,7 @@ async fn held_by(cluster: &Cluster, worker: usize, generation: u64) -> Option<Ve
 /// raises it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
-    use shared::protocol::{ProvisionalIsu, SECRET_HEADER, WORKER_PROVISIONAL};
+    use shared::protocol::ProvisionalIsu;
     let mut cluster = spawn_cluster_with(ClusterOptions {
         coordinators: 3,
         durable: true,
@@ -416,14 +431,12 @@ async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
     let leader = agreed_leader(&cluster).await;
     let workers = cluster.workers.len();
     let uuid = cluster.known_uuid('a', 91);
-    let worker = cluster.workers[0].clone();
     let health = worker_health(&cluster, 0).await.unwrap();
     let term = statuses(&cluster).await[leader].as_ref().unwrap()["term"]
         .as_u64()
         .unwrap();
     assert_eq!(health.fence_term, term, "the leader's term on its worker");
     let generation = health.generation;
-    let client = cluster.raw_client();
     let left = ProvisionalIsu {
         generation,
         id: 900_001,
@@ -432,14 +445,7 @@ async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
         name: "left behind".into(),
         request: Some("left-behind-request".into()),
     };
-    let held = client
-        .post(format!("{worker}{WORKER_PROVISIONAL}"))
-        .header(SECRET_HEADER, &cluster.secret)
-        .json(&left)
-        .send()
-        .await
-        .unwrap();
-    assert!(held.status().is_success(), "{}", held.status());
+    hold_on(&cluster, 0, &left).await;
     let unpublished = || held_by(&cluster, 0, generation);
     assert_eq!(unpublished().await.map(|held| held.len()), Some(1));
     wait_until(
@@ -474,12 +480,12 @@ async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
 }
 
 /// A registration a worker holds keeps its request id when the worker's log is rewritten
-/// as a snapshot: restarted from that snapshot, the worker lists it as a registration (a new
-/// leader ends it, and answers its request sent again from that end), not as an anonymous
+/// as a snapshot: restarted from that snapshot, the worker lists it with its request id
+/// (the list a new leader's takeover and sweep end registrations from), not as an anonymous
 /// provisional ISU. A lone coordinator, which never sweeps, leaves it there to be seen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_restarted_from_a_snapshot_still_lists_the_registration_it_held() {
-    use shared::protocol::{ProvisionalIsu, SECRET_HEADER, WORKER_PROVISIONAL};
+    use shared::protocol::ProvisionalIsu;
     // Worker a rewrites its log as one snapshot each time the log doubles.
     let mut cluster = spawn_cluster_with(ClusterOptions {
         durable: true,
@@ -487,40 +493,23 @@ async fn a_worker_restarted_from_a_snapshot_still_lists_the_registration_it_held
         ..ClusterOptions::default()
     })
     .await;
-    let worker = cluster.workers[0].clone();
     let generation = worker_health(&cluster, 0).await.unwrap().generation;
-    let client = cluster.raw_client();
-    let hold = |number: u32, request: Option<&str>| {
-        let isu = ProvisionalIsu {
-            generation,
-            id: 900_000 + i64::from(number),
-            uuid: test_uuid('a', number),
-            owner: "alice".into(),
-            name: format!("held {number}"),
-            request: request.map(str::to_owned),
-        };
-        let client = client.clone();
-        let url = format!("{worker}{WORKER_PROVISIONAL}");
-        let secret = cluster.secret.clone();
-        async move {
-            let answer = client
-                .post(url)
-                .header(SECRET_HEADER, secret)
-                .json(&isu)
-                .send()
-                .await
-                .unwrap();
-            assert!(answer.status().is_success(), "{}", answer.status());
-        }
+    let provisional = |number: u32, request: Option<&str>| ProvisionalIsu {
+        generation,
+        id: 900_000 + i64::from(number),
+        uuid: test_uuid('a', number),
+        owner: "alice".into(),
+        name: format!("held {number}"),
+        request: request.map(str::to_owned),
     };
     let snapshots = |cluster: &Cluster| cluster.node_log(0).matches("log snapshot written").count();
     let before = snapshots(&cluster);
-    hold(1, Some("held-request")).await;
+    hold_on(&cluster, 0, &provisional(1, Some("held-request"))).await;
     // Anonymous provisional ISUs after it until the log is rewritten with it inside.
     let mut number = 2;
     while snapshots(&cluster) == before {
         assert!(number < 500, "no snapshot after {number} records");
-        hold(number, None).await;
+        hold_on(&cluster, 0, &provisional(number, None)).await;
         number += 1;
     }
 
