@@ -188,11 +188,11 @@ impl State {
                 .collect();
             let icons = icons.clone();
             match tokio::task::spawn_blocking(move || icons.sweep(&referenced, grace)).await {
-                Ok(Ok(swept)) if swept.removed + swept.removed_temporary > 0 => tracing::info!(
+                Ok(Ok(swept)) if swept.removed > 0 => tracing::info!(
                     removed = swept.removed,
                     removed_bytes = swept.removed_bytes,
-                    removed_temporary = swept.removed_temporary,
                     kept_recent = swept.kept_recent,
+                    compacted_bytes = swept.compacted_bytes,
                     "removed icons no ISU names"
                 ),
                 Ok(Ok(_)) => {}

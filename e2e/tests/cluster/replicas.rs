@@ -681,6 +681,26 @@ fn log_bytes(cluster: &Cluster, node: usize) -> u64 {
         .sum()
 }
 
+/// The icon `name` (SHA-256 hex) as replica `replica` holds it in its own store
+/// (`GET /internal/icons/{hash}`: 404 when absent, never fetched from a peer).
+async fn held_icon(cluster: &Cluster, replica: usize, name: &str) -> Option<Vec<u8>> {
+    let reply = cluster
+        .raw_client()
+        .get(format!(
+            "{}{}/{name}",
+            cluster.coordinators[replica],
+            shared::protocol::COORDINATOR_ICONS
+        ))
+        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+        .send()
+        .await
+        .ok()?;
+    if reply.status() != 200 {
+        return None;
+    }
+    Some(reply.bytes().await.ok()?.to_vec())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn icons_stay_out_of_the_log_on_two_replicas_at_least_and_one_that_missed_an_icon_fetches_it() {
     use sha2::Digest as _;
@@ -718,13 +738,9 @@ async fn icons_stay_out_of_the_log_on_two_replicas_at_least_and_one_that_missed_
     }
 
     // Stored by its hash on both live replicas.
-    let icon_files: Vec<std::path::PathBuf> = (0..3)
-        .map(|replica| cluster.data_dir(workers + replica).join("icons").join(&name))
-        .collect();
-    let icon_file = |replica: usize| icon_files[replica].clone();
     for replica in [leader, follower] {
         assert_eq!(
-            std::fs::read(icon_file(replica)).ok(),
+            held_icon(&cluster, replica, &name).await,
             Some(icon.clone()),
             "replica {replica}"
         );
@@ -744,7 +760,7 @@ async fn icons_stay_out_of_the_log_on_two_replicas_at_least_and_one_that_missed_
     wait_until(
         "the replica that was down keeps the icon",
         Duration::from_secs(10),
-        || async { (std::fs::read(icon_file(down)).ok()? == icon).then_some(()) },
+        || async { (held_icon(&cluster, down, &name).await? == icon).then_some(()) },
     )
     .await;
     // Each replica says it holds the ISU with its owner and its icon's hash (what the bench
@@ -809,21 +825,49 @@ async fn icons_stay_out_of_the_log_on_two_replicas_at_least_and_one_that_missed_
             .unwrap();
         assert!(stored.status().is_success(), "{base}: {}", stored.status());
     }
-    let orphan_file = |replica: usize| cluster.data_dir(workers + replica).join("icons").join(&orphan_name);
-    assert!((0..3).all(|replica| orphan_file(replica).exists()));
+    for replica in 0..3 {
+        assert_eq!(
+            held_icon(&cluster, replica, &orphan_name).await.as_deref(),
+            Some(orphan)
+        );
+    }
     wait_until(
         "every replica sweeps the orphan icon",
         Duration::from_secs(20),
-        || async { (0..3).all(|replica| !orphan_file(replica).exists()).then_some(()) },
+        || async {
+            for replica in 0..3 {
+                if held_icon(&cluster, replica, &orphan_name).await.is_some() {
+                    return None;
+                }
+            }
+            Some(())
+        },
     )
     .await;
     for replica in 0..3 {
         assert_eq!(
-            std::fs::read(icon_file(replica)).ok(),
+            held_icon(&cluster, replica, &name).await,
             Some(icon.clone()),
             "replica {replica}"
         );
     }
+    // A replica started again reads the named icon back from its own store, and not the
+    // swept one.
+    cluster.kill_node(workers + follower);
+    cluster.start_node(workers + follower);
+    let back = wait_until("the restarted replica answers", Duration::from_secs(15), || async {
+        let reply = cluster
+            .raw_client()
+            .get(format!("{}/healthz", cluster.coordinators[follower]))
+            .send()
+            .await
+            .ok()?;
+        Some(reply.status())
+    })
+    .await;
+    eprintln!("restarted replica answers its health check: {back}");
+    assert_eq!(held_icon(&cluster, follower, &name).await, Some(icon.clone()));
+    assert_eq!(held_icon(&cluster, follower, &orphan_name).await, None);
     cluster.assert_no_crash();
 }
 
