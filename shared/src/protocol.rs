@@ -113,9 +113,6 @@ pub const WORKER_ACTIVATE: &str = "/internal/migration/activate";
 pub const WORKER_FORGET: &str = "/internal/migration/forget";
 /// Coordinator: a worker's batch of latest conditions.
 pub const COORDINATOR_LATEST: &str = "/internal/latest";
-/// Coordinator: a worker's stream of latest batches, one request for as long as it lasts
-/// (see [`LATEST_STREAM`]).
-pub const COORDINATOR_LATEST_STREAM: &str = "/internal/latest/stream";
 /// Every node: liveness and readiness (`200` once the node can serve).
 pub const HEALTH: &str = "/healthz";
 /// Every node: CPU profile (`?seconds=N&format=svg|pb`).
@@ -312,80 +309,6 @@ pub enum LatestDecodeError {
     Flags(u8),
 }
 
-/// `Content-Type` of a latest stream ([`COORDINATOR_LATEST_STREAM`]): a request body of
-/// frames, each a u32 little-endian length and one binary latest batch ([`encode_latest`]).
-/// The coordinator applies each frame as it arrives and answers only when the stream ends
-/// (200), stops for another generation (412) or for bad input (400, 413, 415), or when
-/// it stops itself (503). A worker starts each stream with the latest condition of every
-/// published ISU, so a stream that broke loses nothing the next one does not carry.
-///
-/// Why a stream: every replica of a group takes every worker's batch each 10 ms. As one
-/// request each, the HTTP exchange (parsing, routing, the answer, a wake-up each way) cost
-/// more than applying the batch, and was most of an idle replica's CPU.
-pub const LATEST_STREAM: &str = "application/x-isu-latest-stream";
-
-/// One frame of a latest stream: `batch` (an [`encode_latest`] output) after its length.
-pub fn latest_frame(batch: &[u8]) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(4 + batch.len());
-    frame.extend_from_slice(&(batch.len() as u32).to_le_bytes());
-    frame.extend_from_slice(batch);
-    frame
-}
-
-/// Cuts a latest stream's bytes, as they arrive in chunks of any size, into its frames.
-#[derive(Debug)]
-pub struct LatestFrames {
-    buffer: bytes::BytesMut,
-    max_frame: usize,
-}
-
-/// A frame longer than the reader takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("a latest frame of {length} bytes (at most {max})")]
-pub struct FrameTooLong {
-    pub length: usize,
-    pub max: usize,
-}
-
-impl LatestFrames {
-    /// A reader refusing frames longer than `max_frame` bytes.
-    pub fn new(max_frame: usize) -> LatestFrames {
-        LatestFrames {
-            buffer: bytes::BytesMut::new(),
-            max_frame,
-        }
-    }
-
-    /// Takes the next chunk of the stream.
-    pub fn push(&mut self, chunk: &[u8]) {
-        self.buffer.extend_from_slice(chunk);
-    }
-
-    /// The next whole frame (its batch), if one has arrived.
-    pub fn next_frame(&mut self) -> Result<Option<bytes::Bytes>, FrameTooLong> {
-        let Some(length) = self.buffer.get(..4) else {
-            return Ok(None);
-        };
-        let length = u32::from_le_bytes(length.try_into().expect("4 bytes")) as usize;
-        if length > self.max_frame {
-            return Err(FrameTooLong {
-                length,
-                max: self.max_frame,
-            });
-        }
-        if self.buffer.len() < 4 + length {
-            return Ok(None);
-        }
-        let mut frame = self.buffer.split_to(4 + length);
-        Ok(Some(frame.split_off(4).freeze()))
-    }
-
-    /// Whether the stream so far ends between frames.
-    pub fn is_between_frames(&self) -> bool {
-        self.buffer.is_empty()
-    }
-}
-
 /// Reads a binary latest batch: its generation and items, borrowed from `bytes`. Anything
 /// but exactly what [`encode_latest`] writes is refused.
 pub fn decode_latest(bytes: &[u8]) -> Result<(u64, Vec<LatestItem<'_>>), LatestDecodeError> {
@@ -482,49 +405,6 @@ fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn latest_frames_are_read_back_whatever_the_chunks_and_a_long_one_is_refused() {
-        let item = |timestamp| LatestItem {
-            uuid: "0694e4d7-dfce-4aec-b7ca-887ac42cfb8f",
-            timestamp,
-            flags: Flags(Flags::SITTING),
-            message: "ok",
-        };
-        let batches = [
-            encode_latest(7, [item(1)]),
-            encode_latest(7, []),
-            encode_latest(8, [item(2), item(3)]),
-        ];
-        let stream: Vec<u8> = batches.iter().flat_map(|batch| latest_frame(batch)).collect();
-        for chunk in [1, 3, 5, 64, stream.len()] {
-            let mut frames = LatestFrames::new(1 << 10);
-            let mut read = Vec::new();
-            for piece in stream.chunks(chunk) {
-                frames.push(piece);
-                while let Some(frame) = frames.next_frame().unwrap() {
-                    read.push(frame.to_vec());
-                }
-            }
-            assert_eq!(read, batches, "chunks of {chunk}");
-            assert!(frames.is_between_frames());
-        }
-        // A stream cut inside a frame is not between frames; a length over the bound is
-        // refused before its bytes arrive.
-        let mut frames = LatestFrames::new(1 << 10);
-        frames.push(&stream[..stream.len() - 1]);
-        while frames.next_frame().unwrap().is_some() {}
-        assert!(!frames.is_between_frames());
-        let mut frames = LatestFrames::new(16);
-        frames.push(&latest_frame(&batches[0])[..6]);
-        assert_eq!(
-            frames.next_frame(),
-            Err(FrameTooLong {
-                length: batches[0].len(),
-                max: 16
-            })
-        );
-    }
 
     #[test]
     fn secret_in_either_header() {

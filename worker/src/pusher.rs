@@ -12,30 +12,18 @@
 //! and the latest condition is read when a batch is built, so while a coordinator is down
 //! memory stays bounded by the number of ISUs however many conditions arrive. Failed pushes
 //! back off exponentially (20 ms doubling, capped at [`MAX_BACKOFF`]) and are logged once
-//! when they start, every tenth time, and once when pushes recover.
-//!
-//! Batches go as frames of one long request per coordinator, a stream
-//! ([`COORDINATOR_LATEST_STREAM`], see [`shared::protocol::LATEST_STREAM`]): the coordinator
-//! answers only when the stream ends, so a batch costs no HTTP exchange of its own. Each
-//! stream starts with the latest condition of every published ISU: whatever a stream that
-//! broke had taken (its frames since the coordinator last read) is in the next one's first
-//! frame. A stream whose queue of frames is full (the coordinator stopped reading) counts as
-//! a failed push. A coordinator without the stream route (an older build, during a rollout)
-//! gets one request per batch for [`JSON_FOR`], then a stream is tried again; in the binary
-//! form ([`LATEST_BINARY`]), or in JSON for [`JSON_FOR`] after it refused the binary form.
+//! when they start, every tenth time, and once when pushes recover. Batches go in the binary
+//! form ([`LATEST_BINARY`]); a coordinator that refuses it (an older build, during a rollout)
+//! gets JSON for [`JSON_FOR`], then the binary form is tried again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use bytes::Bytes;
 use parking_lot::Mutex;
 use shared::backoff::Backoff;
-use shared::protocol::{
-    encode_latest, latest_frame, LatestBatch, LatestItem, COORDINATOR_LATEST, COORDINATOR_LATEST_STREAM, LATEST_BINARY,
-    LATEST_STREAM, SECRET_HEADER,
-};
+use shared::protocol::{encode_latest, LatestBatch, LatestItem, COORDINATOR_LATEST, LATEST_BINARY, SECRET_HEADER};
 use shared::telemetry::{BATCH_ITEMS, PUSH_LAG_SECONDS};
 use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -48,13 +36,8 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(20);
 /// Longest pause between attempts while a coordinator is unreachable.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How long batches go as JSON after a coordinator refused the binary form, before the
-/// binary form is tried again; and one request per batch after a coordinator had no stream
-/// route, before a stream is tried again.
+/// binary form is tried again.
 pub const JSON_FOR: Duration = Duration::from_secs(5);
-/// Frames a stream queues while its coordinator does not read them (then pushes fail).
-const STREAM_FRAMES_QUEUED: usize = 16;
-/// How long a worker that stops waits for a coordinator to read the end of its stream.
-const STREAM_END_WAIT: Duration = Duration::from_secs(2);
 
 /// What one push did.
 enum Pushed {
@@ -101,9 +84,6 @@ impl Pending {
 pub struct Pusher {
     store: Store,
     client: reqwest::Client,
-    /// For streams: no bound on a request's whole time, only on connecting.
-    stream_client: reqwest::Client,
-    /// Each coordinator's base URL.
     urls: Vec<String>,
     /// Checked once at start (a secret that is no valid header value stops the worker), and
     /// marked sensitive, so it stays out of debug output.
@@ -119,19 +99,15 @@ impl Pusher {
             .timeout(Duration::from_secs(2))
             .pool_max_idle_per_host(4)
             .build()?;
-        let stream_client = node_http::internal_client()
-            .connect_timeout(Duration::from_secs(2))
-            .build()?;
         let mut secret =
             reqwest::header::HeaderValue::from_str(secret).context("the cluster secret is not a valid header value")?;
         secret.set_sensitive(true);
         Ok(Pusher {
             store,
             client,
-            stream_client,
             urls: coordinator_urls
                 .iter()
-                .map(|url| url.trim_end_matches('/').to_owned())
+                .map(|url| format!("{}{COORDINATOR_LATEST}", url.trim_end_matches('/')))
                 .collect(),
             secret,
             interval,
@@ -147,17 +123,11 @@ impl Pusher {
         for url in &self.urls {
             let wake = TargetWake::default();
             let target = Target {
-                store: self.store.clone(),
                 client: self.client.clone(),
-                stream_client: self.stream_client.clone(),
-                url: format!("{url}{COORDINATOR_LATEST}"),
-                stream_url: format!("{url}{COORDINATOR_LATEST_STREAM}"),
+                url: url.clone(),
                 secret: self.secret.clone(),
                 wake: wake.clone(),
                 json_until: None,
-                stream: None,
-                batches_until: None,
-                ended: None,
             };
             targets.push(wake);
             tasks.push(tokio::spawn(target.run(stop_targets.clone())));
@@ -204,35 +174,6 @@ struct TargetWake {
     tick: Arc<Notify>,
 }
 
-/// Opens a stream to `url`: its request runs in a task of its own, its body the frames queued.
-fn open_stream(client: &reqwest::Client, url: &str, secret: &reqwest::header::HeaderValue) -> OpenStream {
-    let (frames, queued) = tokio::sync::mpsc::channel(STREAM_FRAMES_QUEUED);
-    let request = client
-        .post(url)
-        .header(SECRET_HEADER, secret.clone())
-        .header(reqwest::header::CONTENT_TYPE, LATEST_STREAM)
-        .body(reqwest::Body::wrap(FrameBody(queued)));
-    let (answered, answer) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let outcome = match request.send().await {
-            Ok(response) => Ok(response.status()),
-            Err(error) => Err(shared::error_chain(&error)),
-        };
-        let _ = answered.send(outcome);
-    });
-    OpenStream { frames, answer }
-}
-
-/// Resolves when `stream`'s request has ended (never without a stream).
-async fn stream_end(stream: Option<&mut OpenStream>) -> StreamOutcome {
-    match stream {
-        Some(stream) => (&mut stream.answer)
-            .await
-            .unwrap_or_else(|_| Err("the stream's request was dropped".to_owned())),
-        None => std::future::pending().await,
-    }
-}
-
 /// A latest batch of `shard` holding `changed`: the binary form ([`LATEST_BINARY`]) or JSON.
 pub fn encode_batch(shard: &Shard, changed: &[(Arc<IsuEntry>, Condition)], binary: bool) -> Vec<u8> {
     let messages = shard.messages.view();
@@ -255,56 +196,13 @@ pub fn encode_batch(shard: &Shard, changed: &[(Arc<IsuEntry>, Condition)], binar
 
 /// One coordinator's sender.
 struct Target {
-    store: Store,
     client: reqwest::Client,
-    stream_client: reqwest::Client,
-    /// Where one request per batch goes.
     url: String,
-    stream_url: String,
     secret: reqwest::header::HeaderValue,
     wake: TargetWake,
     /// After the coordinator refused a binary batch: JSON until then, then binary again
     /// (the coordinator may have been upgraded meanwhile). `None`: binary.
     json_until: Option<Instant>,
-    /// The stream open to this coordinator.
-    stream: Option<OpenStream>,
-    /// After the coordinator had no stream route: one request per batch until then.
-    batches_until: Option<Instant>,
-    /// How the last stream ended, until the next push looks at it.
-    ended: Option<StreamOutcome>,
-}
-
-/// A stream's queue of frames (its request's body), and its request's outcome.
-struct OpenStream {
-    frames: tokio::sync::mpsc::Sender<Bytes>,
-    answer: tokio::sync::oneshot::Receiver<StreamOutcome>,
-}
-
-/// How a stream's request ended: the coordinator's status, or why there was none.
-type StreamOutcome = Result<reqwest::StatusCode, String>;
-
-/// A stream's request body: the frames queued for it, until the queue's sender is dropped.
-struct FrameBody(tokio::sync::mpsc::Receiver<Bytes>);
-
-impl http_body::Body for FrameBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(context)
-            .map(|frame| frame.map(|bytes| Ok(http_body::Frame::data(bytes))))
-    }
-}
-
-/// What pushing on a stream came to.
-enum StreamPush {
-    Done(Pushed),
-    /// The coordinator has no stream route: what is pending goes as one request.
-    NoRoute,
 }
 
 impl Target {
@@ -334,138 +232,18 @@ impl Target {
                         }
                     }
                 }
-                ended = stream_end(self.stream.as_mut()) => {
-                    // Frames the coordinator had not read are lost: every published ISU is
-                    // pending again (unless they were of another generation), and the next
-                    // push looks at why it ended.
-                    self.stream = None;
-                    if !matches!(ended, Ok(reqwest::StatusCode::PRECONDITION_FAILED)) {
-                        self.pend_every_published();
-                    }
-                    self.ended = Some(ended);
-                }
                 () = stop.cancelled() => {
                     if let Pushed::RefusedBinary = self.push_pending().await {
                         self.push_pending().await;
                     }
-                    self.end_stream().await;
                     return;
                 }
             }
         }
     }
 
-    /// Pushes what is pending for this coordinator: on its stream, or as one request.
+    /// Pushes one batch of what is pending for this coordinator.
     async fn push_pending(&mut self) -> Pushed {
-        if self.batches_until.is_none_or(|until| Instant::now() >= until) {
-            match self.push_on_stream().await {
-                StreamPush::Done(pushed) => return pushed,
-                StreamPush::NoRoute => {
-                    tracing::warn!(url = %self.stream_url, stream_again_in_s = JSON_FOR.as_secs(), "the coordinator has no latest stream: one request per batch");
-                    self.batches_until = Some(Instant::now() + JSON_FOR);
-                }
-            }
-        }
-        self.push_batch().await
-    }
-
-    /// Queues what is pending as one frame of this coordinator's stream, opening one (whose
-    /// first frame holds every published ISU) when none is open.
-    async fn push_on_stream(&mut self) -> StreamPush {
-        if let Some(ended) = self.ended.take() {
-            // The coordinator answered (it ends a stream only for a reason) or the connection
-            // broke (see the run loop).
-            match ended {
-                Ok(reqwest::StatusCode::NOT_FOUND | reqwest::StatusCode::METHOD_NOT_ALLOWED) => {
-                    // Pending again: what the ended stream was given goes in the next request.
-                    self.pend_every_published();
-                    return StreamPush::NoRoute;
-                }
-                Ok(reqwest::StatusCode::PRECONDITION_FAILED) => {
-                    // Another generation: as for a batch, nothing to do but go on (a replica
-                    // that adopts this one later asks for all of it again).
-                    tracing::debug!(url = %self.stream_url, "latest stream refused as stale");
-                }
-                Ok(status) => {
-                    return StreamPush::Done(Pushed::Failed(format!("the stream ended with status {status}")))
-                }
-                Err(reason) => return StreamPush::Done(Pushed::Failed(reason)),
-            }
-        }
-        let Pending { shard, entries, oldest } = std::mem::take(&mut *self.wake.pending.lock());
-        let Some(shard) = shard else {
-            return StreamPush::Done(Pushed::Nothing);
-        };
-        let opening = self.stream.is_none();
-        let changed: Vec<_> = if opening {
-            let mut every = shard.published_latest();
-            let published: std::collections::HashSet<usize> =
-                every.iter().map(|(entry, _)| Arc::as_ptr(entry) as usize).collect();
-            every.extend(
-                entries
-                    .into_iter()
-                    .filter(|(address, _)| !published.contains(address))
-                    .filter_map(|(_, entry)| entry.latest().map(|latest| (entry, latest))),
-            );
-            every
-        } else {
-            entries
-                .into_values()
-                .filter_map(|entry| entry.latest().map(|latest| (entry, latest)))
-                .collect()
-        };
-        if changed.is_empty() {
-            return StreamPush::Done(Pushed::Nothing);
-        }
-        let count = changed.len();
-        let frame = Bytes::from(latest_frame(&encode_batch(&shard, &changed, true)));
-        let stream = self
-            .stream
-            .get_or_insert_with(|| open_stream(&self.stream_client, &self.stream_url, &self.secret));
-        let reason = match stream.frames.try_send(frame) {
-            Ok(()) => {
-                metrics::histogram!(BATCH_ITEMS).record(count as f64);
-                if let Some(oldest) = oldest {
-                    metrics::histogram!(PUSH_LAG_SECONDS).record(oldest.elapsed().as_secs_f64());
-                }
-                return StreamPush::Done(Pushed::Sent);
-            }
-            Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
-                "the coordinator does not read its stream".to_owned()
-            }
-            // The request ended: the next push finds out why.
-            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => "the stream closed".to_owned(),
-        };
-        let mut pending = self.wake.pending.lock();
-        if pending.shard.as_ref().is_none_or(|held| Arc::ptr_eq(held, &shard)) {
-            pending.add(&shard, changed.into_iter().map(|(entry, _)| entry), oldest);
-        }
-        StreamPush::Done(Pushed::Failed(reason))
-    }
-
-    /// Ends the stream (the coordinator applies what it holds, then answers), waiting for its
-    /// answer a while.
-    async fn end_stream(&mut self) {
-        let Some(OpenStream { frames, answer }) = self.stream.take() else {
-            return;
-        };
-        drop(frames);
-        match tokio::time::timeout(STREAM_END_WAIT, answer).await {
-            Ok(Ok(Ok(status))) if status.is_success() => {}
-            outcome => tracing::warn!(url = %self.stream_url, ?outcome, "the last latest stream did not end cleanly"),
-        }
-    }
-
-    /// Every published ISU into this coordinator's pending set (after a stream whose
-    /// unread frames were lost, when batches go one request each).
-    fn pend_every_published(&self) {
-        let shard = self.store.shard();
-        let every = shard.published_latest().into_iter().map(|(entry, _)| entry);
-        self.wake.pending.lock().add(&shard, every, None);
-    }
-
-    /// Pushes one batch of what is pending for this coordinator, as one request.
-    async fn push_batch(&mut self) -> Pushed {
         let Pending { shard, entries, oldest } = std::mem::take(&mut *self.wake.pending.lock());
         let Some(shard) = shard else {
             return Pushed::Nothing;

@@ -14,8 +14,7 @@ use parking_lot::Mutex;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::protocol::{
-    decode_latest, LatestBatch, LatestFrames, LatestItem, ResetShard, ShardIsu, WireCondition, LATEST_BINARY,
-    LATEST_STREAM, SECRET_HEADER,
+    decode_latest, LatestBatch, LatestItem, ResetShard, ShardIsu, WireCondition, LATEST_BINARY, SECRET_HEADER,
 };
 use shared::session::{SessionKey, COOKIE_NAME};
 use worker::config::Config;
@@ -66,11 +65,6 @@ struct TestWorker {
     /// The stand-in takes JSON only while this is set (see [`TestWorker::spawn_with`]).
     json_only: Arc<AtomicBool>,
     refused_pushes: Arc<AtomicUsize>,
-    /// Streams opened to the stand-in, and the batches that came as their frames (by stream).
-    streams: Arc<AtomicUsize>,
-    streamed: Arc<Mutex<Vec<(usize, LatestBatch)>>>,
-    /// While set, the stand-in ends the stream at its next frame (503), without taking it.
-    cut_stream: Arc<AtomicBool>,
     key: SessionKey,
 }
 
@@ -86,7 +80,7 @@ impl TestWorker {
     }
 
     /// `json_only`: the stand-in coordinator takes latest batches in JSON only, as a build
-    /// older than the binary form did (anything else is 400), and has no stream route.
+    /// older than the binary form did (anything else is 400).
     async fn spawn_with(
         device: Option<Option<(std::path::PathBuf, std::path::PathBuf)>>,
         json_only: bool,
@@ -133,50 +127,6 @@ impl TestWorker {
                 }
             }),
         );
-        let streams: Arc<AtomicUsize> = Arc::default();
-        let streamed: Arc<Mutex<Vec<(usize, LatestBatch)>>> = Arc::default();
-        let cut_stream: Arc<AtomicBool> = Arc::default();
-        let coordinator = if json_only.load(Ordering::SeqCst) {
-            coordinator
-        } else {
-            let (opened, recorded, all, cut) = (streams.clone(), streamed.clone(), pushes.clone(), cut_stream.clone());
-            coordinator.route(
-                shared::protocol::COORDINATOR_LATEST_STREAM,
-                post(move |headers: HeaderMap, body: axum::body::Body| {
-                    let (opened, recorded, all, cut) = (opened.clone(), recorded.clone(), all.clone(), cut.clone());
-                    async move {
-                        use futures_util::StreamExt as _;
-                        if headers.get("content-type").is_none_or(|value| value != LATEST_STREAM) {
-                            return StatusCode::UNSUPPORTED_MEDIA_TYPE;
-                        }
-                        let stream = opened.fetch_add(1, Ordering::SeqCst) + 1;
-                        let mut frames = LatestFrames::new(1 << 20);
-                        let mut body = body.into_data_stream();
-                        while let Some(chunk) = body.next().await {
-                            let Ok(chunk) = chunk else {
-                                return StatusCode::BAD_REQUEST;
-                            };
-                            frames.push(&chunk);
-                            while let Ok(Some(frame)) = frames.next_frame() {
-                                if cut.swap(false, Ordering::SeqCst) {
-                                    return StatusCode::SERVICE_UNAVAILABLE;
-                                }
-                                let Ok((generation, items)) = decode_latest(&frame) else {
-                                    return StatusCode::BAD_REQUEST;
-                                };
-                                let batch = LatestBatch {
-                                    generation,
-                                    items: items.iter().map(LatestItem::to_condition).collect(),
-                                };
-                                recorded.lock().push((stream, batch.clone()));
-                                all.lock().push(batch);
-                            }
-                        }
-                        StatusCode::OK
-                    }
-                }),
-            )
-        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let coordinator_addr: SocketAddr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, coordinator).await });
@@ -203,9 +153,6 @@ impl TestWorker {
             binary_pushes,
             json_only,
             refused_pushes,
-            streams,
-            streamed,
-            cut_stream,
             key: SessionKey::from_secret(SECRET),
         };
         worker.reset().await;
@@ -675,7 +622,7 @@ async fn latest_condition_is_pushed_within_a_few_intervals_and_only_when_changed
 
 #[tokio::test]
 async fn latest_batches_go_binary_and_fall_back_to_json_for_an_older_coordinator() {
-    // The current coordinator: binary batches, as frames of one stream.
+    // The current coordinator: binary batches.
     let worker = TestWorker::spawn().await;
     assert_eq!(
         worker.post_conditions(ISU, &batch(&[(7000, WARNING)])).await,
@@ -683,14 +630,12 @@ async fn latest_batches_go_binary_and_fall_back_to_json_for_an_older_coordinator
     );
     let pushes = worker.pushes.clone();
     worker.wait_for_push(7000).await;
-    assert_eq!(worker.streamed.lock().len(), pushes.lock().len());
-    assert_eq!(worker.streams.load(Ordering::SeqCst), 1);
-    assert_eq!(worker.binary_pushes.load(Ordering::SeqCst), 0);
+    assert_eq!(worker.binary_pushes.load(Ordering::SeqCst), pushes.lock().len());
     assert_eq!(worker.refused_pushes.load(Ordering::SeqCst), 0);
 
-    // One that takes JSON only (a build without streams): the binary batch is refused once,
-    // then sent again as JSON, and later ones are JSON too (also once the coordinator takes
-    // binary again, for a while); nothing is lost.
+    // One that takes JSON only: the binary batch is refused once, then sent again as JSON,
+    // and later ones are JSON too (also once the coordinator takes binary again, for a
+    // while); nothing is lost.
     let worker = TestWorker::spawn_with(None, true).await;
     let refused_at = Instant::now();
     for (timestamp, message) in [(7000, "first"), (8000, "second")] {
@@ -727,46 +672,6 @@ async fn latest_batches_go_binary_and_fall_back_to_json_for_an_older_coordinator
     worker.wait_for_push(9000).await;
     assert_eq!(worker.binary_pushes.load(Ordering::SeqCst), 1);
     assert_eq!(worker.refused_pushes.load(Ordering::SeqCst), 1);
-}
-
-#[tokio::test]
-async fn a_latest_stream_that_ends_loses_nothing_the_next_starts_with_every_isu() {
-    let worker = TestWorker::spawn().await;
-    assert_eq!(
-        worker.post_conditions(ISU, &batch(&[(7000, WARNING)])).await,
-        StatusCode::ACCEPTED
-    );
-    worker.wait_for_push(7000).await;
-    assert_eq!(worker.streams.load(Ordering::SeqCst), 1);
-    // The first frame of a stream holds every published ISU (here the one), changed or not.
-    let first = worker.streamed.lock()[0].clone();
-    assert_eq!((first.0, first.1.items[0].uuid.as_str()), (1, ISU));
-
-    // The coordinator ends the stream at the frame carrying 8000, without taking it: the
-    // worker opens another, whose first frame carries it.
-    worker.cut_stream.store(true, Ordering::SeqCst);
-    assert_eq!(
-        worker.post_conditions(ISU, &batch(&[(8000, INFO)])).await,
-        StatusCode::ACCEPTED
-    );
-    worker.wait_for_push(8000).await;
-    assert!(!worker.cut_stream.load(Ordering::SeqCst), "the stream was cut");
-    let streamed = worker.streamed.lock().clone();
-    let carried = streamed
-        .iter()
-        .find(|(_, batch)| batch.items.iter().any(|item| item.condition.timestamp == 8000))
-        .unwrap();
-    assert_eq!(carried.0, 2, "carried by the next stream");
-    assert_eq!(
-        streamed.iter().filter(|(stream, _)| *stream == 2).count(),
-        1,
-        "as its first frame"
-    );
-    assert_eq!(
-        worker.binary_pushes.load(Ordering::SeqCst),
-        0,
-        "never one request per batch"
-    );
 }
 
 /// A second coordinator (a replica) that records the binary batches it takes.

@@ -1,17 +1,15 @@
 //! Internal routes: the workers' latest-condition batches, the health check, a replica's
 //! status and membership, the replicas' icon stores.
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
-use futures_util::StreamExt as _;
 use node_http::ClusterPeer;
 use shared::protocol::{
-    decode_latest, Health, LatestBatch, LatestDecodeError, LatestFrames, COORDINATOR_LATEST, COORDINATOR_LATEST_STREAM,
-    HEALTH, LATEST_BINARY, LATEST_STREAM,
+    decode_latest, Health, LatestBatch, LatestDecodeError, COORDINATOR_LATEST, HEALTH, LATEST_BINARY,
 };
 
 use super::json::json;
@@ -26,11 +24,6 @@ pub fn router() -> Router<AppState> {
         .route(
             COORDINATOR_LATEST,
             post(latest).layer(DefaultBodyLimit::max(LATEST_BODY_LIMIT)),
-        )
-        // The bound is per frame (the stream lasts as long as the worker sends).
-        .route(
-            COORDINATOR_LATEST_STREAM,
-            post(latest_stream).layer(DefaultBodyLimit::disable()),
         )
         .route(HEALTH, get(health))
         .route(shared::protocol::COORDINATOR_REPLICA, get(replica))
@@ -188,63 +181,6 @@ async fn latest(_: ClusterPeer, State(app): State<AppState>, headers: HeaderMap,
     }
     current.apply_latest(&items);
     StatusCode::OK
-}
-
-/// `POST /internal/latest/stream` ([`LATEST_STREAM`]): applies each frame of a worker's
-/// stream as it arrives; answers when the stream ends (200), at a frame of another
-/// generation (412), at bad input (400 for a frame that is no batch, 413 for a frame over
-/// the bound, 415 for another type or version), or when this coordinator stops (503).
-/// A frame is applied whole or not at all, and nothing after a refused one.
-async fn latest_stream(_: ClusterPeer, State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let content_type = headers.get(header::CONTENT_TYPE).map(|value| value.as_bytes());
-    if !content_type.is_some_and(|value| value.eq_ignore_ascii_case(LATEST_STREAM.as_bytes())) {
-        return refuse(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "a latest stream is application/x-isu-latest-stream",
-        );
-    }
-    let mut frames = LatestFrames::new(LATEST_BODY_LIMIT);
-    let mut body = body.into_data_stream();
-    loop {
-        let chunk = tokio::select! {
-            chunk = body.next() => chunk,
-            () = app.stopping.cancelled() => {
-                return refuse(StatusCode::SERVICE_UNAVAILABLE, "this coordinator is stopping");
-            }
-        };
-        match chunk {
-            Some(Ok(chunk)) => frames.push(&chunk),
-            Some(Err(_)) => return refuse(StatusCode::BAD_REQUEST, "the stream broke"),
-            None if frames.is_between_frames() => return StatusCode::OK.into_response(),
-            None => return refuse(StatusCode::BAD_REQUEST, "the stream ends inside a frame"),
-        }
-        loop {
-            let frame = match frames.next_frame() {
-                Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(_) => return refuse(StatusCode::PAYLOAD_TOO_LARGE, "a latest frame over the bound"),
-            };
-            let (generation, items) = match decode_latest(&frame) {
-                Ok(decoded) => decoded,
-                Err(LatestDecodeError::Version(_)) => {
-                    return refuse(
-                        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                        "a latest batch of an unknown version",
-                    )
-                }
-                Err(_) => return refuse(StatusCode::BAD_REQUEST, "a latest frame that is no batch"),
-            };
-            let current = app.state.generation();
-            if generation != current.id {
-                return refuse(StatusCode::PRECONDITION_FAILED, "a latest batch of another generation");
-            }
-            current.apply_latest(&items);
-        }
-    }
-}
-
-fn refuse(status: StatusCode, message: &'static str) -> Response {
-    (status, [(header::CONTENT_TYPE, shared::error::TEXT_PLAIN)], message).into_response()
 }
 
 /// `application/json`, with parameters or not, in any case.
