@@ -137,16 +137,13 @@ impl IconStore {
     /// files of the layout before the pack. An error names what is wrong and where.
     pub fn open(dir: &Path, secret: &str) -> anyhow::Result<IconStore> {
         std::fs::create_dir_all(dir).map_err(|error| anyhow::anyhow!("creating {}: {error}", dir.display()))?;
-        let (pack, mut held) = Pack::open(&dir.join(PACK_FILE))?;
+        let (pack, icons) = Pack::open(&dir.join(PACK_FILE))?;
+        let stored_at = SystemTime::now();
+        let held = icons.into_iter().map(|(hash, bytes)| (hash, Held { bytes, stored_at }));
         let inner = Arc::new(Inner {
-            held: parking_lot::RwLock::new(HashMap::new()),
+            held: parking_lot::RwLock::new(held.collect()),
             pack: parking_lot::Mutex::new(pack),
         });
-        let now = SystemTime::now();
-        inner.held.write().extend(held.drain().map(|(hash, bytes)| {
-            let stored_at = now;
-            (hash, Held { bytes, stored_at })
-        }));
         take_in_icon_files(dir, &inner).map_err(|error| anyhow::anyhow!("{}: {error}", dir.display()))?;
         Ok(IconStore {
             client: node_http::internal_client().timeout(PEER_TIMEOUT).build()?,
@@ -315,17 +312,18 @@ impl Pack {
         let mut at = PACK_HEADER.len();
         while at < contents.len() {
             let rest = &contents[at..];
-            let mark = rest.len() >= RECORD_HEAD && rest[..4] == DROPPED_MARK.to_le_bytes();
-            let whole = rest.len() >= RECORD_HEAD && {
-                let length = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
-                if length > MAX_ICON_BYTES && !mark {
-                    anyhow::bail!(
-                        "{shown} is damaged at byte {at}: a record of {length} bytes (icons are at most \
-                         {MAX_ICON_BYTES}); move it aside and the replica fetches its icons from its peers"
-                    );
-                }
-                mark || rest.len() >= RECORD_HEAD + length
-            };
+            let length = rest
+                .get(..4)
+                .map(|length| u32::from_le_bytes(length.try_into().expect("4 bytes")));
+            let mark = length == Some(DROPPED_MARK);
+            let length = length.unwrap_or_default() as usize;
+            if length > MAX_ICON_BYTES && !mark {
+                anyhow::bail!(
+                    "{shown} is damaged at byte {at}: a record of {length} bytes (icons are at most \
+                     {MAX_ICON_BYTES}); move it aside and the replica fetches its icons from its peers"
+                );
+            }
+            let whole = rest.len() >= RECORD_HEAD && (mark || rest.len() >= RECORD_HEAD + length);
             if !whole {
                 // An append cut short by a crash: it was never acknowledged.
                 tracing::warn!(pack = %shown, at, bytes = rest.len(), "cutting off a record cut short at the pack's end");
@@ -343,7 +341,6 @@ impl Pack {
                 at += RECORD_HEAD;
                 continue;
             }
-            let length = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
             let bytes = &rest[RECORD_HEAD..RECORD_HEAD + length];
             let record = (RECORD_HEAD + length) as u64;
             if hash_of(bytes) != hash {
