@@ -45,19 +45,25 @@ pub const SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
 pub struct Network {
     client: reqwest::Client,
     secret: std::sync::Arc<str>,
+    rivals: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Network {
-    pub fn new(secret: &str) -> Network {
+    /// The transport, and what tells of rival candidates: the last term in which a replica
+    /// refused this one's vote because it stands for that same term itself (a split vote).
+    pub fn new(secret: &str) -> (Network, tokio::sync::watch::Receiver<u64>) {
         let client = node_http::internal_client()
             .connect_timeout(Duration::from_millis(500))
             .pool_idle_timeout(Duration::from_secs(30))
             .build()
             .expect("an HTTP client builds");
-        Network {
+        let (rivals, rival_terms) = tokio::sync::watch::channel(0);
+        let network = Network {
             client,
             secret: secret.into(),
-        }
+            rivals: std::sync::Arc::new(rivals),
+        };
+        (network, rival_terms)
     }
 }
 
@@ -145,7 +151,17 @@ impl RaftNetwork<TypeConfig> for Connection {
         request: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.call(VOTE, &request, &option).await
+        let answer: VoteResponse<NodeId> = self.call(VOTE, &request, &option).await?;
+        let mine = &request.vote.leader_id;
+        let theirs = &answer.vote.leader_id;
+        if !answer.vote_granted
+            && !answer.vote.committed
+            && theirs.term == mine.term
+            && theirs.voted_for != mine.voted_for
+        {
+            self.network.rivals.send_replace(mine.term);
+        }
+        Ok(answer)
     }
 }
 

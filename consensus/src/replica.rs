@@ -312,15 +312,13 @@ impl<A: Applier> Replica<A> {
         }
         let log_store = LogStore::open(&options.data_dir)?;
         let state_machine = StateMachineStore::open(&options.data_dir, applier)?;
-        let raft = Raft::new(
-            options.id,
-            config(options.snapshot_every, options.heartbeat_ms),
-            Network::new(&options.secret),
-            log_store,
-            state_machine.clone(),
-        )
-        .await
-        .map_err(|error| StartError::Raft(error.to_string()))?;
+        let config = config(options.snapshot_every, options.heartbeat_ms);
+        let heartbeat = std::time::Duration::from_millis(config.heartbeat_interval);
+        let (network, rival_terms) = Network::new(&options.secret);
+        let raft = Raft::new(options.id, config, network, log_store, state_machine.clone())
+            .await
+            .map_err(|error| StartError::Raft(error.to_string()))?;
+        tokio::spawn(end_split_votes(raft.clone(), rival_terms, heartbeat));
         let members: BTreeMap<NodeId, Node> = options
             .members
             .iter()
@@ -447,6 +445,42 @@ impl<A: Applier> Replica<A> {
     pub async fn shutdown(&self) {
         if let Err(error) = self.raft.shutdown().await {
             tracing::warn!(%error, "raft shutdown");
+        }
+    }
+}
+
+/// Ends the split votes openraft 0.9's timers can repeat for seconds.
+///
+/// openraft draws a replica's election timeout once, at start, and checks it on a tick of 1.5
+/// heartbeats, so a candidate stands again on the first tick past its timeout. Two candidates
+/// whose timeouts round up to the same number of ticks, and whose ticks fall within a vote's
+/// round trip of each other, stand for every term together and split every vote, until their
+/// ticks drift apart: two replicas left after a leader's death stayed without a leader for
+/// more than five seconds so.
+///
+/// Here a candidate whose vote was refused by a rival standing for the same term stands again
+/// after a random half to two and a half heartbeats, if no leader has come meanwhile: off its
+/// tick and before its timer would fire (three heartbeats at least), so one of the two asks
+/// first and the other, still at the older term, grants the vote. It only goes on with an
+/// election under way; it never starts one.
+async fn end_split_votes(
+    raft: Raft,
+    mut rival_terms: tokio::sync::watch::Receiver<u64>,
+    heartbeat: std::time::Duration,
+) {
+    use rand::Rng;
+    // The sender lives in openraft's network: this ends with the raft.
+    while rival_terms.changed().await.is_ok() {
+        let split = *rival_terms.borrow_and_update();
+        let pause = heartbeat.mul_f64(rand::thread_rng().gen_range(0.5..2.5));
+        tokio::time::sleep(pause).await;
+        let metrics = raft.metrics().borrow().clone();
+        if metrics.state != ServerState::Candidate || metrics.current_term != split {
+            continue;
+        }
+        tracing::info!(term = split, "the vote split with a rival candidate: standing again");
+        if raft.trigger().elect().await.is_err() {
+            return;
         }
     }
 }

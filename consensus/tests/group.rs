@@ -5,9 +5,11 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::State;
 use common::Recorder;
 use consensus::{Command, NodeId, Replica, ReplicaOptions};
 use tempfile::TempDir;
@@ -26,6 +28,28 @@ struct Group {
     addresses: BTreeMap<NodeId, String>,
     listeners: BTreeMap<NodeId, std::net::SocketAddr>,
     running: BTreeMap<NodeId, Running>,
+    /// Per replica: how many of the next vote requests it gets arrive [`HELD_VOTE`] late.
+    late_votes: BTreeMap<NodeId, Arc<AtomicU32>>,
+}
+
+/// How late a held vote request arrives.
+const HELD_VOTE: Duration = Duration::from_millis(300);
+
+/// Holds a vote request back while the replica's count of late votes is above zero.
+async fn hold_late_votes(
+    State(late): State<Arc<AtomicU32>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let vote = request.uri().path() == consensus::network::VOTE;
+    if vote
+        && late
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    {
+        tokio::time::sleep(HELD_VOTE).await;
+    }
+    next.run(request).await
 }
 
 impl Group {
@@ -43,6 +67,7 @@ impl Group {
             addresses,
             listeners,
             running: BTreeMap::new(),
+            late_votes: (1..=3).map(|id| (id, Arc::default())).collect(),
         };
         for id in 1..=3 {
             group.start_replica(id).await;
@@ -60,7 +85,9 @@ impl Group {
             heartbeat_ms: consensus::DEFAULT_HEARTBEAT_MS,
         };
         let replica = Replica::start(options, Arc::new(Recorder::default())).await.unwrap();
-        let routes = consensus::network::routes(replica.raft.clone(), SECRET);
+        let routes = consensus::network::routes(replica.raft.clone(), SECRET).layer(
+            axum::middleware::from_fn_with_state(self.late_votes[&id].clone(), hold_late_votes),
+        );
         // The port was free a moment ago (the same one after a restart): bind it again.
         let listener = loop {
             match TcpListener::bind(self.listeners[&id]).await {
@@ -186,6 +213,50 @@ async fn a_dead_leader_is_replaced_and_the_restarted_replica_catches_up() {
         "{statuses:?}"
     );
     for id in [1, 2, 3] {
+        group.kill(id).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_candidates_split_in_every_term_by_their_timers_still_elect_a_leader() {
+    let mut group = Group::start().await;
+    let first = group.leader().await;
+    let dead_leaders_term = group.running[&first].replica.status().term;
+    let survivors: Vec<NodeId> = group.running.keys().copied().filter(|id| *id != first).collect();
+    let (early, late) = (survivors[0], survivors[1]);
+    // Their own timers off: they stand for no term but the one they are told to, as two
+    // candidates whose timers fire together would stand for every term together.
+    for id in &survivors {
+        group.running[id].replica.raft.runtime_config().elect(false);
+    }
+    group.kill(first).await;
+
+    // The first stands; its vote request reaches the second only after the second stood for
+    // the same term, so each refuses the other.
+    group.late_votes[&late].store(1, Ordering::SeqCst);
+    group.running[&early].replica.raft.trigger().elect().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while group.running[&early].replica.status().term <= dead_leaders_term {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first survivor did not stand"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    group.running[&late].replica.raft.trigger().elect().await.unwrap();
+
+    let leader = group.leader().await;
+    assert!(survivors.contains(&leader));
+    let term = group.running[&leader].replica.status().term;
+    assert!(
+        term >= dead_leaders_term + 2,
+        "elected in term {term}: the vote of term {} did not split",
+        dead_leaders_term + 1
+    );
+    let expected = vec![b"after the split".to_vec()];
+    group.write(leader, "after the split").await;
+    group.converged(&expected).await;
+    for id in survivors {
         group.kill(id).await;
     }
 }
