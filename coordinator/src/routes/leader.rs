@@ -97,8 +97,10 @@ async fn forward(app: &AppState, replica: &Replica, request: Request) -> Respons
     // leader died before answering goes to the next leader instead of failing.
     let sent_again_is_safe = parts.method == Method::POST && parts.uri.path() == "/api/isu";
     // While the group elects (no leader known, the known one gone or no longer leading),
-    // the request waits and goes to the next leader: nothing was done with it yet.
-    let deadline = tokio::time::Instant::now() + consensus::replica::ELECTION_WAIT;
+    // the request waits and goes to the next leader: nothing was done with it yet. The wait
+    // is bounded from its start, not from the request's: a leader that worked on a
+    // registration for seconds before it died leaves the next election its whole time.
+    let mut deadline = None;
     let answer = loop {
         let retry = match replica.leader_url() {
             None => "no leader is known yet (an election is under way)",
@@ -129,7 +131,8 @@ async fn forward(app: &AppState, replica: &Replica, request: Request) -> Respons
                 }
             }
         };
-        if tokio::time::Instant::now() >= deadline {
+        let now = tokio::time::Instant::now();
+        if now >= *deadline.get_or_insert(now + consensus::replica::ELECTION_WAIT) {
             tracing::warn!(reason = retry, "no leader took a forwarded request in time");
             return unavailable("no leader is known yet (an election is under way); try again");
         }
