@@ -169,6 +169,7 @@ impl Application {
         if let Some(replica) = self.state.replica.clone() {
             // A replica leads or follows; its duties follow its role (see `state::replica`).
             let lead = tokio::spawn(self.state.state.clone().lead());
+            let watchdog = tokio::spawn(self.state.state.clone().watch_for_stalls());
             let sweep = tokio::spawn(self.state.state.clone().sweep_icons(
                 std::time::Duration::from_secs(self.state.config.icon_sweep_every_secs),
                 std::time::Duration::from_secs(self.state.config.icon_grace_secs),
@@ -178,6 +179,7 @@ impl Application {
                 .with_graceful_shutdown(shutdown)
                 .await;
             lead.abort();
+            watchdog.abort();
             sweep.abort();
             replica.shutdown().await;
             return Ok(served?);

@@ -85,6 +85,8 @@ pub struct State {
     /// The control plane: which cell owns which ISU.
     pub placement: Placement,
     ready: AtomicBool,
+    /// Replicas: the stall watchdog (see [`State::watch_for_stalls`]).
+    pub(crate) stalls: replica::Stalls,
     /// Replicas, leading: the cells whose worker did not answer when this replica took over,
     /// so the registrations it holds provisionally are ended when it answers again.
     registrations_left: parking_lot::Mutex<std::collections::BTreeSet<shared::placement_map::CellId>>,
@@ -137,6 +139,7 @@ impl State {
             jia,
             placement,
             ready: AtomicBool::new(false),
+            stalls: replica::Stalls::default(),
             registrations_left: parking_lot::Mutex::default(),
             reset_lock: tokio::sync::Mutex::new(()),
             migration_lock: tokio::sync::Mutex::new(()),
@@ -159,8 +162,11 @@ impl State {
         })
     }
 
+    /// Whether this node serves the public API from its own state. A replica whose stall
+    /// watchdog is late (it was stopped or starved, and its latest conditions may be old) is
+    /// not, even before the watchdog has run again.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.ready.load(Ordering::Acquire) && !self.stalls.late()
     }
 
     /// `POST /initialize`: a new generation from the dataset, on every node.

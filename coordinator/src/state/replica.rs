@@ -21,7 +21,7 @@
 //! no log holds) and serves only then; the workers' pushes bring every later change.
 
 use shared::placement_map::CellId;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -95,6 +95,51 @@ enum Adopt {
 
 /// A starting replica serves this long after its pull at the earliest (see `lead`).
 const PUSHES_RESUMED_AFTER: Duration = Duration::from_millis(1200);
+
+/// How often the stall watchdog runs, and the gap between two runs that counts as a stall.
+const WATCHDOG_EVERY: Duration = Duration::from_millis(100);
+const STALL: Duration = Duration::from_secs(1);
+
+/// A replica's stall watchdog: when it last ran, and whether it found a stall the replica
+/// has not answered yet. A replica stopped (SIGSTOP) or starved of CPU for longer than
+/// [`STALL`] missed the workers' latest conditions meanwhile (their pushes to it failed and
+/// back off), and a client nginx sends back to it must not see an older trend: it serves
+/// again only once it has pulled them, as a starting replica does.
+#[derive(Default)]
+pub(crate) struct Stalls {
+    /// When the watchdog last ran, in milliseconds from `epoch` (0: no watchdog runs).
+    ran_at: std::sync::atomic::AtomicU64,
+    epoch: std::sync::OnceLock<std::time::Instant>,
+    /// A stall found, not yet taken by the loop that pulls.
+    found: AtomicBool,
+    /// A stall found that no finished pull has answered yet.
+    unanswered: AtomicBool,
+    /// Wakes the lead loop when a stall is found.
+    wake: tokio::sync::Notify,
+}
+
+impl Stalls {
+    fn now_ms(&self) -> u64 {
+        self.epoch.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64 + 1
+    }
+
+    /// Whether the watchdog runs and has not run for longer than [`STALL`].
+    pub(crate) fn late(&self) -> bool {
+        let ran_at = self.ran_at.load(Ordering::Acquire);
+        ran_at != 0 && self.now_ms().saturating_sub(ran_at) > STALL.as_millis() as u64
+    }
+
+    /// Takes a stall found (true once per stall).
+    fn take_found(&self) -> bool {
+        self.found.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether a stall happened that no pull has answered yet (found, or the watchdog is
+    /// late): a pull that began before it must not make the replica serve again.
+    fn pending(&self) -> bool {
+        self.found.load(Ordering::Acquire) || self.late()
+    }
+}
 
 /// How long a new leader of an established group waits for a worker that does not answer
 /// before it takes writes without it.
@@ -391,6 +436,34 @@ impl State {
         self.established.load(Ordering::Acquire)
     }
 
+    /// Replicas: runs every [`WATCHDOG_EVERY`]; a gap of more than [`STALL`] since the last
+    /// run is a stall (see [`Stalls`]): the replica stops serving at once, and serves again
+    /// once it has pulled the workers' latest conditions (the lead loop's pull, as for a
+    /// starting replica; a leader still leading pulls at once). Runs until aborted.
+    pub async fn watch_for_stalls(self: Arc<Self>) {
+        let stalls = &self.stalls;
+        let mut ticker = tokio::time::interval(WATCHDOG_EVERY);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut last = stalls.now_ms();
+        loop {
+            ticker.tick().await;
+            let now = stalls.now_ms();
+            let gap = now - last;
+            if gap > STALL.as_millis() as u64 {
+                self.ready.store(false, Ordering::Release);
+                stalls.unanswered.store(true, Ordering::Release);
+                stalls.found.store(true, Ordering::Release);
+                stalls.wake.notify_one();
+                tracing::warn!(
+                    stalled_ms = gap,
+                    "this replica was stalled (stopped, or starved of CPU): it serves again once it has pulled the workers' latest conditions"
+                );
+            }
+            stalls.ran_at.store(now, Ordering::Release);
+            last = now;
+        }
+    }
+
     /// Acts as the leader while this replica leads, and as a follower otherwise, until the
     /// task is dropped (see the module documentation).
     pub async fn lead(self: Arc<Self>) {
@@ -409,26 +482,40 @@ impl State {
                 self.workers.lead_in_term(metrics.borrow().current_term);
                 let duties = tokio::spawn(self.clone().leader_duties());
                 while metrics.borrow().state == consensus::openraft::ServerState::Leader {
-                    if metrics.changed().await.is_err() {
-                        duties.abort();
-                        return;
+                    tokio::select! {
+                        changed = metrics.changed() => {
+                            if changed.is_err() {
+                                duties.abort();
+                                return;
+                            }
+                        }
+                        // Stalled while leading (and still leading): serving again once
+                        // pulled, as a follower would.
+                        () = self.stalls.wake.notified() => {
+                            tokio::spawn(self.clone().serve_again_after_a_stall());
+                        }
                     }
                     record_raft_metrics(&metrics.borrow());
                 }
                 duties.abort();
                 let led = self.leading.swap(false, Ordering::AcqRel);
-                tracing::info!("this replica no longer leads");
+                let stalled = self.stalls.take_found() | self.stalls.unanswered.swap(false, Ordering::AcqRel);
+                tracing::info!(stalled, "this replica no longer leads");
                 // The next leader runs the migrations and the workers' resets from here on.
                 // Its latest conditions are whole if it served before it led, or if it
                 // brought the workers up as the leader (they pushed everything again). A
                 // replica restarted from its log may lead for a moment on its old vote and
                 // has neither: it pulls and waits as any starting replica does.
-                let whole = was_ready || led;
+                // One stalled meanwhile has neither: what was pushed during the stall is missing.
+                let whole = (was_ready || led) && !stalled;
                 self.ready.store(self.is_established() && whole, Ordering::Release);
                 if !whole {
                     pulled_for = 0;
                 }
                 continue;
+            }
+            if self.stalls.take_found() {
+                pulled_for = 0;
             }
             if self.is_established() {
                 let generation = self.generation().id;
@@ -443,15 +530,47 @@ impl State {
                         // `worker::pusher::MAX_BACKOFF` (1 s) after their last failure: past
                         // that, what changed while it was down has reached it too.
                         tokio::time::sleep(PUSHES_RESUMED_AFTER).await;
+                        if self.stalls.pending() {
+                            // Stalled while it waited: it pulls again (the watchdog woke
+                            // the loop), then waits again.
+                            continue;
+                        }
                         self.generation().rebuild_trend_now();
+                        self.stalls.unanswered.store(false, Ordering::Release);
                         self.ready.store(true, Ordering::Release);
                         tracing::info!(generation, "replica ready");
                     }
                 }
             }
-            // Woken by any change of the raft's state (terms, applied entries, leaders), or
-            // every second to retry a pull that failed.
-            let _ = tokio::time::timeout(Duration::from_secs(1), metrics.changed()).await;
+            // Woken by any change of the raft's state (terms, applied entries, leaders), by a
+            // stall found, or every second to retry a pull that failed.
+            tokio::select! {
+                _ = metrics.changed() => {}
+                () = self.stalls.wake.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    /// A leader that was stalled and still leads: pulls the workers' latest conditions, waits
+    /// for their pushes to resume, and serves again (unless it stepped down meanwhile: the
+    /// lead loop then pulls as a follower).
+    async fn serve_again_after_a_stall(self: Arc<Self>) {
+        if !self.stalls.take_found() {
+            return;
+        }
+        let generation = self.generation().id;
+        if !self.pull_latest_everywhere(generation).await {
+            // Still found when it steps down: it pulls as a follower then.
+            self.stalls.found.store(true, Ordering::Release);
+            return;
+        }
+        tokio::time::sleep(PUSHES_RESUMED_AFTER).await;
+        if self.is_leader() && !self.stalls.pending() {
+            self.generation().rebuild_trend_now();
+            self.stalls.unanswered.store(false, Ordering::Release);
+            self.ready.store(true, Ordering::Release);
+            tracing::info!(generation, "leader serving again after a stall");
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use e2e::*;
 use serde_json::Value;
+use shared::dataset::generated::VIRTUAL_START;
 
 /// The body of each replica's successful answer to `GET path` with the cluster secret
 /// (`None`: it did not answer within a second; a paused replica never does). Each body is
@@ -1021,5 +1022,78 @@ async fn nginx_keeps_clients_without_a_session_off_the_leader_and_skips_a_stoppe
     assert_eq!(after[leader], before[leader], "not the leader");
     cluster.signal_node(workers + follower, "CONT");
     server.assert_running();
+    cluster.assert_no_crash();
+}
+
+/// `/healthz` of replica `replica`: its status, and whether it says it is ready.
+async fn health_of(cluster: &Cluster, replica: usize) -> Option<(u16, bool)> {
+    let reply = cluster
+        .raw_client()
+        .get(format!("{}/healthz", cluster.coordinators[replica]))
+        .send()
+        .await
+        .ok()?;
+    let status = reply.status().as_u16();
+    let body: Value = reply.json().await.ok()?;
+    Some((status, body["ready"].as_bool()?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_resumed_after_a_stop_serves_again_once_it_has_pulled_the_latest_conditions() {
+    let (mut cluster, leader) = three_replicas(None).await;
+    let workers = cluster.workers.len();
+    let follower = (leader + 1) % 3;
+    wait_until("the follower is ready", Duration::from_secs(10), || async {
+        (health_of(&cluster, follower).await? == (200, true)).then_some(())
+    })
+    .await;
+
+    // Stopped longer than a stall (1 s), while a device posts: the workers' pushes to it fail.
+    let isu = &dataset().isus[0];
+    cluster.signal_node(workers + follower, "STOP");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let posted = VIRTUAL_START + 500_000;
+    assert_eq!(
+        cluster
+            .post_conditions(
+                &isu.uuid,
+                &[sent(
+                    posted,
+                    true,
+                    "is_dirty=true,is_overweight=false,is_broken=false",
+                    "paused"
+                )]
+            )
+            .await
+            .status
+            .as_u16(),
+        202
+    );
+    tokio::time::sleep(Duration::from_millis(1_400)).await;
+    cluster.signal_node(workers + follower, "CONT");
+    let resumed = Instant::now();
+
+    // At once it says it is not ready (nginx sends its clients elsewhere), until it has
+    // pulled the workers' latest conditions and waited for their pushes to resume.
+    assert_eq!(health_of(&cluster, follower).await, Some((503, false)));
+    wait_until("the resumed follower serves again", Duration::from_secs(10), || async {
+        (health_of(&cluster, follower).await? == (200, true)).then_some(())
+    })
+    .await;
+    let took = resumed.elapsed();
+    eprintln!("the resumed follower served again after {took:?}");
+    assert!(took >= Duration::from_secs(1), "ready again after {took:?}: no pull");
+    // From its own state: the condition posted while it was stopped.
+    // The dataset's first ISU is isucon1's.
+    let owner = sign_in_with(agent_of(&cluster, follower), &cluster.signer, "isucon1").await;
+    let list = owner.isu_list().await.json(200);
+    let item = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|item| item["jia_isu_uuid"] == isu.uuid.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(item["latest_isu_condition"]["timestamp"], posted);
     cluster.assert_no_crash();
 }
