@@ -151,6 +151,7 @@ impl Application {
                     .connect_timeout(std::time::Duration::from_millis(500))
                     .timeout(std::time::Duration::from_secs(30))
                     .build()?,
+                stopping: tokio_util::sync::CancellationToken::new(),
             },
         })
     }
@@ -166,6 +167,11 @@ impl Application {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
+        let stopping = self.state.stopping.clone();
+        let shutdown = async move {
+            shutdown.await;
+            stopping.cancel();
+        };
         if let Some(replica) = self.state.replica.clone() {
             // A replica leads or follows; its duties follow its role (see `state::replica`).
             let lead = tokio::spawn(self.state.state.clone().lead());

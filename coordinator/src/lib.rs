@@ -49,6 +49,9 @@ pub struct AppState {
     pub replica: Option<Arc<consensus::Replica<state::replica::StateApplier>>>,
     /// Forwards a follower's leader-only writes to the leader.
     pub forward_client: reqwest::Client,
+    /// Cancelled when this coordinator begins to stop: requests that last (the workers'
+    /// latest streams) end then, so that the graceful shutdown does not wait for them.
+    pub stopping: tokio_util::sync::CancellationToken,
 }
 
 impl node_http::NodeState for AppState {

@@ -113,6 +113,9 @@ pub const WORKER_ACTIVATE: &str = "/internal/migration/activate";
 pub const WORKER_FORGET: &str = "/internal/migration/forget";
 /// Coordinator: a worker's batch of latest conditions.
 pub const COORDINATOR_LATEST: &str = "/internal/latest";
+/// Coordinator: a worker's stream of latest batches, one request for as long as it lasts
+/// (see [`LATEST_STREAM`]).
+pub const COORDINATOR_LATEST_STREAM: &str = "/internal/latest/stream";
 /// Every node: liveness and readiness (`200` once the node can serve).
 pub const HEALTH: &str = "/healthz";
 /// Every node: CPU profile (`?seconds=N&format=svg|pb`).
@@ -309,6 +312,150 @@ pub enum LatestDecodeError {
     Flags(u8),
 }
 
+/// `Content-Type` of a latest stream ([`COORDINATOR_LATEST_STREAM`]): a request body of
+/// frames, each a u32 little-endian length and one binary latest batch ([`encode_latest`]).
+/// The coordinator answers 200 at once and applies each frame as it arrives; its answer's
+/// body, sent while the request's is still coming, is lines of [`StreamAnswer`]: how many
+/// frames it has applied so far (an acknowledgment), and at last why the stream ended
+/// (when the worker ended it, for another generation, for bad input, or because the
+/// coordinator stops). A worker counts a frame as pushed only once it is acknowledged, ends
+/// a stream whose acknowledgments stop coming, and starts each stream with the latest
+/// condition of every published ISU, so a stream that broke loses nothing the next one does
+/// not carry. A request that is refused before it starts (a missing secret, another
+/// `Content-Type`) gets a plain 4xx.
+///
+/// Why a stream: every replica of a group takes every worker's batch each 10 ms. As one
+/// request each, the HTTP exchange (parsing, routing, the answer, a wake-up each way) cost
+/// more than applying the batch, and was most of an idle replica's CPU. Why
+/// acknowledgments: across a network cut that drops packets silently, frames wait in the
+/// connection's buffers, and a worker that counted them as pushed when it wrote them held
+/// nothing back for the coordinator to be given again.
+pub const LATEST_STREAM: &str = "application/x-isu-latest-stream";
+
+/// One line of a latest stream's answer (see [`LATEST_STREAM`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamAnswer {
+    /// `applied N`: the coordinator has applied the stream's first `N` frames.
+    Applied(u64),
+    /// `end STATUS REASON`: the stream ended; `STATUS` says why as an HTTP status would
+    /// (200 when the worker ended it, 412 another generation, 400/413/415 bad input, 503 the
+    /// coordinator stops). Frames after the acknowledged ones were not applied.
+    End { status: u16, reason: String },
+}
+
+impl StreamAnswer {
+    /// The line, with its newline.
+    pub fn line(&self) -> String {
+        match self {
+            StreamAnswer::Applied(frames) => format!("applied {frames}\n"),
+            StreamAnswer::End { status, reason } => format!("end {status} {reason}\n"),
+        }
+    }
+}
+
+/// Cuts a latest stream's answer, as it arrives in chunks of any size, into its lines.
+#[derive(Debug, Default)]
+pub struct StreamAnswers {
+    buffer: Vec<u8>,
+}
+
+/// An answer line that is not one of [`StreamAnswer`]'s, or one over 1 KiB.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a latest stream answer: {0:?}")]
+pub struct BadAnswer(pub String);
+
+impl StreamAnswers {
+    /// Takes the next chunk and returns the lines it completes.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<StreamAnswer>, BadAnswer> {
+        self.buffer.extend_from_slice(chunk);
+        let mut answers = Vec::new();
+        while let Some(end) = self.buffer.iter().position(|byte| *byte == b'\n') {
+            let line: Vec<u8> = self.buffer.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line[..end]).into_owned();
+            answers.push(parse_answer(&line).ok_or(BadAnswer(line))?);
+        }
+        if self.buffer.len() > 1024 {
+            return Err(BadAnswer(String::from_utf8_lossy(&self.buffer[..64]).into_owned()));
+        }
+        Ok(answers)
+    }
+}
+
+fn parse_answer(line: &str) -> Option<StreamAnswer> {
+    if let Some(frames) = line.strip_prefix("applied ") {
+        return frames.parse().ok().map(StreamAnswer::Applied);
+    }
+    let rest = line.strip_prefix("end ")?;
+    let (status, reason) = rest.split_once(' ').unwrap_or((rest, ""));
+    let status: u16 = status.parse().ok()?;
+    (100..600).contains(&status).then(|| StreamAnswer::End {
+        status,
+        reason: reason.to_owned(),
+    })
+}
+
+/// One frame of a latest stream: `batch` (an [`encode_latest`] output) after its length.
+pub fn latest_frame(batch: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(4 + batch.len());
+    frame.extend_from_slice(&(batch.len() as u32).to_le_bytes());
+    frame.extend_from_slice(batch);
+    frame
+}
+
+/// Cuts a latest stream's bytes, as they arrive in chunks of any size, into its frames.
+#[derive(Debug)]
+pub struct LatestFrames {
+    buffer: bytes::BytesMut,
+    max_frame: usize,
+}
+
+/// A frame longer than the reader takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a latest frame of {length} bytes (at most {max})")]
+pub struct FrameTooLong {
+    pub length: usize,
+    pub max: usize,
+}
+
+impl LatestFrames {
+    /// A reader refusing frames longer than `max_frame` bytes.
+    pub fn new(max_frame: usize) -> LatestFrames {
+        LatestFrames {
+            buffer: bytes::BytesMut::new(),
+            max_frame,
+        }
+    }
+
+    /// Takes the next chunk of the stream.
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.buffer.extend_from_slice(chunk);
+    }
+
+    /// The next whole frame (its batch), if one has arrived.
+    pub fn next_frame(&mut self) -> Result<Option<bytes::Bytes>, FrameTooLong> {
+        let Some(length) = self.buffer.get(..4) else {
+            return Ok(None);
+        };
+        let length = u32::from_le_bytes(length.try_into().expect("4 bytes")) as usize;
+        if length > self.max_frame {
+            return Err(FrameTooLong {
+                length,
+                max: self.max_frame,
+            });
+        }
+        if self.buffer.len() < 4 + length {
+            return Ok(None);
+        }
+        let mut frame = self.buffer.split_to(4 + length);
+        Ok(Some(frame.split_off(4).freeze()))
+    }
+
+    /// Whether the stream so far ends between frames.
+    pub fn is_between_frames(&self) -> bool {
+        self.buffer.is_empty()
+    }
+}
+
 /// Reads a binary latest batch: its generation and items, borrowed from `bytes`. Anything
 /// but exactly what [`encode_latest`] writes is refused.
 pub fn decode_latest(bytes: &[u8]) -> Result<(u64, Vec<LatestItem<'_>>), LatestDecodeError> {
@@ -405,6 +552,74 @@ fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latest_frames_are_read_back_whatever_the_chunks_and_a_long_one_is_refused() {
+        let item = |timestamp| LatestItem {
+            uuid: "0694e4d7-dfce-4aec-b7ca-887ac42cfb8f",
+            timestamp,
+            flags: Flags(Flags::SITTING),
+            message: "ok",
+        };
+        let batches = [
+            encode_latest(7, [item(1)]),
+            encode_latest(7, []),
+            encode_latest(8, [item(2), item(3)]),
+        ];
+        let stream: Vec<u8> = batches.iter().flat_map(|batch| latest_frame(batch)).collect();
+        for chunk in [1, 3, 5, 64, stream.len()] {
+            let mut frames = LatestFrames::new(1 << 10);
+            let mut read = Vec::new();
+            for piece in stream.chunks(chunk) {
+                frames.push(piece);
+                while let Some(frame) = frames.next_frame().unwrap() {
+                    read.push(frame.to_vec());
+                }
+            }
+            assert_eq!(read, batches, "chunks of {chunk}");
+            assert!(frames.is_between_frames());
+        }
+        // A stream cut inside a frame is not between frames; a length over the bound is
+        // refused before its bytes arrive.
+        let mut frames = LatestFrames::new(1 << 10);
+        frames.push(&stream[..stream.len() - 1]);
+        while frames.next_frame().unwrap().is_some() {}
+        assert!(!frames.is_between_frames());
+        let mut frames = LatestFrames::new(16);
+        frames.push(&latest_frame(&batches[0])[..6]);
+        assert_eq!(
+            frames.next_frame(),
+            Err(FrameTooLong {
+                length: batches[0].len(),
+                max: 16
+            })
+        );
+    }
+
+    #[test]
+    fn stream_answers_are_read_back_whatever_the_chunks_and_anything_else_is_refused() {
+        let answers = [
+            StreamAnswer::Applied(1),
+            StreamAnswer::Applied(17),
+            StreamAnswer::End {
+                status: 412,
+                reason: "a latest batch of another generation".into(),
+            },
+        ];
+        let text: String = answers.iter().map(StreamAnswer::line).collect();
+        for chunk in [1, 2, 7, text.len()] {
+            let mut reader = StreamAnswers::default();
+            let mut read = Vec::new();
+            for piece in text.as_bytes().chunks(chunk) {
+                read.extend(reader.push(piece).unwrap());
+            }
+            assert_eq!(read, answers, "chunks of {chunk}");
+        }
+        for bad in ["applied\n", "applied -1\n", "end\n", "end 99 x\n", "ok\n"] {
+            assert!(StreamAnswers::default().push(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+        assert!(StreamAnswers::default().push(&[b'a'; 2000]).is_err());
+    }
 
     #[test]
     fn secret_in_either_header() {

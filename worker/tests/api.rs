@@ -14,7 +14,8 @@ use parking_lot::Mutex;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use shared::protocol::{
-    decode_latest, LatestBatch, LatestItem, ResetShard, ShardIsu, WireCondition, LATEST_BINARY, SECRET_HEADER,
+    decode_latest, LatestBatch, LatestFrames, LatestItem, ResetShard, ShardIsu, StreamAnswer, WireCondition,
+    LATEST_BINARY, LATEST_STREAM, SECRET_HEADER,
 };
 use shared::session::{SessionKey, COOKIE_NAME};
 use worker::config::Config;
@@ -65,6 +66,14 @@ struct TestWorker {
     /// The stand-in takes JSON only while this is set (see [`TestWorker::spawn_with`]).
     json_only: Arc<AtomicBool>,
     refused_pushes: Arc<AtomicUsize>,
+    /// Streams opened to the stand-in, and the batches that came as their frames (by stream).
+    streams: Arc<AtomicUsize>,
+    streamed: Arc<Mutex<Vec<(usize, LatestBatch)>>>,
+    /// While set, the stand-in ends the stream at its next frame (503), without taking it.
+    cut_stream: Arc<AtomicBool>,
+    /// While set, the stand-in's streams go deaf: they take no frame and acknowledge nothing
+    /// for the rest of their life (as if their frames sat in a silent network's buffers).
+    deaf: Arc<AtomicBool>,
     key: SessionKey,
 }
 
@@ -80,7 +89,7 @@ impl TestWorker {
     }
 
     /// `json_only`: the stand-in coordinator takes latest batches in JSON only, as a build
-    /// older than the binary form did (anything else is 400).
+    /// older than the binary form did (anything else is 400), and has no stream route.
     async fn spawn_with(
         device: Option<Option<(std::path::PathBuf, std::path::PathBuf)>>,
         json_only: bool,
@@ -127,6 +136,82 @@ impl TestWorker {
                 }
             }),
         );
+        let streams: Arc<AtomicUsize> = Arc::default();
+        let streamed: Arc<Mutex<Vec<(usize, LatestBatch)>>> = Arc::default();
+        let cut_stream: Arc<AtomicBool> = Arc::default();
+        let deaf: Arc<AtomicBool> = Arc::default();
+        let coordinator = if json_only.load(Ordering::SeqCst) {
+            coordinator
+        } else {
+            let (opened, recorded, all, cut, deaf) = (
+                streams.clone(),
+                streamed.clone(),
+                pushes.clone(),
+                cut_stream.clone(),
+                deaf.clone(),
+            );
+            coordinator.route(
+                shared::protocol::COORDINATOR_LATEST_STREAM,
+                post(move |headers: HeaderMap, body: axum::body::Body| {
+                    let (opened, recorded, all, cut, deaf) =
+                        (opened.clone(), recorded.clone(), all.clone(), cut.clone(), deaf.clone());
+                    async move {
+                        use axum::response::IntoResponse as _;
+                        use futures_util::StreamExt as _;
+                        if headers.get("content-type").is_none_or(|value| value != LATEST_STREAM) {
+                            return StatusCode::UNSUPPORTED_MEDIA_TYPE.into_response();
+                        }
+                        let stream = opened.fetch_add(1, Ordering::SeqCst) + 1;
+                        // The answer's lines, sent while the request goes on.
+                        let (answer, answers) = tokio::sync::mpsc::unbounded_channel::<StreamAnswer>();
+                        tokio::spawn(async move {
+                            let mut frames = LatestFrames::new(1 << 20);
+                            let mut body = body.into_data_stream();
+                            let mut applied = 0;
+                            // Once deaf, for the rest of this stream.
+                            let mut deafened = false;
+                            let end = |status, reason: &str| StreamAnswer::End {
+                                status,
+                                reason: reason.into(),
+                            };
+                            while let Some(chunk) = body.next().await {
+                                let Ok(chunk) = chunk else {
+                                    let _ = answer.send(end(400, "broke"));
+                                    return;
+                                };
+                                deafened |= deaf.load(Ordering::SeqCst);
+                                if deafened {
+                                    continue;
+                                }
+                                frames.push(&chunk);
+                                while let Ok(Some(frame)) = frames.next_frame() {
+                                    if cut.swap(false, Ordering::SeqCst) {
+                                        let _ = answer.send(end(503, "cut"));
+                                        return;
+                                    }
+                                    let Ok((generation, items)) = decode_latest(&frame) else {
+                                        let _ = answer.send(end(400, "no batch"));
+                                        return;
+                                    };
+                                    let batch = LatestBatch {
+                                        generation,
+                                        items: items.iter().map(LatestItem::to_condition).collect(),
+                                    };
+                                    recorded.lock().push((stream, batch.clone()));
+                                    all.lock().push(batch);
+                                    applied += 1;
+                                    let _ = answer.send(StreamAnswer::Applied(applied));
+                                }
+                            }
+                            let _ = answer.send(end(200, "ended"));
+                        });
+                        let lines = tokio_stream_of(answers)
+                            .map(|answer| Ok::<_, std::convert::Infallible>(Bytes::from(answer.line())));
+                        axum::body::Body::from_stream(lines).into_response()
+                    }
+                }),
+            )
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let coordinator_addr: SocketAddr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, coordinator).await });
@@ -153,6 +238,10 @@ impl TestWorker {
             binary_pushes,
             json_only,
             refused_pushes,
+            streams,
+            streamed,
+            cut_stream,
+            deaf,
             key: SessionKey::from_secret(SECRET),
         };
         worker.reset().await;
@@ -622,7 +711,7 @@ async fn latest_condition_is_pushed_within_a_few_intervals_and_only_when_changed
 
 #[tokio::test]
 async fn latest_batches_go_binary_and_fall_back_to_json_for_an_older_coordinator() {
-    // The current coordinator: binary batches.
+    // The current coordinator: binary batches, as frames of one stream.
     let worker = TestWorker::spawn().await;
     assert_eq!(
         worker.post_conditions(ISU, &batch(&[(7000, WARNING)])).await,
@@ -630,12 +719,14 @@ async fn latest_batches_go_binary_and_fall_back_to_json_for_an_older_coordinator
     );
     let pushes = worker.pushes.clone();
     worker.wait_for_push(7000).await;
-    assert_eq!(worker.binary_pushes.load(Ordering::SeqCst), pushes.lock().len());
+    assert_eq!(worker.streamed.lock().len(), pushes.lock().len());
+    assert_eq!(worker.streams.load(Ordering::SeqCst), 1);
+    assert_eq!(worker.binary_pushes.load(Ordering::SeqCst), 0);
     assert_eq!(worker.refused_pushes.load(Ordering::SeqCst), 0);
 
-    // One that takes JSON only: the binary batch is refused once, then sent again as JSON,
-    // and later ones are JSON too (also once the coordinator takes binary again, for a
-    // while); nothing is lost.
+    // One that takes JSON only (a build without streams): the binary batch is refused once,
+    // then sent again as JSON, and later ones are JSON too (also once the coordinator takes
+    // binary again, for a while); nothing is lost.
     let worker = TestWorker::spawn_with(None, true).await;
     let refused_at = Instant::now();
     for (timestamp, message) in [(7000, "first"), (8000, "second")] {
@@ -672,6 +763,96 @@ async fn latest_batches_go_binary_and_fall_back_to_json_for_an_older_coordinator
     worker.wait_for_push(9000).await;
     assert_eq!(worker.binary_pushes.load(Ordering::SeqCst), 1);
     assert_eq!(worker.refused_pushes.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_latest_stream_that_ends_loses_nothing_the_next_starts_with_every_isu() {
+    let worker = TestWorker::spawn().await;
+    assert_eq!(
+        worker.post_conditions(ISU, &batch(&[(7000, WARNING)])).await,
+        StatusCode::ACCEPTED
+    );
+    worker.wait_for_push(7000).await;
+    assert_eq!(worker.streams.load(Ordering::SeqCst), 1);
+    // The first frame of a stream holds every published ISU (here the one), changed or not.
+    let first = worker.streamed.lock()[0].clone();
+    assert_eq!((first.0, first.1.items[0].uuid.as_str()), (1, ISU));
+
+    // The coordinator ends the stream at the frame carrying 8000, without taking it: the
+    // worker opens another, whose first frame carries it.
+    worker.cut_stream.store(true, Ordering::SeqCst);
+    assert_eq!(
+        worker.post_conditions(ISU, &batch(&[(8000, INFO)])).await,
+        StatusCode::ACCEPTED
+    );
+    worker.wait_for_push(8000).await;
+    assert!(!worker.cut_stream.load(Ordering::SeqCst), "the stream was cut");
+    let streamed = worker.streamed.lock().clone();
+    let carried = streamed
+        .iter()
+        .find(|(_, batch)| batch.items.iter().any(|item| item.condition.timestamp == 8000))
+        .unwrap();
+    assert_eq!(carried.0, 2, "carried by the next stream");
+    assert_eq!(
+        streamed.iter().filter(|(stream, _)| *stream == 2).count(),
+        1,
+        "as its first frame"
+    );
+    assert_eq!(
+        worker.binary_pushes.load(Ordering::SeqCst),
+        0,
+        "never one request per batch"
+    );
+}
+
+/// The lines of a stream's answer as a stream, until their sender is dropped.
+fn tokio_stream_of(
+    mut answers: tokio::sync::mpsc::UnboundedReceiver<StreamAnswer>,
+) -> impl futures_util::Stream<Item = StreamAnswer> {
+    futures_util::stream::poll_fn(move |context| answers.poll_recv(context))
+}
+
+#[tokio::test]
+async fn a_latest_stream_whose_acknowledgments_stop_is_dropped_and_the_next_carries_its_frames() {
+    let worker = TestWorker::spawn().await;
+    assert_eq!(
+        worker.post_conditions(ISU, &batch(&[(7000, WARNING)])).await,
+        StatusCode::ACCEPTED
+    );
+    worker.wait_for_push(7000).await;
+    assert_eq!(worker.streams.load(Ordering::SeqCst), 1);
+
+    // The coordinator's end of the stream goes silent: the frame carrying 8000 is neither
+    // taken nor acknowledged. After `ACK_WAIT` the worker drops the stream, and the next
+    // one carries 8000 in its first frame.
+    worker.deaf.store(true, Ordering::SeqCst);
+    let deaf_at = Instant::now();
+    assert_eq!(
+        worker.post_conditions(ISU, &batch(&[(8000, INFO)])).await,
+        StatusCode::ACCEPTED
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    worker.deaf.store(false, Ordering::SeqCst);
+    let pushes = worker.pushes.clone();
+    wait_until(
+        "8000 is carried by another stream",
+        worker::pusher::ACK_WAIT + Duration::from_secs(3),
+        || {
+            pushes
+                .lock()
+                .iter()
+                .any(|batch| batch.items.iter().any(|item| item.condition.timestamp == 8000))
+        },
+    )
+    .await;
+    assert!(deaf_at.elapsed() >= worker::pusher::ACK_WAIT);
+    let streamed = worker.streamed.lock().clone();
+    let carried = streamed
+        .iter()
+        .find(|(_, batch)| batch.items.iter().any(|item| item.condition.timestamp == 8000))
+        .unwrap();
+    assert_eq!(carried.0, 2, "carried by the next stream");
+    assert_eq!(worker.streams.load(Ordering::SeqCst), 2);
 }
 
 /// A second coordinator (a replica) that records the binary batches it takes.

@@ -1,15 +1,17 @@
 //! Internal routes: the workers' latest-condition batches, the health check, a replica's
 //! status and membership, the replicas' icon stores.
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
+use futures_util::StreamExt as _;
 use node_http::ClusterPeer;
 use shared::protocol::{
-    decode_latest, Health, LatestBatch, LatestDecodeError, COORDINATOR_LATEST, HEALTH, LATEST_BINARY,
+    decode_latest, Health, LatestBatch, LatestDecodeError, LatestFrames, StreamAnswer, COORDINATOR_LATEST,
+    COORDINATOR_LATEST_STREAM, HEALTH, LATEST_BINARY, LATEST_STREAM,
 };
 
 use super::json::json;
@@ -24,6 +26,11 @@ pub fn router() -> Router<AppState> {
         .route(
             COORDINATOR_LATEST,
             post(latest).layer(DefaultBodyLimit::max(LATEST_BODY_LIMIT)),
+        )
+        // The bound is per frame (the stream lasts as long as the worker sends).
+        .route(
+            COORDINATOR_LATEST_STREAM,
+            post(latest_stream).layer(DefaultBodyLimit::disable()),
         )
         .route(HEALTH, get(health))
         .route(shared::protocol::COORDINATOR_REPLICA, get(replica))
@@ -181,6 +188,105 @@ async fn latest(_: ClusterPeer, State(app): State<AppState>, headers: HeaderMap,
     }
     current.apply_latest(&items);
     StatusCode::OK
+}
+
+/// `POST /internal/latest/stream` ([`LATEST_STREAM`]): answers 200 at once, then applies
+/// each frame of the worker's stream as it arrives and acknowledges what it applied in its
+/// answer's body ([`StreamAnswer::Applied`] after each chunk of the request that completed a
+/// frame). The answer ends with why the stream ended ([`StreamAnswer::End`]): the worker
+/// ended it (200), a frame of another generation (412), bad input (400 for a frame that is no
+/// batch, 413 for a frame over the bound, 415 for another version), or this coordinator
+/// stops (503). A frame is applied whole or not at all, and nothing after a refused one.
+/// A request of another `Content-Type` is refused (415) before the stream starts.
+async fn latest_stream(_: ClusterPeer, State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let content_type = headers.get(header::CONTENT_TYPE).map(|value| value.as_bytes());
+    if !content_type.is_some_and(|value| value.eq_ignore_ascii_case(LATEST_STREAM.as_bytes())) {
+        return refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "a latest stream is application/x-isu-latest-stream",
+        );
+    }
+    let reader = StreamReader {
+        app,
+        body: body.into_data_stream(),
+        frames: LatestFrames::new(LATEST_BODY_LIMIT),
+        applied: 0,
+        ended: false,
+    };
+    let answers = futures_util::stream::unfold(reader, |mut reader| async move {
+        if reader.ended {
+            return None;
+        }
+        let answer = reader.next_answer().await;
+        Some((Ok::<_, std::convert::Infallible>(Bytes::from(answer.line())), reader))
+    });
+    (
+        [(header::CONTENT_TYPE, shared::error::TEXT_PLAIN)],
+        Body::from_stream(answers),
+    )
+        .into_response()
+}
+
+/// A latest stream being read (see [`latest_stream`]).
+struct StreamReader {
+    app: AppState,
+    body: axum::body::BodyDataStream,
+    frames: LatestFrames,
+    /// Frames applied so far.
+    applied: u64,
+    ended: bool,
+}
+
+impl StreamReader {
+    /// Reads the stream until a chunk completed frames (and applies them) or it ends.
+    async fn next_answer(&mut self) -> StreamAnswer {
+        loop {
+            let chunk = tokio::select! {
+                chunk = self.body.next() => chunk,
+                () = self.app.stopping.cancelled() => return self.end(503, "this coordinator is stopping"),
+            };
+            match chunk {
+                Some(Ok(chunk)) => self.frames.push(&chunk),
+                Some(Err(_)) => return self.end(400, "the stream broke"),
+                None if self.frames.is_between_frames() => return self.end(200, "ended by the worker"),
+                None => return self.end(400, "the stream ends inside a frame"),
+            }
+            let before = self.applied;
+            loop {
+                let frame = match self.frames.next_frame() {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break,
+                    Err(_) => return self.end(413, "a latest frame over the bound"),
+                };
+                let (generation, items) = match decode_latest(&frame) {
+                    Ok(decoded) => decoded,
+                    Err(LatestDecodeError::Version(_)) => return self.end(415, "a latest batch of an unknown version"),
+                    Err(_) => return self.end(400, "a latest frame that is no batch"),
+                };
+                let current = self.app.state.generation();
+                if generation != current.id {
+                    return self.end(412, "a latest batch of another generation");
+                }
+                current.apply_latest(&items);
+                self.applied += 1;
+            }
+            if self.applied > before {
+                return StreamAnswer::Applied(self.applied);
+            }
+        }
+    }
+
+    fn end(&mut self, status: u16, reason: &str) -> StreamAnswer {
+        self.ended = true;
+        StreamAnswer::End {
+            status,
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+fn refuse(status: StatusCode, message: &'static str) -> Response {
+    (status, [(header::CONTENT_TYPE, shared::error::TEXT_PLAIN)], message).into_response()
 }
 
 /// `application/json`, with parameters or not, in any case.

@@ -1,6 +1,8 @@
 //! The internal API between nodes: the cluster secret, and latest-condition batches in
 //! binary and JSON.
 
+use std::time::{Duration, Instant};
+
 use e2e::*;
 use serde_json::{json, Value};
 use shared::dataset::generated::VIRTUAL_START;
@@ -74,6 +76,33 @@ async fn internal_routes_need_the_cluster_secret() {
     assert_eq!(isucon1.condition_items(&isu1.uuid, FAR_FUTURE).await.len(), 20);
 }
 
+/// The generation the coordinator reports on `/healthz`.
+async fn coordinator_generation(cluster: &Cluster) -> u64 {
+    let health: Value = cluster
+        .raw_client()
+        .get(format!("{}/healthz", cluster.coordinator))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    health["generation"].as_u64().unwrap()
+}
+
+/// The latest condition of `uuid` in `agent`'s ISU list.
+async fn latest_in_list(agent: &Agent, uuid: &str) -> Value {
+    let list = agent.isu_list().await.json(200);
+    let item = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|item| item["jia_isu_uuid"] == uuid)
+        .cloned()
+        .unwrap();
+    item["latest_isu_condition"].clone()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latest_batches_are_taken_in_binary_and_json_and_bad_ones_change_nothing() {
     use shared::domain::Flags;
@@ -82,15 +111,7 @@ async fn latest_batches_are_taken_in_binary_and_json_and_bad_ones_change_nothing
     let client = cluster.raw_client();
     let isu1 = &dataset().isus[0];
     let latest_url = format!("{}/internal/latest", cluster.coordinator);
-    let health: Value = client
-        .get(format!("{}/healthz", cluster.coordinator))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let generation = health["generation"].as_u64().unwrap();
+    let generation = coordinator_generation(&cluster).await;
     let binary = |generation: u64, timestamp: i64, message: &str| {
         let item = LatestItem {
             uuid: &isu1.uuid,
@@ -109,17 +130,7 @@ async fn latest_batches_are_taken_in_binary_and_json_and_bad_ones_change_nothing
         async move { request.send().await.unwrap().status().as_u16() }
     };
     let isucon1 = cluster.sign_in("isucon1").await;
-    let latest_of_isu1 = || async {
-        let list = isucon1.isu_list().await.json(200);
-        let item = list
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|item| item["jia_isu_uuid"] == isu1.uuid.as_str())
-            .cloned()
-            .unwrap();
-        item["latest_isu_condition"].clone()
-    };
+    let latest_of_isu1 = || latest_in_list(&isucon1, &isu1.uuid);
 
     let far = VIRTUAL_START + 99_999;
     assert_eq!(post(LATEST_BINARY, binary(generation, far, "binary")).await, 200);
@@ -167,4 +178,143 @@ async fn latest_batches_are_taken_in_binary_and_json_and_bad_ones_change_nothing
         (latest["message"].clone(), latest["condition_level"].clone()),
         (json!("json"), json!("info"))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latest_stream_applies_and_acknowledges_each_frame_as_it_comes_and_bad_input_changes_nothing() {
+    use shared::domain::Flags;
+    use shared::protocol::{encode_latest, latest_frame, LatestItem, COORDINATOR_LATEST_STREAM, LATEST_STREAM};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let cluster = spawn_cluster().await;
+    let client = cluster.raw_client();
+    let isu1 = &dataset().isus[0];
+    let generation = coordinator_generation(&cluster).await;
+    let frame = |generation: u64, timestamp: i64, message: &str| {
+        let item = LatestItem {
+            uuid: &isu1.uuid,
+            timestamp,
+            flags: Flags(Flags::SITTING),
+            message,
+        };
+        latest_frame(&encode_latest(generation, [item]))
+    };
+    let isucon1 = cluster.sign_in("isucon1").await;
+    let latest_message = || async {
+        let latest = latest_in_list(&isucon1, &isu1.uuid).await;
+        latest["message"].as_str().unwrap_or_default().to_owned()
+    };
+    let far = VIRTUAL_START + 99_999;
+
+    // One request, open while frames come: answered 200 at once; each frame is applied when
+    // it arrives and acknowledged in the answer, and a frame of another generation ends the
+    // stream with 412.
+    let address = cluster.coordinator.trim_start_matches("http://").to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST {COORDINATOR_LATEST_STREAM} HTTP/1.1\r\nHost: {address}\r\nx-cluster-secret: {}\r\n\
+         content-type: {LATEST_STREAM}\r\ntransfer-encoding: chunked\r\n\r\n",
+        cluster.secret
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    let (mut reader, mut socket) = socket.into_split();
+    let mut answer = Vec::new();
+    /// Reads the answer into `answer` until it holds `text` (5 s at most).
+    async fn read_until(reader: &mut tokio::net::tcp::OwnedReadHalf, answer: &mut Vec<u8>, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut buffer = [0; 4096];
+        while !String::from_utf8_lossy(answer).contains(text) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let read = tokio::time::timeout(left, reader.read(&mut buffer)).await;
+            let Ok(Ok(read @ 1..)) = read else {
+                panic!("no {text:?} in the answer: {}", String::from_utf8_lossy(answer));
+            };
+            answer.extend_from_slice(&buffer[..read]);
+        }
+    }
+    read_until(&mut reader, &mut answer, "HTTP/1.1 200").await;
+    let send_chunk = |bytes: Vec<u8>| {
+        let mut chunk = format!("{:x}\r\n", bytes.len()).into_bytes();
+        chunk.extend_from_slice(&bytes);
+        chunk.extend_from_slice(b"\r\n");
+        chunk
+    };
+    for (offset, message) in [(0, "streamed first"), (1, "streamed second")] {
+        // A frame split over two chunks is applied once whole.
+        let bytes = frame(generation, far + offset, message);
+        let (one, two) = bytes.split_at(3);
+        socket.write_all(&send_chunk(one.to_vec())).await.unwrap();
+        socket.write_all(&send_chunk(two.to_vec())).await.unwrap();
+        read_until(&mut reader, &mut answer, &format!("applied {}\n", offset + 1)).await;
+        wait_until(
+            "the frame is applied while the stream is open",
+            Duration::from_secs(5),
+            || async { (latest_message().await == message).then_some(()) },
+        )
+        .await;
+    }
+    socket
+        .write_all(&send_chunk(frame(generation ^ 1, far + 2, "stale")))
+        .await
+        .unwrap();
+    read_until(
+        &mut reader,
+        &mut answer,
+        "end 412 a latest batch of another generation\n",
+    )
+    .await;
+    assert!(!String::from_utf8_lossy(&answer).contains("applied 3"));
+    assert_eq!(latest_message().await, "streamed second");
+
+    // Whole bodies: each refused with a short reason, changing nothing; the secret and the
+    // type are checked before the stream starts.
+    let url = format!("{}{COORDINATOR_LATEST_STREAM}", cluster.coordinator);
+    let send = |content_type: &'static str, body: Vec<u8>, secret: bool| {
+        let mut request = client.post(&url).header("content-type", content_type).body(body);
+        if secret {
+            request = request.header("x-cluster-secret", &cluster.secret);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    let unsent = frame(generation, far + 10, "refused");
+    assert_eq!(send(LATEST_STREAM, unsent.clone(), false).await.0, 401);
+    assert_eq!(
+        send(shared::protocol::LATEST_BINARY, unsent.clone(), true).await,
+        (415, "a latest stream is application/x-isu-latest-stream".to_owned())
+    );
+    let ended = |line: &str| (200, format!("{line}\n"));
+    let mut no_batch = unsent.clone();
+    no_batch[4] = 9;
+    assert_eq!(
+        send(LATEST_STREAM, no_batch, true).await,
+        ended("end 415 a latest batch of an unknown version")
+    );
+    let mut padded = unsent.clone();
+    padded[0] += 1;
+    padded.push(0);
+    assert_eq!(
+        send(LATEST_STREAM, padded, true).await,
+        ended("end 400 a latest frame that is no batch")
+    );
+    assert_eq!(
+        send(LATEST_STREAM, u32::MAX.to_le_bytes().to_vec(), true).await,
+        ended("end 413 a latest frame over the bound")
+    );
+    assert_eq!(
+        send(LATEST_STREAM, unsent[..unsent.len() - 1].to_vec(), true).await,
+        ended("end 400 the stream ends inside a frame")
+    );
+    assert_eq!(latest_message().await, "streamed second");
+    // An empty stream, and a whole one, end as the worker ended them.
+    assert_eq!(
+        send(LATEST_STREAM, Vec::new(), true).await,
+        ended("end 200 ended by the worker")
+    );
+    assert_eq!(
+        send(LATEST_STREAM, frame(generation, far + 20, "whole"), true).await,
+        (200, "applied 1\nend 200 ended by the worker\n".to_owned())
+    );
+    assert_eq!(latest_message().await, "whole");
 }

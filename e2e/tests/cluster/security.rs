@@ -81,6 +81,12 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
             {"timestamp": VIRTUAL_START + 999_999, "flags": 15, "message": "forged"}}]}),
         ),
     }];
+    requests.push(InternalRequest {
+        node: cluster.coordinator.clone(),
+        method: reqwest::Method::POST,
+        path: shared::protocol::COORDINATOR_LATEST_STREAM,
+        body: Some(json!({"generation": coordinator_generation})),
+    });
     let coordinator_call = |method, path, body| InternalRequest {
         node: cluster.coordinator.clone(),
         method,
@@ -265,7 +271,7 @@ async fn every_internal_route_of_every_node_refuses_a_missing_or_wrong_secret() 
             refused += 1;
         }
     }
-    assert_eq!(requests.len(), 1 + 10 + 2 * 13 + 3 * 3);
+    assert_eq!(requests.len(), 2 + 10 + 2 * 13 + 3 * 3);
     eprintln!(
         "internal routes: {refused} requests without the right secret, all refused ({} routes × {} credentials)",
         requests.len(),
@@ -387,6 +393,7 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
     let declared = declared_secret_paths();
     for path in [
         COORDINATOR_LATEST,
+        shared::protocol::COORDINATOR_LATEST_STREAM,
         WORKER_RESET,
         WORKER_USERS,
         WORKER_PROVISIONAL,
