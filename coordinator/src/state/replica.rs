@@ -652,6 +652,21 @@ impl State {
         // Before it says it is ready: nginx may start as soon as a replica is healthy, and
         // starts from this file.
         self.placement.write_router_file().await;
+        if self.stalls.unanswered.load(Ordering::Acquire) || self.stalls.late() {
+            // It took the lead right after a stall (a follower resumed after SIGCONT may win
+            // the next election at once): what was pushed meanwhile is missing until pulled.
+            tracing::info!("leading right after a stall: ready once the latest conditions are pulled");
+            // A worker that does not answer is left to its pushes, as at any takeover.
+            let pulling_since = tokio::time::Instant::now();
+            while !self.pull_latest_everywhere(generation.id).await
+                && pulling_since.elapsed() < WORKERS_WAIT_AT_TAKEOVER
+            {
+                tokio::time::sleep(RETRY_EVERY).await;
+            }
+            tokio::time::sleep(PUSHES_RESUMED_AFTER).await;
+            self.generation().rebuild_trend_now();
+            self.stalls.unanswered.store(false, Ordering::Release);
+        }
         self.ready.store(true, Ordering::Release);
         tracing::info!(
             took_ms = led_at.elapsed().as_millis() as u64,
