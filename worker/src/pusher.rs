@@ -24,9 +24,10 @@
 //! push. Each stream starts with the latest condition of every published ISU: whatever a
 //! stream that broke had not had acknowledged is in the next one's first frame, which
 //! carries the oldest change of those frames for its lag. A stream whose queue of frames is
-//! full (the coordinator stopped reading) counts as a failed push too. A coordinator without the stream route (an older build, during a rollout)
-//! gets one request per batch for [`JSON_FOR`], then a stream is tried again; in the binary
-//! form ([`LATEST_BINARY`]), or in JSON for [`JSON_FOR`] after it refused the binary form.
+//! full (the coordinator stopped reading) counts as a failed push too. A coordinator without
+//! the stream route (an older build, during a rollout) gets one request per batch for
+//! [`JSON_FOR`], then a stream is tried again; in the binary form ([`LATEST_BINARY`]), or in
+//! JSON for [`JSON_FOR`] after it refused the binary form.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -224,10 +225,10 @@ fn open_stream(client: &reqwest::Client, url: &str, secret: &reqwest::header::He
         .body(reqwest::Body::wrap(FrameBody(queued)));
     let (answered, answer) = tokio::sync::oneshot::channel();
     let (acknowledge, acked) = tokio::sync::watch::channel(0);
-    let task = tokio::spawn(async move {
+    let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
         let outcome = read_answer(request, &acknowledge).await;
         let _ = answered.send(outcome);
-    });
+    }));
     OpenStream {
         frames,
         queued: 0,
@@ -354,13 +355,8 @@ struct OpenStream {
     /// How many frames the coordinator has acknowledged.
     acked: tokio::sync::watch::Receiver<u64>,
     answer: tokio::sync::oneshot::Receiver<StreamOutcome>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    /// The request's task (aborted with the stream).
+    task: tokio_util::task::AbortOnDropHandle<()>,
 }
 
 /// A frame waiting for its acknowledgment.
@@ -379,16 +375,22 @@ impl OpenStream {
         let acked = *self.acked.borrow_and_update();
         while self.unacked.front().is_some_and(|frame| frame.number <= acked) {
             let frame = self.unacked.pop_front().expect("a front frame");
-            metrics::histogram!(BATCH_ITEMS).record(frame.items as f64);
-            if let Some(oldest) = frame.oldest {
-                metrics::histogram!(PUSH_LAG_SECONDS).record(oldest.elapsed().as_secs_f64());
-            }
+            record_pushed(frame.items, frame.oldest);
         }
     }
 
     /// The oldest change among the frames not acknowledged.
     fn oldest_unacked(&self) -> Option<std::time::Instant> {
         self.unacked.iter().filter_map(|frame| frame.oldest).min()
+    }
+}
+
+/// Records a batch of `items` the coordinator took, the oldest change it carried queued at
+/// `oldest`.
+fn record_pushed(items: usize, oldest: Option<std::time::Instant>) {
+    metrics::histogram!(BATCH_ITEMS).record(items as f64);
+    if let Some(oldest) = oldest {
+        metrics::histogram!(PUSH_LAG_SECONDS).record(oldest.elapsed().as_secs_f64());
     }
 }
 
@@ -589,13 +591,15 @@ impl Target {
     /// Ends the stream (the coordinator applies what it holds, then answers), waiting for its
     /// answer a while.
     async fn end_stream(&mut self) {
-        let Some(mut stream) = self.stream.take() else {
+        // The request's task runs until this returns; the queue's sender dropped ends its body
+        // once the frames queued are sent.
+        let Some(OpenStream {
+            answer, task: _task, ..
+        }) = self.stream.take()
+        else {
             return;
         };
-        // A closed queue ends the request's body once the frames queued are sent.
-        let (closed, _) = tokio::sync::mpsc::channel(1);
-        drop(std::mem::replace(&mut stream.frames, closed));
-        match tokio::time::timeout(STREAM_END_WAIT, &mut stream.answer).await {
+        match tokio::time::timeout(STREAM_END_WAIT, answer).await {
             Ok(Ok(Ok(status))) if status.is_success() => {}
             outcome => tracing::warn!(url = %self.stream_url, ?outcome, "the last latest stream did not end cleanly"),
         }
@@ -644,10 +648,7 @@ impl Target {
         };
         match result {
             Ok(response) if response.status().is_success() => {
-                metrics::histogram!(BATCH_ITEMS).record(count as f64);
-                if let Some(oldest) = oldest {
-                    metrics::histogram!(PUSH_LAG_SECONDS).record(oldest.elapsed().as_secs_f64());
-                }
+                record_pushed(count, oldest);
                 Pushed::Sent
             }
             Ok(response) if response.status() == reqwest::StatusCode::PRECONDITION_FAILED => {

@@ -260,6 +260,16 @@ impl TestWorker {
         .await;
     }
 
+    /// The stream (numbered from 1) whose frame first carried a condition of `timestamp`.
+    fn stream_carrying(&self, timestamp: i64) -> usize {
+        self.streamed
+            .lock()
+            .iter()
+            .find(|(_, batch)| batch.items.iter().any(|item| item.condition.timestamp == timestamp))
+            .map(|(stream, _)| *stream)
+            .expect("a stream carried it")
+    }
+
     /// Resets to one published ISU of alice with three conditions.
     async fn reset(&self) {
         let condition = |timestamp, text: &str, sitting| WireCondition {
@@ -787,14 +797,9 @@ async fn a_latest_stream_that_ends_loses_nothing_the_next_starts_with_every_isu(
     );
     worker.wait_for_push(8000).await;
     assert!(!worker.cut_stream.load(Ordering::SeqCst), "the stream was cut");
-    let streamed = worker.streamed.lock().clone();
-    let carried = streamed
-        .iter()
-        .find(|(_, batch)| batch.items.iter().any(|item| item.condition.timestamp == 8000))
-        .unwrap();
-    assert_eq!(carried.0, 2, "carried by the next stream");
+    assert_eq!(worker.stream_carrying(8000), 2, "carried by the next stream");
     assert_eq!(
-        streamed.iter().filter(|(stream, _)| *stream == 2).count(),
+        worker.streamed.lock().iter().filter(|(stream, _)| *stream == 2).count(),
         1,
         "as its first frame"
     );
@@ -846,12 +851,7 @@ async fn a_latest_stream_whose_acknowledgments_stop_is_dropped_and_the_next_carr
     )
     .await;
     assert!(deaf_at.elapsed() >= worker::pusher::ACK_WAIT);
-    let streamed = worker.streamed.lock().clone();
-    let carried = streamed
-        .iter()
-        .find(|(_, batch)| batch.items.iter().any(|item| item.condition.timestamp == 8000))
-        .unwrap();
-    assert_eq!(carried.0, 2, "carried by the next stream");
+    assert_eq!(worker.stream_carrying(8000), 2, "carried by the next stream");
     assert_eq!(worker.streams.load(Ordering::SeqCst), 2);
 }
 
