@@ -1,40 +1,44 @@
--- Coordinator replicas: which one serves a public API request. Used only when the cluster
--- runs more than one coordinator (`upstream coordinator` then has a placeholder server and
--- `balancer_by_lua_block { isu_replicas.balance() }`).
+-- Coordinator replicas: which one serves the public API. Used only when the cluster runs
+-- more than one coordinator.
+--
+-- The renderer writes one upstream per replica, `coordinator_replica_<i>` (i from 1, in the
+-- configured order): replica i first, every other replica a `backup`. nginx balances inside
+-- the upstream itself (no Lua runs in the balancer): a request goes to replica i, and one
+-- that fails there (no connection, a read not answered in time, a 503) goes to a backup
+-- where that is safe (the locations' `proxy_next_upstream`). nginx never sets a replica
+-- aside on its own (`max_fails=0`): one slow answer (a read waiting for its client's write
+-- during a takeover) would send that worker's clients round the backups for a while, and
+-- the probes below move them within half a second anyway. Each location of the coordinator
+-- picks the upstream with `set_by_lua_block ... isu_replicas.upstream()`.
+--
+-- One replica serves every public request at a time: the preferred one. The replicas are
+-- there so that the control plane survives the loss of one, not for capacity (the cells are
+-- that): one replica answers what one coordinator answers. On a shared machine, requests
+-- spread over three processes cost about a tenth more CPU each than on one, and a Lua
+-- balancer run for every request was a tenth of nginx's CPU. One replica at a time also keeps
+-- a client's reads monotonic (each replica's trend is its own, and may be a push interval
+-- behind another's) and its own writes in sight (the replica applied them before answering)
+-- as long as the clients stay where they are, so they move only when they must.
 --
 -- Health. One nginx worker process asks every replica's `/healthz` every PROBE_EVERY
--- seconds (HTTP/1.0; PROBE_TIMEOUT_MS to connect, to send and to read) and keeps the answer in the
--- shared dictionary `isu_placement` for ANSWER_TTL seconds: "leader" (200, and it says it
--- leads), "up" (200), "starting" (any other status: not ready) or "down" (no connection,
--- no answer in time: dead, or stopped with its sockets open). A request failed on a replica
--- sets that replica aside for SET_ASIDE seconds, as `max_fails=1 fail_timeout=2s` did.
+-- seconds (HTTP/1.0; PROBE_TIMEOUT_MS to connect, to send and to read). The answer is
+-- "leader" (200, and it says it leads), "up" (200), "starting" (any other status: not
+-- ready) or "down" (no connection, no answer in time: dead, or stopped with its sockets
+-- open).
 --
--- Time bounds. A connection to a replica gets CONNECT_TIMEOUT seconds (a host cut off
--- drops the handshake). A read (GET or HEAD) gets READ_TIMEOUT seconds for its answer,
--- then goes to the next replica (the locations' `proxy_next_upstream ... timeout`): a
--- replica stopped with its sockets open, or whose host went silent, holds the reads already
--- sent to it until its probe notices, and the clients (the benchmarker's, 1 s) would give
--- up long before nginx's 30 s. A loaded replica answers a read well inside the bound (the
--- bench's p99 under load on one shared core: 25-115 ms). Writes keep the locations' read
--- timeout: a sign-in or registration waits for a commit, through a takeover if need be,
--- and sent again elsewhere it would only wait for the same leader.
+-- Choice. After each round of probes, that worker keeps the preferred replica while it is
+-- "up", and otherwise prefers the first, in the configured order, of the best rank:
+--   0  up (it does not lead)
+--   1  the leader (it commits every write of the group: on a shared machine, the public
+--      requests on it lengthened every commit)
+--   2  starting, or not answered
+--   3  down
+-- and stores its index in the shared dictionary `isu_placement`. So a replica that comes back, or that loses its
+-- leadership, gets no clients until the preferred one must be left. Until the first round
+-- ends (nginx just started), the first replica is preferred.
 --
--- Choice. A request goes to the best-ranked replica not tried yet for it:
---   0  up, and not the leader for a request without a session
---   1  the leader, for a request without a session
---   2  starting, down, set aside, or not asked yet when others answered
--- and among equals by rendezvous hashing of its key (the session cookie, else the client's
--- address) with each replica's address: a client stays on one replica (monotonic reads:
--- each replica's trend is its own) while the set does not change, and when a replica goes
--- only that replica's clients move. Clients without a session (the trend's viewers,
--- sign-ins) are kept off the leader, which commits every write of the group: on a shared
--- machine, the trend's viewers on the leader lengthened every commit. When nothing was
--- asked yet (nginx just started), every replica ranks 0.
---
--- Cost. Each nginx worker keeps, per key, the replicas in the order of their hashes (at
--- most ORDERS_KEPT keys, then it starts again), and a copy of the shared answers and
--- set-asides at most STATES_FOR seconds old (its own set-asides at once): three md5s and
--- six dictionary reads per request made the balancer a tenth of nginx's CPU.
+-- Cost. Each nginx worker keeps the preferred upstream's name, read again from the shared
+-- dictionary at most every STATES_FOR seconds: a request costs a comparison of two numbers.
 --
 -- The renderer pastes this file into `init_by_lua_block` and calls `isu_replicas.init`
 -- (with the replicas) only when there are several; `isu_replicas.start_probes` runs in
@@ -46,21 +50,15 @@ isu_replicas = (function()
   local dict = ngx.shared.isu_placement
   local PROBE_EVERY = 0.25
   local PROBE_TIMEOUT_MS = 250
-  local ANSWER_TTL = 1.5
-  local SET_ASIDE = 2
-  local CONNECT_TIMEOUT = 0.5
-  local READ_TIMEOUT = 0.5
-  local ORDERS_KEPT = 20000
   local STATES_FOR = 0.05
+  local UPSTREAM_PREFIX = "coordinator_replica_"
 
   -- "host:port" of each replica, in the configured order, and each split once.
   local replicas = {}
   local hosts, ports = {}, {}
-  local cookie_var = nil
 
-  -- This worker's copies (see "Cost" above).
-  local orders, orders_kept = {}, 0
-  local states, asides, any_answer, states_at = {}, {}, false, nil
+  -- This worker's choice (see "Cost" above).
+  local preferred, chosen_at = UPSTREAM_PREFIX .. "1", nil
 
   function M.init(options)
     replicas = {}
@@ -72,7 +70,6 @@ isu_replicas = (function()
       replicas[index] = address
       hosts[address], ports[address] = host, tonumber(port)
     end
-    cookie_var = "cookie_" .. options.cookie
   end
 
   -- The state one `/healthz` exchange shows.
@@ -103,18 +100,37 @@ isu_replicas = (function()
     return "up"
   end
 
+  local RANKS = { up = 0, leader = 1, starting = 2, down = 3 }
+
+  -- The preferred replica's index after a round of probes found `states` (see "Choice").
+  local function choose(states)
+    local current = dict:get("preferred")
+    if current and current <= #replicas and states[current] == "up" then
+      return current
+    end
+    local best, best_rank = 1, nil
+    for index = 1, #replicas do
+      local rank = RANKS[states[index]] or 2
+      if best_rank == nil or rank < best_rank then
+        best, best_rank = index, rank
+      end
+    end
+    return best
+  end
+
   local function probe_all(premature)
     if premature then
       return
     end
-    local threads = {}
+    local threads, states = {}, {}
     for index, address in ipairs(replicas) do
       threads[index] = ngx.thread.spawn(probe, address)
     end
     for index, address in ipairs(replicas) do
       local ok, state = ngx.thread.wait(threads[index])
-      dict:set("replica:" .. address, ok and state or "down", ANSWER_TTL)
+      states[index] = ok and state or "down"
     end
+    dict:set("preferred", choose(states))
   end
 
   -- init_worker: the first worker process asks the replicas (the others read the answers).
@@ -129,118 +145,18 @@ isu_replicas = (function()
     ngx.timer.at(0, probe_all)
   end
 
-  -- The rank of a replica whose probe answered `state` (nil: none kept).
-  local function rank(address, state, with_session)
-    if asides[address] then
-      return 2
-    end
-    if state == nil then
-      return any_answer and 2 or 0
-    end
-    if state == "up" then
-      return 0
-    end
-    if state == "leader" then
-      return with_session and 0 or 1
-    end
-    return 2
-  end
-
-  -- The replicas by rendezvous hashing of `key`: the highest weight first. md5, not crc32:
-  -- crc32 is affine, so for keys of one length the comparison of two replicas' weights
-  -- turns on one bit that does not depend on the key, and one replica of three would win
-  -- about half of the clients.
-  local function order_of(key)
-    local order = orders[key]
-    if order then
-      return order
-    end
-    local weights = {}
-    order = {}
-    for index, address in ipairs(replicas) do
-      weights[address] = tonumber(ngx.md5(key .. "@" .. address):sub(1, 8), 16)
-      order[index] = address
-    end
-    table.sort(order, function(a, b)
-      return weights[a] > weights[b]
-    end)
-    if orders_kept >= ORDERS_KEPT then
-      orders, orders_kept = {}, 0
-    end
-    orders[key] = order
-    orders_kept = orders_kept + 1
-    return order
-  end
-
-  -- This worker's copy of the probes' answers and the set-asides, read again once older
-  -- than STATES_FOR.
-  local function refresh_states()
+  -- set_by_lua: the name of the upstream whose first server is the preferred replica.
+  function M.upstream()
     local now = ngx.now()
-    if states_at and now - states_at < STATES_FOR then
-      return
-    end
-    states_at = now
-    any_answer = false
-    for _, address in ipairs(replicas) do
-      local state = dict:get("replica:" .. address)
-      states[address] = state
-      any_answer = any_answer or state ~= nil
-      asides[address] = dict:get("aside:" .. address) or nil
-    end
-  end
-
-  -- The replica for this request, among those it has not tried yet: the best rank, and
-  -- among equals the first in the key's order.
-  local function choose(tried)
-    local key = ngx.var[cookie_var]
-    local with_session = key ~= nil and key ~= ""
-    if not with_session then
-      key = ngx.var.remote_addr or ""
-    end
-    refresh_states()
-    local best, best_rank
-    for _, address in ipairs(order_of(key)) do
-      if not tried[address] then
-        local r = rank(address, states[address], with_session)
-        if best == nil or r < best_rank then
-          best, best_rank = address, r
-        end
+    if chosen_at == nil or now - chosen_at >= STATES_FOR then
+      chosen_at = now
+      local index = dict:get("preferred")
+      if not index or index > #replicas then
+        index = 1
       end
+      preferred = UPSTREAM_PREFIX .. index
     end
-    return best
-  end
-
-  -- balancer_by_lua: the first try, or the next one after a failure (proxy_next_upstream).
-  function M.balance()
-    local balancer = require("ngx.balancer")
-    local ctx = ngx.ctx
-    local tried = ctx.isu_replicas_tried
-    if tried then
-      -- A retry: the replica tried last failed this request.
-      dict:set("aside:" .. ctx.isu_replicas_last, true, SET_ASIDE)
-      asides[ctx.isu_replicas_last] = true
-    else
-      tried = {}
-      ctx.isu_replicas_tried = tried
-      balancer.set_more_tries(#replicas - 1)
-    end
-    local address = choose(tried)
-    if not address then
-      return ngx.exit(502)
-    end
-    tried[address] = true
-    ctx.isu_replicas_last = address
-    local method = ngx.var.request_method
-    local read = (method == "GET" or method == "HEAD") and READ_TIMEOUT or nil
-    local ok, err = balancer.set_timeouts(CONNECT_TIMEOUT, nil, read)
-    if not ok then
-      ngx.log(ngx.ERR, "replicas: cannot set the timeouts: ", err)
-    end
-    ok, err = balancer.set_current_peer(hosts[address], ports[address])
-    if not ok then
-      ngx.log(ngx.ERR, "replicas: cannot send to ", address, ": ", err)
-      return ngx.exit(502)
-    end
+    return preferred
   end
 
   return M

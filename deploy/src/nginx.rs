@@ -104,11 +104,10 @@ pub struct Options {
     pub static_dir: PathBuf,
     pub public_listen: String,
     pub public_server_name: String,
-    /// The coordinator's node address, or each replica's (one upstream over all of them,
-    /// balanced by `nginx/replicas.lua`: a client's requests go to one replica by its
-    /// session cookie, so it reads its own writes there, one without a session to a replica
-    /// that does not lead; a replica that does not answer its health probe, or that a
-    /// request failed on, is skipped).
+    /// The coordinator's node address, or each replica's (every public request goes to one
+    /// replica, the first in this order that answers its health probe and does not lead,
+    /// else the leader, see `nginx/replicas.lua`; a request that fails there goes to another
+    /// where that is safe).
     pub coordinators: Vec<String>,
     /// 1 to 16 cells.
     pub cells: Vec<CellSpec>,
@@ -148,8 +147,8 @@ pub fn default_nginx_bin() -> PathBuf {
 /// The router's code, pasted into `init_by_lua_block`.
 const ROUTER_LUA: &str = include_str!("../../nginx/router.lua");
 
-/// The coordinator replicas' balancer (health probes, clients without a session kept off the
-/// leader), pasted beside the router.
+/// The coordinator replicas' choice (health probes, the preferred replica), pasted beside
+/// the router.
 const REPLICAS_LUA: &str = include_str!("../../nginx/replicas.lua");
 
 /// Where Debian installs nginx's dynamic modules.
@@ -584,7 +583,7 @@ impl Resolved<'_> {
             .iter()
             .map(|cell| {
                 format!(
-                    "    upstream {} {{\n        server {};\n        keepalive 256;\n        keepalive_requests 100000;\n        keepalive_timeout 60s;\n    }}",
+                    "    upstream {} {{\n        server {};\n{UPSTREAM_KEEPALIVE}\n    }}",
                     shared::router::upstream_name(&cell.name),
                     cell.node
                 )
@@ -609,8 +608,7 @@ impl Resolved<'_> {
                 .collect::<Vec<_>>()
                 .join(", ");
             router_init.push_str(&format!(
-                "\n        isu_replicas.init({{\n            replicas = {{ {replicas} }},\n            cookie = \"{}\",\n        }})",
-                shared::session::COOKIE_NAME
+                "\n        isu_replicas.init({{\n            replicas = {{ {replicas} }},\n        }})"
             ));
         }
         let modules = &self.build.modules_path;
@@ -630,7 +628,9 @@ impl Resolved<'_> {
             ("PUBLIC_LISTEN", self.listen(&options.public_listen, true, true)),
             ("PUBLIC_SERVER_NAME", options.public_server_name.clone()),
             ("PUBLIC_ACCESS_LOG", public_access_log),
-            ("COORDINATOR_SERVERS", coordinator_servers(&options.coordinators)),
+            ("COORDINATOR_UPSTREAMS", coordinator_upstreams(&options.coordinators)),
+            ("COORDINATOR_PASS", coordinator_pass(&options.coordinators, false)),
+            ("COORDINATOR_READ_PASS", coordinator_pass(&options.coordinators, true)),
             ("DEVICE_SERVERS", device_servers),
             ("PLACEMENT_FILE", self.placement.clone()),
             ("STATIC_DIR", self.static_dir.clone()),
@@ -650,20 +650,49 @@ impl Resolved<'_> {
     }
 }
 
-/// The coordinator upstream's servers: one as it is; replicas by the session cookie (a
-/// client stays on one replica, which has applied its writes before answering), each one
-/// set aside for 2 s after a failure (its requests go to the next one meanwhile).
-fn coordinator_servers(coordinators: &[String]) -> String {
-    match coordinators {
-        [one] => format!("        server {one};"),
-        // nginx/replicas.lua picks the replica of each request (by its health, the leader,
-        // the client's session); the server is a placeholder it never uses.
-        _ => [
-            "        server 0.0.0.1;",
-            "        balancer_by_lua_block { isu_replicas.balance() }",
-        ]
-        .join("\n"),
+/// The keep-alive settings of every upstream.
+const UPSTREAM_KEEPALIVE: &str =
+    "        keepalive 256;\n        keepalive_requests 100000;\n        keepalive_timeout 60s;";
+
+/// The coordinator's upstreams: `coordinator` for one; with replicas, one per replica
+/// (`coordinator_replica_<i>`, from 1): that replica first and every other one a backup,
+/// none ever set aside by nginx itself (`nginx/replicas.lua` picks the upstream by its
+/// health probes, and says why).
+fn coordinator_upstreams(coordinators: &[String]) -> String {
+    if let [one] = coordinators {
+        return format!("    upstream coordinator {{\n        server {one};\n{UPSTREAM_KEEPALIVE}\n    }}");
     }
+    let mut text = Vec::new();
+    for (index, first) in coordinators.iter().enumerate() {
+        let mut lines = vec![format!("    upstream coordinator_replica_{} {{", index + 1)];
+        lines.push(format!("        server {first} max_fails=0;"));
+        for (_, other) in coordinators.iter().enumerate().filter(|(other, _)| *other != index) {
+            lines.push(format!("        server {other} max_fails=0 backup;"));
+        }
+        lines.push(UPSTREAM_KEEPALIVE.to_owned());
+        lines.push("    }".to_owned());
+        text.push(lines.join("\n"));
+    }
+    text.join("\n")
+}
+
+/// How a location passes a request to the coordinator; with replicas, to the upstream of
+/// the preferred one, connecting within 0.5 s (a host cut off drops the handshake), and for
+/// a read (`read`) with 0.5 s for the answer: a replica stopped with its sockets open holds
+/// the reads already sent to it, and the clients (the benchmarker's, 1 s) would give up
+/// long before 30 s. A loaded replica answers a read well inside that (the bench's p99
+/// under load on one shared core: 25-115 ms).
+fn coordinator_pass(coordinators: &[String], read: bool) -> String {
+    if coordinators.len() < 2 {
+        return "proxy_pass http://coordinator;".to_owned();
+    }
+    let mut lines = vec!["proxy_connect_timeout 500ms;"];
+    if read {
+        lines.push("proxy_read_timeout 500ms;");
+    }
+    lines.push("set_by_lua_block $isu_coordinator { return isu_replicas.upstream() }");
+    lines.push("proxy_pass http://$isu_coordinator;");
+    lines.join("\n            ")
 }
 
 /// Replaces every `@KEY@` of `template` by its value; a placeholder alone on its line whose

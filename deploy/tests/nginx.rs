@@ -61,7 +61,7 @@ fn for_host_two_cells_render_as_the_fixture() {
 }
 
 /// Three cells (one named with a dash and its own server name), device servers, TLS, and
-/// three coordinator replicas (balanced by the session cookie).
+/// three coordinator replicas (one upstream per replica, the others its backups).
 #[test]
 fn for_host_three_cells_with_tls_render_as_the_fixture() {
     let mut options = options(

@@ -118,7 +118,11 @@ fn three_replicas_render_as_the_fixture() {
     }
     let nginx = file(&text, "isucondition-1", "etc/isucondition/nginx.conf");
     for line in [
-        "        balancer_by_lua_block { isu_replicas.balance() }",
+        "    upstream coordinator_replica_2 {",
+        "        server 192.168.0.12:3001 max_fails=0;",
+        "        server 192.168.0.11:3000 max_fails=0 backup;",
+        "        server 192.168.0.13:3001 max_fails=0 backup;",
+        "            set_by_lua_block $isu_coordinator { return isu_replicas.upstream() }",
         "            replicas = { \"192.168.0.11:3000\", \"192.168.0.12:3001\", \"192.168.0.13:3001\" },",
         "        listen 192.168.0.11:3099;",
     ] {

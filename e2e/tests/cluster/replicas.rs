@@ -922,17 +922,26 @@ async fn a_new_leader_takes_writes_for_the_cells_that_answer_while_a_worker_is_d
     cluster.assert_no_crash();
 }
 
-/// `GET /api/trend` requests each replica has answered (0 from one that does not answer
-/// within a second: a stopped one).
-async fn trend_reads(cluster: &Cluster) -> Vec<f64> {
+/// `route`'s requests each replica has answered (0 from one that does not answer within a
+/// second: a stopped one).
+async fn served(cluster: &Cluster, route: &str) -> Vec<f64> {
+    let label = format!("route=\"{route}\"");
     let mut counts = Vec::new();
     for body in ask_each_replica(cluster, "/metrics").await {
         let metrics = body
             .map(|body| String::from_utf8_lossy(&body).into_owned())
             .unwrap_or_default();
-        counts.push(metric_sum(&metrics, "http_requests_total", &["route=\"/api/trend\""]));
+        counts.push(metric_sum(&metrics, "http_requests_total", &[&label]));
     }
     counts
+}
+
+/// The replicas whose count grew from `before` to `after`, and by how much.
+fn grown(before: &[f64], after: &[f64]) -> Vec<(usize, f64)> {
+    (0..before.len())
+        .filter(|replica| after[*replica] > before[*replica])
+        .map(|replica| (replica, after[replica] - before[replica]))
+        .collect()
 }
 
 /// `count` trend reads through nginx without a session, each its own connection; how many
@@ -951,43 +960,72 @@ async fn trend_through(public: &str, count: usize) -> usize {
     answered
 }
 
+/// `count` `GET /api/user/me` of `agent`, each answered 200.
+async fn me_times(agent: &Agent, count: usize) {
+    for _ in 0..count {
+        agent.me().await.json(200);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nginx_keeps_clients_without_a_session_off_the_leader_and_skips_a_stopped_replica() {
+async fn nginx_sends_every_client_to_one_follower_and_skips_a_stopped_replica() {
     let Some(nginx) = nginx_or_skip() else { return };
     let (mut cluster, leader) = three_replicas(None).await;
     let web = fixture_front_end();
     let (mut server, public) = public_nginx(&cluster, &nginx, &web.path).await;
     let workers = cluster.workers.len();
 
-    // Once nginx has heard from every replica, a client without a session goes to a
-    // follower, the same one every time.
-    let (before, after) = wait_until(
-        "reads without a session reach followers only",
+    // Once nginx has heard from every replica, the public requests go to one follower:
+    // clients without a session and signed-in ones alike.
+    let follower = wait_until(
+        "reads without a session reach one follower only",
         Duration::from_secs(10),
         || async {
-            let before = trend_reads(&cluster).await;
+            let before = served(&cluster, "/api/trend").await;
             (trend_through(&public, 10).await == 10).then_some(())?;
-            let after = trend_reads(&cluster).await;
-            (after[leader] == before[leader]).then_some((before, after))
+            let after = served(&cluster, "/api/trend").await;
+            match grown(&before, &after)[..] {
+                [(replica, _)] if replica != leader => Some(replica),
+                _ => None,
+            }
         },
     )
     .await;
-    let served: Vec<usize> = (0..3).filter(|replica| after[*replica] > before[*replica]).collect();
-    assert_eq!(served.len(), 1, "one replica for one client: {before:?} -> {after:?}");
-    let follower = served[0];
-    assert_ne!(follower, leader);
-    let before = trend_reads(&cluster).await;
+    let before = served(&cluster, "/api/trend").await;
     assert_eq!(trend_through(&public, 20).await, 20);
-    let after = trend_reads(&cluster).await;
-    assert_eq!(after[follower] - before[follower], 20.0, "{before:?} -> {after:?}");
+    let after = served(&cluster, "/api/trend").await;
+    assert_eq!(
+        grown(&before, &after),
+        vec![(follower, 20.0)],
+        "{before:?} -> {after:?}"
+    );
+    let alice = sign_in_with(Agent::new(Routes::Public(public.clone())), &cluster.signer, "alice").await;
+    let before = served(&cluster, "/api/user/me").await;
+    me_times(&alice, 10).await;
+    let after = served(&cluster, "/api/user/me").await;
+    assert_eq!(
+        grown(&before, &after),
+        vec![(follower, 10.0)],
+        "{before:?} -> {after:?}"
+    );
+
+    // A registration (the list and the registration share a location: nginx sends the POST
+    // to its own, with a write's bound and retries) is listed at once.
+    let uuid = cluster.known_uuid('a', 1);
+    alice.register(&uuid, "nginx", None).await.json(201);
+    let listed = alice.isu_list().await.json(200);
+    let uuids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|isu| isu["jia_isu_uuid"].as_str())
+        .collect();
+    assert_eq!(uuids, vec![uuid.as_str()], "{listed}");
 
     // That follower hangs with its sockets open. A read sent to it at once (its probe has
     // not noticed yet: that takes a probe's timeout) waits half a second for an answer and
     // goes to another replica, answered within the client's second all the same.
-    let other = (0..3)
-        .find(|replica| *replica != leader && *replica != follower)
-        .unwrap();
-    let before = trend_reads(&cluster).await;
+    let before = served(&cluster, "/api/trend").await;
     cluster.signal_node(workers + follower, "STOP");
     let stopped_at = Instant::now();
     assert_eq!(trend_through(&public, 1).await, 1, "a read held by the stopped replica");
@@ -997,30 +1035,56 @@ async fn nginx_keeps_clients_without_a_session_off_the_leader_and_skips_a_stoppe
         waited >= Duration::from_millis(400),
         "the read went to the stopped replica first: answered after {waited:?}"
     );
-    let after = trend_reads(&cluster).await;
-    assert_eq!(after[other] - before[other], 1.0, "{before:?} -> {after:?}");
+    let after = served(&cluster, "/api/trend").await;
+    let others: f64 = (0..3)
+        .filter(|replica| *replica != follower)
+        .map(|replica| after[replica] - before[replica])
+        .sum();
+    assert_eq!(others, 1.0, "answered by another replica: {before:?} -> {after:?}");
 
-    // nginx's probe finds it silent and sends the client to the other follower, not the
+    // nginx's probe finds it silent and sends every client to the other follower, not the
     // leader, each read answered within a second.
+    let other = (0..3)
+        .find(|replica| *replica != leader && *replica != follower)
+        .unwrap();
     wait_until("reads skip the stopped replica", Duration::from_secs(5), || async {
         (trend_through(&public, 1).await == 1).then_some(())
     })
     .await;
     eprintln!("reads answered again {:?} after the stop", stopped_at.elapsed());
-    let before = trend_reads(&cluster).await;
+    let before = served(&cluster, "/api/trend").await;
     assert_eq!(
         trend_through(&public, 20).await,
         20,
         "every read answered within a second"
     );
-    let after = trend_reads(&cluster).await;
+    let after = served(&cluster, "/api/trend").await;
     assert_eq!(
-        after[other] - before[other],
-        20.0,
+        grown(&before, &after),
+        vec![(other, 20.0)],
         "the other follower: {before:?} -> {after:?}"
     );
-    assert_eq!(after[leader], before[leader], "not the leader");
+    let before = served(&cluster, "/api/user/me").await;
+    me_times(&alice, 10).await;
+    let after = served(&cluster, "/api/user/me").await;
+    assert_eq!(grown(&before, &after), vec![(other, 10.0)], "{before:?} -> {after:?}");
+
+    // The stopped follower resumes and is ready again; the clients stay where they are
+    // (each move may show a client a trend a push interval older).
     cluster.signal_node(workers + follower, "CONT");
+    wait_until("the resumed follower is ready", Duration::from_secs(10), || async {
+        (health_of(&cluster, follower).await == Some((200, true))).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = served(&cluster, "/api/trend").await;
+    assert_eq!(trend_through(&public, 10).await, 10);
+    let after = served(&cluster, "/api/trend").await;
+    assert_eq!(
+        grown(&before, &after),
+        vec![(other, 10.0)],
+        "still the other follower: {before:?} -> {after:?}"
+    );
     server.assert_running();
     cluster.assert_no_crash();
 }
