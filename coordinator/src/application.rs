@@ -17,7 +17,7 @@ use crate::journal;
 use crate::routes;
 use crate::state::{self, Start, State};
 use crate::worker_client::WorkerClient;
-use crate::AppState;
+use crate::{AppState, Shared};
 
 /// The project's own JWT verification key (tests and the bench sign with its private half).
 const PROJECT_JWT_PUBLIC_KEY: &[u8] = include_bytes!("../../keys/jwt-public.pem");
@@ -141,7 +141,7 @@ impl Application {
         };
         Ok(Application {
             listener,
-            state: AppState {
+            state: Arc::new(Shared {
                 state,
                 config: Arc::new(config),
                 jwt_key: Arc::new(jwt_key),
@@ -152,7 +152,7 @@ impl Application {
                     .timeout(std::time::Duration::from_secs(30))
                     .build()?,
                 stopping: tokio_util::sync::CancellationToken::new(),
-            },
+            }),
         })
     }
 

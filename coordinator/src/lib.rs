@@ -38,9 +38,11 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::config::Config;
 use crate::state::State;
 
-/// Shared state of the handlers (cheap to clone).
-#[derive(Clone)]
-pub struct AppState {
+/// Shared state of the handlers: its parts behind one `Arc` (see [`node_http::NodeState`]).
+pub type AppState = Arc<Shared>;
+
+/// What [`AppState`] holds.
+pub struct Shared {
     pub state: Arc<State>,
     pub config: Arc<Config>,
     pub jwt_key: Arc<DecodingKey>,
@@ -54,7 +56,7 @@ pub struct AppState {
     pub stopping: tokio_util::sync::CancellationToken,
 }
 
-impl node_http::NodeState for AppState {
+impl node_http::NodeState for Shared {
     fn cluster_secret(&self) -> &str {
         &self.config.cluster_secret
     }

@@ -47,12 +47,24 @@ pub fn internal_client() -> reqwest::ClientBuilder {
         .tcp_nodelay(true)
 }
 
-/// What a node's router state gives this crate.
-pub trait NodeState: Clone + Send + Sync + 'static {
+/// What a node's router state gives this crate. A node's state is its parts behind one
+/// `Arc` (`Arc<Shared>`, through the impl below), so the clones axum makes for every request
+/// (its `State` extractor and each middleware's) cost one reference count.
+pub trait NodeState: Send + Sync + 'static {
     /// The secret internal, metrics and profiling routes require.
     fn cluster_secret(&self) -> &str;
     /// The node's Prometheus recorder.
     fn metrics(&self) -> &PrometheusHandle;
+}
+
+impl<T: NodeState> NodeState for std::sync::Arc<T> {
+    fn cluster_secret(&self) -> &str {
+        (**self).cluster_secret()
+    }
+
+    fn metrics(&self) -> &PrometheusHandle {
+        (**self).metrics()
+    }
 }
 
 /// Requires the cluster secret (`x-cluster-secret` or `Authorization: Bearer`), compared in
@@ -93,14 +105,14 @@ pub async fn track_request(request: Request, next: Next) -> Response {
 }
 
 /// `GET /metrics` (Prometheus text) and the CPU profiles, all behind the cluster secret.
-pub fn debug_router<S: NodeState>() -> Router<S> {
+pub fn debug_router<S: NodeState + Clone>() -> Router<S> {
     Router::new()
         .route(METRICS, get(metrics::<S>))
         .route(PPROF_PROFILE, get(profile))
         .route(PPROF_LAST, get(last_profile))
 }
 
-async fn metrics<S: NodeState>(_: ClusterPeer, State(state): State<S>) -> Response {
+async fn metrics<S: NodeState + Clone>(_: ClusterPeer, State(state): State<S>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         shared::telemetry::render_metrics(state.metrics()),

@@ -91,7 +91,7 @@ impl Application {
         let cells = Arc::new(cells::Cells::new(&config.cell, config.data_dir.as_deref())?);
         let exports = Arc::new(migration::Exports::new(cells.client().clone(), &config.cluster_secret));
         let (ingest, shaped_batches) = ingest::Ingest::new(config.ingest());
-        let state = AppState::new(Shared {
+        let state = Arc::new(Shared {
             store,
             journal,
             cells,

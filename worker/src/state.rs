@@ -13,24 +13,8 @@ use crate::migration::{Exports, Migrations};
 use crate::store::Store;
 use crate::write_path::WritePath;
 
-/// Shared state of the handlers: one `Arc`, so the clones axum makes for every request (its
-/// `State` extractor and each middleware's) cost one reference count, not one per field.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-impl AppState {
-    pub fn new(shared: Shared) -> AppState {
-        AppState(Arc::new(shared))
-    }
-}
-
-impl std::ops::Deref for AppState {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
+/// Shared state of the handlers: its parts behind one `Arc` (see [`node_http::NodeState`]).
+pub type AppState = Arc<Shared>;
 
 /// What [`AppState`] holds.
 pub struct Shared {
@@ -48,7 +32,7 @@ pub struct Shared {
     pub fence: crate::fence::Fence,
 }
 
-impl node_http::NodeState for AppState {
+impl node_http::NodeState for Shared {
     fn cluster_secret(&self) -> &str {
         &self.config.cluster_secret
     }
