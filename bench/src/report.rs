@@ -260,7 +260,7 @@ impl Report {
             .iter()
             .map(|usage| (usage.name.clone(), json!(usage.seconds)))
             .collect();
-        json!({
+        let mut report = json!({
             "score": self.final_score(),
             "passed": self.passed(),
             "errors": self.stats.error_count(),
@@ -317,7 +317,12 @@ impl Report {
                 as_object(self.cluster_cpu_per(self.device_posts.stored_conditions, 1000.0)),
             "cells": self.cells.iter().map(CellFigures::to_json).collect::<Vec<_>>(),
             "front_end": self.front_end_json(),
-        })
+        });
+        // When each failed request was sent and failed (isuctl tells those inside a
+        // takeover from the others).
+        report["failure_spans"] = json!(self.stats.failure_spans);
+        report["failure_spans_dropped"] = json!(self.stats.failure_spans_dropped);
+        report
     }
 
     /// The front end's files the browsers fetched during the load (requests, body bytes per

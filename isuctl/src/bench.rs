@@ -425,6 +425,10 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         plane.repeated_activations = count("repeated_activations");
         plane.activations_on_resend = count("activations_on_resend");
         plane.unactivated_acknowledged = count("unactivated_acknowledged");
+        let spans: Vec<crate::takeover::FailureSpan> =
+            serde_json::from_value(read["failure_spans"].take()).unwrap_or_default();
+        plane.failed_outside_takeovers =
+            crate::takeover::failed_outside(&plane.takeover_windows, &spans, plane.failed_requests);
         let acknowledged: Vec<shared::protocol::HeldIsu> =
             serde_json::from_value(read["acknowledged_registrations"].take()).unwrap_or_default();
         plane.lost_acknowledged =
@@ -446,13 +450,14 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     }
     if let Some(plane) = &control_plane {
         said.push_str(&format!(
-            "leader kills during the run: {}, pauses {} ({} failed), takeover median {} ms ({:?}), failed requests {}, replicas differing after the run {}, acknowledged registrations lost {}, JIA activations repeated {} and missing {}, asked again by a re-sent registration {} (details: {})\n",
+            "leader kills during the run: {}, pauses {} ({} failed), takeover median {} ms ({:?}), failed requests {} ({} outside the takeovers), replicas differing after the run {}, acknowledged registrations lost {}, JIA activations repeated {} and missing {}, asked again by a re-sent registration {} (details: {})\n",
             plane.leader_kills,
             plane.leader_pauses,
             plane.failed_kills,
             plane.takeover_median_ms.map_or_else(|| "-".to_owned(), |ms| ms.to_string()),
             plane.takeover_ms,
             plane.failed_requests,
+            plane.failed_outside_takeovers,
             plane.replicas_differing,
             plane.lost_acknowledged,
             plane.repeated_activations,

@@ -154,10 +154,12 @@ impl Agent {
     pub async fn send(&self, label: &str, request: RequestBuilder, expected: &[u16]) -> Result<Reply, Failure> {
         let built = request.try_clone().and_then(|copy| copy.build().ok());
         let is_get = built.as_ref().is_some_and(|built| built.method() == Method::GET);
+        let sent = std::time::SystemTime::now();
         let result = self.send_checked(label, request, expected, is_get).await;
         if result.is_err() {
             let digit = built.as_ref().and_then(|built| isu_digit(built.url().path()));
             self.stats.failure_for_isu_digit(digit);
+            self.stats.failure_span(label, sent, std::time::SystemTime::now());
         }
         result
     }

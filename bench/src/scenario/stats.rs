@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -15,6 +15,8 @@ use crate::model::Level;
 
 /// How many error descriptions are kept for the report.
 const KEPT_ERROR_SAMPLES: usize = 20;
+/// Spans of failed requests kept (a run with more has failed anyway).
+const KEPT_FAILURE_SPANS: usize = 10_000;
 /// More non-timeout errors than this fail the run (and stop it), as in the official bench.
 pub const MAX_ERRORS: u64 = 100;
 /// Conditions are scored per this many newly read ones (remainders pooled over the run).
@@ -292,6 +294,10 @@ pub struct Stats {
     /// Failed requests (errors and timeouts of the request itself) by the first hex digit of
     /// the ISU in their path; the last slot is requests that name no ISU.
     failures_by_isu_digit: [AtomicU64; 17],
+    /// When each failed request was sent and failed (the first [`KEPT_FAILURE_SPANS`]).
+    failure_spans: Mutex<Vec<FailureSpan>>,
+    /// Failed requests whose span was not kept.
+    failure_spans_dropped: AtomicU64,
     /// The front end's files as received (requests, bytes per encoding).
     front_end: FrontEndTraffic,
 }
@@ -320,6 +326,22 @@ impl Stats {
     pub fn failure_for_isu_digit(&self, digit: Option<u8>) {
         let slot = digit.map_or(16, |digit| usize::from(digit.min(15)));
         self.failures_by_isu_digit[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// When a failed request (an error or a timeout of the request itself) was sent and when
+    /// it failed, so that a run with disruptions can tell the failures inside them from the
+    /// others.
+    pub fn failure_span(&self, label: &str, sent: SystemTime, failed: SystemTime) {
+        let mut spans = self.failure_spans.lock().expect("failure spans poisoned");
+        if spans.len() >= KEPT_FAILURE_SPANS {
+            self.failure_spans_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        spans.push(FailureSpan {
+            label: label.to_owned(),
+            sent_unix_ms: unix_ms(sent),
+            failed_unix_ms: unix_ms(failed),
+        });
     }
 
     /// One response of a front-end file: its body `bytes` as received, in `encoding`.
@@ -429,9 +451,24 @@ impl Stats {
             error_samples: self.error_samples.lock().expect("error samples poisoned").clone(),
             latencies,
             failures_by_isu_digit: self.failures_by_isu_digit.each_ref().map(load),
+            failure_spans: self.failure_spans.lock().expect("failure spans poisoned").clone(),
+            failure_spans_dropped: load(&self.failure_spans_dropped),
             front_end: self.front_end.snapshot(),
         }
     }
+}
+
+/// When one failed request was sent and when it failed (milliseconds since the Unix epoch).
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureSpan {
+    pub label: String,
+    pub sent_unix_ms: u64,
+    pub failed_unix_ms: u64,
+}
+
+fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
 }
 
 /// Latency percentiles of one endpoint, in milliseconds.
@@ -477,6 +514,9 @@ pub struct Snapshot {
     pub latencies: BTreeMap<String, Latency>,
     /// See [`Stats::failure_for_isu_digit`].
     pub failures_by_isu_digit: [u64; 17],
+    /// See [`Stats::failure_span`].
+    pub failure_spans: Vec<FailureSpan>,
+    pub failure_spans_dropped: u64,
     /// See [`Stats::front_end`].
     pub front_end: FrontEnd,
 }
