@@ -681,11 +681,13 @@ impl State {
         }
         let stop_user_sync = tokio_util::sync::CancellationToken::new();
         let _stop_on_drop = stop_user_sync.clone().drop_guard();
-        let user_sync = tokio::spawn(self.user_sync.clone().run(self.workers.clone(), stop_user_sync));
+        // Both end with this leadership (the duties are dropped when it ends).
+        let _user_sync = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            self.user_sync.clone().run(self.workers.clone(), stop_user_sync),
+        ));
         let keeper = self.clone();
-        let router = tokio::spawn(async move { keeper.placement.keep_router().await });
-        let _abort_router = AbortOnDrop(router);
-        let _abort_user_sync = AbortOnDrop(user_sync);
+        let _router =
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move { keeper.placement.keep_router().await }));
         self.recover_migrations().await;
         self.watch_workers().await;
     }
@@ -708,13 +710,4 @@ fn record_raft_metrics(raft: &consensus::openraft::RaftMetrics<consensus::NodeId
     metrics::gauge!(RAFT_LEADER).set(if leading { 1.0 } else { 0.0 });
     metrics::gauge!(RAFT_APPLIED_INDEX).set(raft.last_applied.map_or(0, |log_id| log_id.index) as f64);
     metrics::gauge!(RAFT_LOG_INDEX).set(raft.last_log_index.unwrap_or(0) as f64);
-}
-
-/// Aborts its task when dropped (a leader's duties end with its leadership).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
