@@ -526,17 +526,11 @@ impl State {
                 if caught_up && pulled_for != generation && self.pull_latest_everywhere(generation).await {
                     pulled_for = generation;
                     if !self.is_ready() {
-                        // The workers retry a push to a replica that was down at most
-                        // `worker::pusher::MAX_BACKOFF` (1 s) after their last failure: past
-                        // that, what changed while it was down has reached it too.
-                        tokio::time::sleep(PUSHES_RESUMED_AFTER).await;
-                        if self.stalls.pending() {
+                        if !self.settle_after_pull(|| !self.stalls.pending()).await {
                             // Stalled while it waited: it pulls again (the watchdog woke
                             // the loop), then waits again.
                             continue;
                         }
-                        self.generation().rebuild_trend_now();
-                        self.stalls.unanswered.store(false, Ordering::Release);
                         self.ready.store(true, Ordering::Release);
                         tracing::info!(generation, "replica ready");
                     }
@@ -565,13 +559,29 @@ impl State {
             self.stalls.found.store(true, Ordering::Release);
             return;
         }
-        tokio::time::sleep(PUSHES_RESUMED_AFTER).await;
-        if self.is_leader() && !self.stalls.pending() {
-            self.generation().rebuild_trend_now();
-            self.stalls.unanswered.store(false, Ordering::Release);
+        if self
+            .settle_after_pull(|| self.is_leader() && !self.stalls.pending())
+            .await
+        {
             self.ready.store(true, Ordering::Release);
             tracing::info!(generation, "leader serving again after a stall");
         }
+    }
+
+    /// After a full pull of the workers' latest conditions: waits until their pushes have
+    /// resumed (a worker retries a push to a replica it could not reach at most
+    /// `worker::pusher::MAX_BACKOFF`, 1 s, after its last failure: past that, what changed
+    /// while this replica was away has reached it too), then, if `still` holds, rebuilds the
+    /// trend from what it holds and counts a stall as answered. False when `still` did not
+    /// hold (nothing done).
+    async fn settle_after_pull(&self, still: impl Fn() -> bool) -> bool {
+        tokio::time::sleep(PUSHES_RESUMED_AFTER).await;
+        if !still() {
+            return false;
+        }
+        self.generation().rebuild_trend_now();
+        self.stalls.unanswered.store(false, Ordering::Release);
+        true
     }
 
     /// Takes every worker's latest conditions of `generation` (a full resync, pulled); true
@@ -663,9 +673,7 @@ impl State {
             {
                 tokio::time::sleep(RETRY_EVERY).await;
             }
-            tokio::time::sleep(PUSHES_RESUMED_AFTER).await;
-            self.generation().rebuild_trend_now();
-            self.stalls.unanswered.store(false, Ordering::Release);
+            self.settle_after_pull(|| true).await;
         }
         self.ready.store(true, Ordering::Release);
         tracing::info!(
