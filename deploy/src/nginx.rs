@@ -666,8 +666,10 @@ fn coordinator_upstreams(coordinators: &[String]) -> String {
     for (index, first) in coordinators.iter().enumerate() {
         let mut lines = vec![format!("    upstream coordinator_replica_{} {{", index + 1)];
         lines.push(format!("        server {first} max_fails=0;"));
-        for (_, other) in coordinators.iter().enumerate().filter(|(other, _)| *other != index) {
-            lines.push(format!("        server {other} max_fails=0 backup;"));
+        for (other_index, other) in coordinators.iter().enumerate() {
+            if other_index != index {
+                lines.push(format!("        server {other} max_fails=0 backup;"));
+            }
         }
         lines.push(UPSTREAM_KEEPALIVE.to_owned());
         lines.push("    }".to_owned());

@@ -960,11 +960,26 @@ async fn trend_through(public: &str, count: usize) -> usize {
     answered
 }
 
-/// `count` `GET /api/user/me` of `agent`, each answered 200.
-async fn me_times(agent: &Agent, count: usize) {
+/// The replicas that answered `count` trend reads through nginx, and how many each; every
+/// read answered 200 within a second.
+async fn trend_reads_served_by(cluster: &Cluster, public: &str, count: usize) -> Vec<(usize, f64)> {
+    let before = served(cluster, "/api/trend").await;
+    assert_eq!(
+        trend_through(public, count).await,
+        count,
+        "every read answered within a second"
+    );
+    grown(&before, &served(cluster, "/api/trend").await)
+}
+
+/// The replicas that answered `count` `GET /api/user/me` of `agent`, and how many each;
+/// every one answered 200.
+async fn me_served_by(cluster: &Cluster, agent: &Agent, count: usize) -> Vec<(usize, f64)> {
+    let before = served(cluster, "/api/user/me").await;
     for _ in 0..count {
         agent.me().await.json(200);
     }
+    grown(&before, &served(cluster, "/api/user/me").await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -991,23 +1006,12 @@ async fn nginx_sends_every_client_to_one_follower_and_skips_a_stopped_replica() 
         },
     )
     .await;
-    let before = served(&cluster, "/api/trend").await;
-    assert_eq!(trend_through(&public, 20).await, 20);
-    let after = served(&cluster, "/api/trend").await;
     assert_eq!(
-        grown(&before, &after),
-        vec![(follower, 20.0)],
-        "{before:?} -> {after:?}"
+        trend_reads_served_by(&cluster, &public, 20).await,
+        vec![(follower, 20.0)]
     );
     let alice = sign_in_with(Agent::new(Routes::Public(public.clone())), &cluster.signer, "alice").await;
-    let before = served(&cluster, "/api/user/me").await;
-    me_times(&alice, 10).await;
-    let after = served(&cluster, "/api/user/me").await;
-    assert_eq!(
-        grown(&before, &after),
-        vec![(follower, 10.0)],
-        "{before:?} -> {after:?}"
-    );
+    assert_eq!(me_served_by(&cluster, &alice, 10).await, vec![(follower, 10.0)]);
 
     // A registration (the list and the registration share a location: nginx sends the POST
     // to its own, with a write's bound and retries) is listed at once.
@@ -1052,22 +1056,12 @@ async fn nginx_sends_every_client_to_one_follower_and_skips_a_stopped_replica() 
     })
     .await;
     eprintln!("reads answered again {:?} after the stop", stopped_at.elapsed());
-    let before = served(&cluster, "/api/trend").await;
     assert_eq!(
-        trend_through(&public, 20).await,
-        20,
-        "every read answered within a second"
-    );
-    let after = served(&cluster, "/api/trend").await;
-    assert_eq!(
-        grown(&before, &after),
+        trend_reads_served_by(&cluster, &public, 20).await,
         vec![(other, 20.0)],
-        "the other follower: {before:?} -> {after:?}"
+        "the other follower"
     );
-    let before = served(&cluster, "/api/user/me").await;
-    me_times(&alice, 10).await;
-    let after = served(&cluster, "/api/user/me").await;
-    assert_eq!(grown(&before, &after), vec![(other, 10.0)], "{before:?} -> {after:?}");
+    assert_eq!(me_served_by(&cluster, &alice, 10).await, vec![(other, 10.0)]);
 
     // The stopped follower resumes and is ready again; the clients stay where they are
     // (each move may show a client a trend a push interval older).
@@ -1077,13 +1071,10 @@ async fn nginx_sends_every_client_to_one_follower_and_skips_a_stopped_replica() 
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let before = served(&cluster, "/api/trend").await;
-    assert_eq!(trend_through(&public, 10).await, 10);
-    let after = served(&cluster, "/api/trend").await;
     assert_eq!(
-        grown(&before, &after),
+        trend_reads_served_by(&cluster, &public, 10).await,
         vec![(other, 10.0)],
-        "still the other follower: {before:?} -> {after:?}"
+        "still the other follower"
     );
     server.assert_running();
     cluster.assert_no_crash();
