@@ -52,7 +52,8 @@ pub struct RunArgs {
     /// Length of the load phase (e.g. `60s`, `1500ms`, `2m`).
     #[arg(long, env = "BENCH_DURATION", default_value = "60s", value_parser = parse_duration)]
     pub duration: Duration,
-    /// Users signed in when load starts; more join while the service keeps up.
+    /// Users signed in when load starts; more join while the service keeps up and the bench
+    /// itself does (none join after its own timers fell 50 ms behind: it shares the host).
     #[arg(long, env = "BENCH_USERS", default_value_t = 6)]
     pub users: usize,
     /// Each user registers between 1 and this many ISUs.

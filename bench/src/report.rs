@@ -322,6 +322,9 @@ impl Report {
         // takeover from the others).
         report["failure_spans"] = json!(self.stats.failure_spans);
         report["failure_spans_dropped"] = json!(self.stats.failure_spans_dropped);
+        // When the bench itself fell behind (a request failing then may be the bench's).
+        report["bench_stalls"] = json!(self.stats.stalls);
+        report["growth_held_for_bench_lag"] = json!(self.stats.growth_held);
         report
     }
 
@@ -420,6 +423,26 @@ impl fmt::Display for Report {
             self.stats.timeouts,
             self.stats.idle_close_retries
         )?;
+        if let Some(longest) = self
+            .stats
+            .stalls
+            .iter()
+            .map(|stall| stall.to_unix_ms - stall.from_unix_ms)
+            .max()
+        {
+            writeln!(
+                out,
+                "  the bench itself fell behind {} times (longest {longest} ms): a request in flight then may time out in the bench",
+                self.stats.stalls.len()
+            )?;
+        }
+        if self.stats.growth_held > 0 {
+            writeln!(
+                out,
+                "  load growth held {} times because the bench itself fell behind (it shares the host)",
+                self.stats.growth_held
+            )?;
+        }
         let causes: Vec<String> = self
             .stats
             .connection_errors

@@ -47,6 +47,13 @@ const TIMEOUTS_PER_USER_LIMIT: u64 = 20;
 const VIEWERS_PER_USER: usize = 3;
 /// Malformed device batches are posted this often (§13.3).
 const ERROR_POST_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the bench checks that its own runtime keeps time.
+const STALL_TICK: Duration = Duration::from_millis(10);
+/// A tick at least this late is a stall of the bench itself (see [`Stats::stall`]).
+const STALL_REPORTED: Duration = Duration::from_millis(100);
+/// The load does not grow after the bench's own runtime fell this far behind: more users
+/// would measure the bench (which shares the host), not the service.
+const GROWTH_LAG_LIMIT: Duration = Duration::from_millis(50);
 
 /// Everything a run needs.
 #[derive(Clone)]
@@ -149,6 +156,8 @@ pub(crate) struct RunContext {
     viewers_started: AtomicUsize,
     /// Set when timeouts stopped growth: viewers quit.
     viewers_stopped: AtomicBool,
+    /// How far (ms) the bench's own runtime fell behind at worst since the last growth check.
+    worst_lag_ms: AtomicU64,
     /// Users whose registrations are done, for the periodic error checks.
     ready_users: Mutex<Vec<ErrorCheckUser>>,
     /// Where new users' and viewers' tasks go.
@@ -277,6 +286,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         users_started: AtomicUsize::new(0),
         viewers_started: AtomicUsize::new(0),
         viewers_stopped: AtomicBool::new(false),
+        worst_lag_ms: AtomicU64::new(0),
         ready_users: Mutex::new(first_checked_user.into_iter().collect()),
         tasks: Mutex::new(JoinSet::new()),
         deadline: started + config.duration,
@@ -312,6 +322,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         },
         prepare::ERROR_CHECK_INTERVAL,
     ));
+    ctx.spawn(watch_lag(ctx.clone()));
     let profiles = tokio::spawn(take_profiles(config.clone(), config.duration));
     let progress = progress_bar(&config);
     let mut growth = tokio::time::interval_at(started + GROWTH_INTERVAL, GROWTH_INTERVAL);
@@ -424,24 +435,72 @@ async fn until(deadline: Instant, work: impl std::future::Future<Output = ()>) {
 
 /// §13.4: stop growing (and end the viewers) once timeouts pile up; otherwise add one user per
 /// 500 fresh trend entries per user seen since the last check.
+/// Measures how far the bench's own runtime falls behind a [`STALL_TICK`] timer, until the
+/// load ends: the worst since the last growth check, and each stall of [`STALL_REPORTED`]
+/// or more.
+async fn watch_lag(ctx: Arc<RunContext>) {
+    let mut last = Instant::now();
+    loop {
+        tokio::time::sleep(STALL_TICK).await;
+        let now = Instant::now();
+        let late = now.saturating_duration_since(last + STALL_TICK);
+        ctx.worst_lag_ms.fetch_max(late.as_millis() as u64, Ordering::Relaxed);
+        if late >= STALL_REPORTED {
+            let to = std::time::SystemTime::now();
+            ctx.stats.stall(to - late, to);
+        }
+        last = now;
+    }
+}
+
 fn grow(ctx: &Arc<RunContext>, enabled: bool) {
     let fresh = ctx.fresh_trend_entries.swap(0, Ordering::Relaxed);
+    let lag = Duration::from_millis(ctx.worst_lag_ms.swap(0, Ordering::Relaxed));
     if !enabled || ctx.viewers_stopped.load(Ordering::Relaxed) {
         return;
     }
     let users = ctx.users_started.load(Ordering::Relaxed).max(1) as u64;
-    if ctx.stats.timeouts() > TIMEOUTS_PER_USER_LIMIT * users {
-        tracing::info!(users, "timeouts pile up: load stops growing");
-        ctx.viewers_stopped.store(true, Ordering::Relaxed);
-        return;
+    match growth(fresh, users, ctx.stats.timeouts(), lag) {
+        Growth::Stop => {
+            tracing::info!(users, "timeouts pile up: load stops growing");
+            ctx.viewers_stopped.store(true, Ordering::Relaxed);
+        }
+        Growth::Hold => {
+            ctx.stats.growth_held();
+            tracing::debug!(?lag, "the bench itself falls behind: load does not grow");
+        }
+        Growth::Add(added) => {
+            for _ in 0..added {
+                ctx.start_user();
+            }
+            if added > 0 {
+                tracing::debug!(added, fresh, "load grows");
+            }
+        }
     }
-    let added = fresh / (FRESH_ENTRIES_PER_USER * users);
-    for _ in 0..added {
-        ctx.start_user();
+}
+
+/// What one growth check does.
+#[derive(Debug, PartialEq, Eq)]
+enum Growth {
+    /// Timeouts piled up: no more users, and viewers quit.
+    Stop,
+    /// The bench itself fell behind: no user this time.
+    Hold,
+    /// This many new users.
+    Add(u64),
+}
+
+/// The growth check after `fresh` fresh trend entries with `users` users, `timeouts` so far
+/// and the bench's own runtime at worst `lag` behind since the last check.
+fn growth(fresh: u64, users: u64, timeouts: u64, lag: Duration) -> Growth {
+    if timeouts > TIMEOUTS_PER_USER_LIMIT * users {
+        return Growth::Stop;
     }
-    if added > 0 {
-        tracing::debug!(added, fresh, "load grows");
+    if lag >= GROWTH_LAG_LIMIT {
+        return Growth::Hold;
     }
+    Growth::Add(fresh / (FRESH_ENTRIES_PER_USER * users))
 }
 
 fn progress_bar(config: &ScenarioConfig) -> ProgressBar {
@@ -530,5 +589,28 @@ async fn failed_before_load(config: &ScenarioConfig, jia: &JiaHandle, stats: Arc
         cells: Vec::new(),
         router_reloads: None,
         acknowledged_registrations: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_load_grows_with_fresh_entries_unless_timeouts_pile_up_or_the_bench_falls_behind() {
+        let on_time = Duration::from_millis(3);
+        let per_user = FRESH_ENTRIES_PER_USER;
+        assert_eq!(growth(3 * 10 * per_user, 10, 0, on_time), Growth::Add(3));
+        assert_eq!(growth(per_user - 1, 1, 0, on_time), Growth::Add(0));
+        assert_eq!(growth(3 * 10 * per_user, 10, 0, GROWTH_LAG_LIMIT), Growth::Hold);
+        assert_eq!(
+            growth(3 * 10 * per_user, 10, TIMEOUTS_PER_USER_LIMIT * 10 + 1, on_time),
+            Growth::Stop
+        );
+        // Piled-up timeouts stop the load even when the bench also fell behind.
+        assert_eq!(
+            growth(0, 10, TIMEOUTS_PER_USER_LIMIT * 10 + 1, GROWTH_LAG_LIMIT),
+            Growth::Stop
+        );
     }
 }

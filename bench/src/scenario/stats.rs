@@ -298,11 +298,32 @@ pub struct Stats {
     failure_spans: Mutex<Vec<FailureSpan>>,
     /// Failed requests whose span was not kept.
     failure_spans_dropped: AtomicU64,
+    /// When the bench's own runtime fell behind (the first [`KEPT_FAILURE_SPANS`]).
+    stalls: Mutex<Vec<Stall>>,
+    /// Growth checks that added no user because the bench itself fell behind.
+    growth_held: AtomicU64,
     /// The front end's files as received (requests, bytes per encoding).
     front_end: FrontEndTraffic,
 }
 
 impl Stats {
+    /// The bench's own runtime fell behind from `from` to `to`: a timer due at `from` fired
+    /// only at `to`. Requests in flight then may time out in the bench, not in the service.
+    pub fn stall(&self, from: SystemTime, to: SystemTime) {
+        let mut stalls = self.stalls.lock().expect("stalls poisoned");
+        if stalls.len() < KEPT_FAILURE_SPANS {
+            stalls.push(Stall {
+                from_unix_ms: unix_ms(from),
+                to_unix_ms: unix_ms(to),
+            });
+        }
+    }
+
+    /// A growth check added no user because the bench itself fell behind.
+    pub fn growth_held(&self) {
+        self.growth_held.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts one request and its latency under `label` (e.g. `GET /api/isu/:uuid`).
     pub fn record_request(&self, label: &str, elapsed: Duration) {
         self.requests.fetch_add(1, Ordering::Relaxed);
@@ -328,9 +349,9 @@ impl Stats {
         self.failures_by_isu_digit[slot].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// When a failed request (an error or a timeout of the request itself) was sent and when
-    /// it failed, so that a run with disruptions can tell the failures inside them from the
-    /// others.
+    /// When a failed request (an error or a timeout of the request itself, or an answer whose
+    /// data was wrong where the bench knows when it came) was sent and when it failed, so that
+    /// a run with disruptions can tell the failures inside them from the others.
     pub fn failure_span(&self, label: &str, sent: SystemTime, failed: SystemTime) {
         let mut spans = self.failure_spans.lock().expect("failure spans poisoned");
         if spans.len() >= KEPT_FAILURE_SPANS {
@@ -453,6 +474,8 @@ impl Stats {
             failures_by_isu_digit: self.failures_by_isu_digit.each_ref().map(load),
             failure_spans: self.failure_spans.lock().expect("failure spans poisoned").clone(),
             failure_spans_dropped: load(&self.failure_spans_dropped),
+            stalls: self.stalls.lock().expect("stalls poisoned").clone(),
+            growth_held: load(&self.growth_held),
             front_end: self.front_end.snapshot(),
         }
     }
@@ -464,6 +487,13 @@ pub struct FailureSpan {
     pub label: String,
     pub sent_unix_ms: u64,
     pub failed_unix_ms: u64,
+}
+
+/// A time the bench's own runtime fell behind (milliseconds since the Unix epoch).
+#[derive(Debug, Clone, Serialize)]
+pub struct Stall {
+    pub from_unix_ms: u64,
+    pub to_unix_ms: u64,
 }
 
 fn unix_ms(time: SystemTime) -> u64 {
@@ -517,6 +547,10 @@ pub struct Snapshot {
     /// See [`Stats::failure_span`].
     pub failure_spans: Vec<FailureSpan>,
     pub failure_spans_dropped: u64,
+    /// See [`Stats::stall`].
+    pub stalls: Vec<Stall>,
+    /// See [`Stats::growth_held`].
+    pub growth_held: u64,
     /// See [`Stats::front_end`].
     pub front_end: FrontEnd,
 }

@@ -78,6 +78,7 @@ async fn poll_trend(
     first_seen: &mut HashMap<i64, i64>,
 ) -> bool {
     let fresh_after = ctx.jia.clock().at(std::time::Instant::now() - FRESHNESS);
+    let sent = std::time::SystemTime::now();
     let request = agent.request(Method::GET, "/api/trend");
     let Some(entries) = agent.json::<Vec<TrendEntry>>("GET /api/trend", request, 200).await else {
         return false;
@@ -88,6 +89,9 @@ async fn poll_trend(
     };
     if let Err(problem) = result {
         ctx.stats.data_error(problem);
+        // When the wrong answer came (a run with disruptions tells those inside them apart).
+        ctx.stats
+            .failure_span("GET /api/trend", sent, std::time::SystemTime::now());
         return false;
     }
     let mut fresh = 0;
