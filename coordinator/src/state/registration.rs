@@ -78,6 +78,10 @@ async fn hold_for_crash_test(step: &'static str, uuid: &str) {
 /// How long a registration of a UUID waits for a concurrent one of the same UUID.
 const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
 
+/// A registration that takes this long (a client waiting a second has given up) logs how
+/// long each of its steps took.
+const SLOW_REGISTRATION: Duration = Duration::from_secs(1);
+
 /// Registrations a new leader ends at once (each waits on its worker and a commit).
 const ENDED_AT_ONCE: usize = 32;
 
@@ -173,6 +177,7 @@ impl State {
             return Err(ApiError::Unavailable("this replica no longer leads".into()));
         };
         let _pass = self.placement.gate.enter(&registration.uuid).await;
+        let passed_gate = std::time::Instant::now();
         let map = self.placement.map();
         let cell = map.owner(&registration.uuid);
         if self.registrations_left.lock().contains(&cell) {
@@ -203,6 +208,7 @@ impl State {
             uuid: registration.uuid.clone(),
         };
         let (icon, started_here) = tokio::join!(store_icon, self.start(generation, registration, id, cell));
+        let started_on_worker = std::time::Instant::now();
         started_here?;
         let icon = match icon {
             Ok(icon) => icon,
@@ -252,6 +258,7 @@ impl State {
             }
             isu
         };
+        let logged_at = std::time::Instant::now();
         hold_for_crash_test("registration-accepted", &registration.uuid).await;
         let publish = PublishIsu {
             generation: generation.id,
@@ -275,6 +282,19 @@ impl State {
         }
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
             .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
+        if started.elapsed() >= SLOW_REGISTRATION {
+            let ms = |from: std::time::Instant, to: std::time::Instant| to.saturating_duration_since(from).as_millis();
+            tracing::info!(
+                uuid = %registration.uuid,
+                total_ms = started.elapsed().as_millis(),
+                gate_ms = ms(started, passed_gate),
+                worker_and_icon_ms = ms(passed_gate, started_on_worker),
+                jia_ms = jia_time.as_millis(),
+                log_ms = ms(asked_jia + jia_time, logged_at),
+                publish_ms = logged_at.elapsed().as_millis(),
+                "a slow registration"
+            );
+        }
         Ok(isu)
     }
 
