@@ -151,15 +151,24 @@ impl Generation {
 
     /// Adds a registered ISU and schedules a trend rebuild.
     pub(super) fn publish(&self, isu: Isu) -> Arc<Isu> {
-        if let Some(early) = self.early_latest.lock().remove(isu.uuid.as_str()) {
-            let mut latest = isu.latest.lock();
-            if latest.as_ref().is_none_or(|known| known.timestamp < early.timestamp) {
-                *latest = Some(early);
-            }
-        }
         let isu = self.insert(isu);
+        // Only now: a push that still missed it kept its condition early (see `keep_early`).
+        self.adopt_early(&isu);
         self.changed();
         isu
+    }
+
+    /// Gives `isu` the condition a push kept for it before it was known, if newer.
+    fn adopt_early(&self, isu: &Isu) -> bool {
+        let Some(early) = self.early_latest.lock().remove(isu.uuid.as_str()) else {
+            return false;
+        };
+        let mut latest = isu.latest.lock();
+        let newer = latest.as_ref().is_none_or(|known| known.timestamp < early.timestamp);
+        if newer {
+            *latest = Some(early);
+        }
+        newer
     }
 
     pub(super) fn remove(&self, uuid: &str) {
@@ -231,10 +240,7 @@ impl Generation {
             .iter()
             .filter(|item| match self.by_uuid.get(item.uuid) {
                 Some(isu) => isu.offer_latest(item),
-                None => {
-                    self.keep_early(item);
-                    false
-                }
+                None => self.keep_early(item),
             })
             .count();
         if changed > 0 {
@@ -243,12 +249,18 @@ impl Generation {
         changed
     }
 
-    /// Keeps the newest pushed condition of an ISU not known yet (see `early_latest`).
-    fn keep_early(&self, item: &LatestItem<'_>) {
-        let mut early = self.early_latest.lock();
-        let full = early.len() >= EARLY_LATEST_LIMIT;
-        let newer = early.get(item.uuid).is_none_or(|kept| kept.timestamp < item.timestamp);
-        if newer && (!full || early.contains_key(item.uuid)) {
+    /// Keeps the newest pushed condition of an ISU not known yet (see `early_latest`). The
+    /// ISU may have been published since it was looked up: then it takes the condition at
+    /// once (true), as `publish` takes what was kept before its insert, so a condition
+    /// pushed while the ISU is being published is never left behind.
+    fn keep_early(&self, item: &LatestItem<'_>) -> bool {
+        {
+            let mut early = self.early_latest.lock();
+            let full = early.len() >= EARLY_LATEST_LIMIT;
+            let newer = early.get(item.uuid).is_none_or(|kept| kept.timestamp < item.timestamp);
+            if !newer || (full && !early.contains_key(item.uuid)) {
+                return false;
+            }
             early.insert(
                 item.uuid.into(),
                 Latest {
@@ -258,6 +270,8 @@ impl Generation {
                 },
             );
         }
+        let published = self.by_uuid.get(item.uuid).map(|isu| isu.clone());
+        published.is_some_and(|isu| self.adopt_early(&isu))
     }
 
     /// Records that the trend may have changed (rebuilt in the background).
@@ -306,5 +320,34 @@ pub(super) fn logged(isu: &Isu, default_icon: &Bytes) -> LoggedIsu {
         owner: isu.owner.clone(),
         image: (isu.icon.is_none() && isu.image != *default_icon).then(|| isu.image.clone()),
         icon: isu.icon,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::tests::{condition, isu};
+    use super::*;
+
+    #[test]
+    fn a_condition_pushed_while_its_isu_is_published_is_not_left_behind() {
+        let generation = Generation::from_dataset(1, &Dataset::default(), &Bytes::new());
+        let info = "is_dirty=false,is_overweight=false,is_broken=false";
+        // Pushed before the ISU is known: kept early, taken when it is published.
+        let early = LatestItem {
+            uuid: "uuid-7",
+            ..condition(100, info)
+        };
+        assert_eq!(generation.apply_latest(&[early]), 0);
+        let published = generation.publish(isu(7, "すなお"));
+        assert_eq!(published.latest_key().map(|(timestamp, _)| timestamp), Some(100));
+        // A push that looked the ISU up before its insert and keeps its condition early
+        // after it: the published ISU takes it at once.
+        let late = LatestItem {
+            uuid: "uuid-7",
+            ..condition(200, info)
+        };
+        assert!(generation.keep_early(&late));
+        assert_eq!(published.latest_key().map(|(timestamp, _)| timestamp), Some(200));
+        assert!(generation.early_latest.lock().is_empty());
     }
 }

@@ -27,8 +27,11 @@ pub(super) struct TrendCache {
     rebuilding: AtomicBool,
     /// When the last rebuild started (held only by the one running builder).
     last_build: Mutex<Option<Instant>>,
-    /// When the trend was last asked for, in milliseconds from `epoch` (0: never).
+    /// When the trend was last asked for while kept built, in milliseconds from `epoch`
+    /// (0: never).
     demanded: AtomicU64,
+    /// Held by a request that builds the trend on the spot (see [`TrendCache::trend`]).
+    building_now: Mutex<()>,
     epoch: Instant,
 }
 
@@ -41,6 +44,7 @@ impl TrendCache {
             rebuilding: AtomicBool::new(false),
             last_build: Mutex::new(None),
             demanded: AtomicU64::new(0),
+            building_now: Mutex::new(()),
             epoch: Instant::now(),
         }
     }
@@ -121,19 +125,28 @@ impl TrendCache {
     /// The trend as of the last build, which is at most one build behind while the trend is
     /// asked for; the first request after a while without one builds it first.
     pub(super) fn trend(self: &Arc<Self>, isus: &Arc<RwLock<Vec<Arc<Isu>>>>) -> Trend {
-        let was_in_demand = self.in_demand();
-        self.demanded.store(self.millis(), Ordering::Relaxed);
-        {
-            let built = self.built.lock();
-            if built.0 == self.version.load(Ordering::SeqCst) {
-                return built.1.clone();
+        if self.in_demand() {
+            self.demanded.store(self.millis(), Ordering::Relaxed);
+            {
+                let built = self.built.lock();
+                if built.0 == self.version.load(Ordering::SeqCst) {
+                    return built.1.clone();
+                }
             }
-        }
-        if was_in_demand {
             self.rebuild_in_background(isus);
-        } else {
+            return self.built.lock().1.clone();
+        }
+        // Not kept built: the answer is a build that began after this request came, this
+        // one's or a concurrent request's (one build at a time; the others wait for it).
+        // In demand only once it is built: clients moved here from another replica all at
+        // once must not get a build from before they came (one from seconds ago, say).
+        let arrived = self.version.load(Ordering::SeqCst);
+        let _building = self.building_now.lock();
+        let fresh = self.built.lock().0 >= arrived;
+        if !fresh {
             self.rebuild(isus);
         }
+        self.demanded.store(self.millis(), Ordering::Relaxed);
         self.built.lock().1.clone()
     }
 }
@@ -285,5 +298,36 @@ mod tests {
             assert!(Instant::now() < deadline, "the change was not built");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    #[test]
+    fn clients_arriving_together_after_a_quiet_spell_all_get_a_fresh_trend() {
+        // Built once with ISU 1 only, then not asked for while many more got conditions.
+        let info = "is_dirty=false,is_overweight=false,is_broken=false";
+        let isus = Arc::new(RwLock::new(vec![Arc::new(isu(1, "すなお"))]));
+        isus.read()[0].offer_latest(&condition(100, info));
+        let cache = Arc::new(TrendCache::new());
+        cache.rebuild(&isus);
+        for id in 2..=3_000 {
+            let added = Arc::new(isu(id, "すなお"));
+            added.offer_latest(&condition(100 + id, info));
+            isus.write().push(added);
+            cache.changed(&isus);
+        }
+        // Clients moved here at once: every answer lists all 3,000 ISUs.
+        let start = std::sync::Barrier::new(8);
+        let listed: Vec<usize> = std::thread::scope(|scope| {
+            let askers: Vec<_> = (0..8)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        let trend: serde_json::Value = serde_json::from_slice(&cache.trend(&isus).json).unwrap();
+                        trend[0]["info"].as_array().unwrap().len()
+                    })
+                })
+                .collect();
+            askers.into_iter().map(|asker| asker.join().unwrap()).collect()
+        });
+        assert_eq!(listed, vec![3_000; 8]);
     }
 }
