@@ -479,6 +479,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         && migrations.as_ref().is_none_or(|migrations| migrations.failed == 0)
         && control_plane.as_ref().is_none_or(|plane| {
             plane.failed_kills == 0
+                && plane.failed_outside_takeovers == 0
                 && plane.replicas_differing == 0
                 && plane.lost_acknowledged == 0
                 && plane.repeated_activations == 0
