@@ -433,8 +433,6 @@ async fn until(deadline: Instant, work: impl std::future::Future<Output = ()>) {
     }
 }
 
-/// §13.4: stop growing (and end the viewers) once timeouts pile up; otherwise add one user per
-/// 500 fresh trend entries per user seen since the last check.
 /// Measures how far the bench's own runtime falls behind a [`STALL_TICK`] timer, until the
 /// load ends: the worst since the last growth check, and each stall of [`STALL_REPORTED`]
 /// or more.
@@ -453,6 +451,9 @@ async fn watch_lag(ctx: Arc<RunContext>) {
     }
 }
 
+/// §13.4: stop growing (and end the viewers) once timeouts pile up; otherwise add one user per
+/// 500 fresh trend entries per user seen since the last check, unless the bench itself fell
+/// behind (see [`growth`]).
 fn grow(ctx: &Arc<RunContext>, enabled: bool) {
     let fresh = ctx.fresh_trend_entries.swap(0, Ordering::Relaxed);
     let lag = Duration::from_millis(ctx.worst_lag_ms.swap(0, Ordering::Relaxed));

@@ -15,8 +15,9 @@ use crate::model::Level;
 
 /// How many error descriptions are kept for the report.
 const KEPT_ERROR_SAMPLES: usize = 20;
-/// Spans of failed requests kept (a run with more has failed anyway).
-const KEPT_FAILURE_SPANS: usize = 10_000;
+/// Spans kept of failed requests (a run with more has failed anyway), and of the bench's
+/// own stalls.
+const KEPT_SPANS: usize = 10_000;
 /// More non-timeout errors than this fail the run (and stop it), as in the official bench.
 pub const MAX_ERRORS: u64 = 100;
 /// Conditions are scored per this many newly read ones (remainders pooled over the run).
@@ -294,11 +295,11 @@ pub struct Stats {
     /// Failed requests (errors and timeouts of the request itself) by the first hex digit of
     /// the ISU in their path; the last slot is requests that name no ISU.
     failures_by_isu_digit: [AtomicU64; 17],
-    /// When each failed request was sent and failed (the first [`KEPT_FAILURE_SPANS`]).
+    /// When each failed request was sent and failed (the first [`KEPT_SPANS`]).
     failure_spans: Mutex<Vec<FailureSpan>>,
     /// Failed requests whose span was not kept.
     failure_spans_dropped: AtomicU64,
-    /// When the bench's own runtime fell behind (the first [`KEPT_FAILURE_SPANS`]).
+    /// When the bench's own runtime fell behind (the first [`KEPT_SPANS`]).
     stalls: Mutex<Vec<Stall>>,
     /// Growth checks that added no user because the bench itself fell behind.
     growth_held: AtomicU64,
@@ -311,7 +312,7 @@ impl Stats {
     /// only at `to`. Requests in flight then may time out in the bench, not in the service.
     pub fn stall(&self, from: SystemTime, to: SystemTime) {
         let mut stalls = self.stalls.lock().expect("stalls poisoned");
-        if stalls.len() < KEPT_FAILURE_SPANS {
+        if stalls.len() < KEPT_SPANS {
             stalls.push(Stall {
                 from_unix_ms: unix_ms(from),
                 to_unix_ms: unix_ms(to),
@@ -354,7 +355,7 @@ impl Stats {
     /// a run with disruptions can tell the failures inside them from the others.
     pub fn failure_span(&self, label: &str, sent: SystemTime, failed: SystemTime) {
         let mut spans = self.failure_spans.lock().expect("failure spans poisoned");
-        if spans.len() >= KEPT_FAILURE_SPANS {
+        if spans.len() >= KEPT_SPANS {
             self.failure_spans_dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
