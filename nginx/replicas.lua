@@ -8,7 +8,7 @@
 -- where that is safe (the locations' `proxy_next_upstream`). nginx never sets a replica
 -- aside on its own (`max_fails=0`): one slow answer (a read waiting for its client's write
 -- during a takeover) would send that worker's clients round the backups for a while, and
--- the probes below move them within half a second anyway. Each location of the coordinator
+-- the probes below move them within three quarters of a second anyway. Each location of the coordinator
 -- picks the upstream with `set_by_lua_block ... isu_replicas.upstream()`.
 --
 -- One replica serves every public request at a time: the preferred one. The replicas are
@@ -23,19 +23,24 @@
 -- Health. One nginx worker process asks every replica's `/healthz` every PROBE_EVERY
 -- seconds (HTTP/1.0; PROBE_TIMEOUT_MS to connect, to send and to read). The answer is
 -- "leader" (200, and it says it leads), "up" (200), "starting" (any other status: not
--- ready) or "down" (no connection, no answer in time: dead, or stopped with its sockets
--- open).
+-- ready), "late" (a step timed out: stopped with its sockets open, cut off, or only slow)
+-- or "down" (no connection: dead). Each change of a replica's state, and of the preferred
+-- replica, is a warning in the error log, with the reason of a "late", "down" or
+-- "starting".
 --
 -- Choice. After each round of probes, that worker keeps the preferred replica while it is
--- "up", and otherwise prefers the first, in the configured order, of the best rank:
+-- "up", or "late" for the first time after "up" (on a loaded machine one probe can miss
+-- its time: moving every client for it could show them an older trend; a stopped replica
+-- is late twice, within two rounds), and otherwise prefers the first, in the configured
+-- order, of the best rank:
 --   0  up (it does not lead)
 --   1  the leader (it commits every write of the group: on a shared machine, the public
 --      requests on it lengthened every commit)
 --   2  starting, or not answered
---   3  down
--- and stores its index in the shared dictionary `isu_placement`. So a replica that comes back, or that loses its
--- leadership, gets no clients until the preferred one must be left. Until the first round
--- ends (nginx just started), the first replica is preferred.
+--   3  late or down
+-- and stores its index in the shared dictionary `isu_placement`. So a replica that comes
+-- back, or that loses its leadership, gets no clients until the preferred one must be
+-- left. Until the first round ends (nginx just started), the first replica is preferred.
 --
 -- Cost. Each nginx worker keeps the preferred upstream's name, read again from the shared
 -- dictionary at most every STATES_FOR seconds: a request costs a comparison of two numbers.
@@ -72,27 +77,35 @@ isu_replicas = (function()
     end
   end
 
-  -- The state one `/healthz` exchange shows.
+  -- A probe's step that failed: "late" when it timed out, else "down"; and why.
+  local function failed(step, err)
+    return err == "timeout" and "late" or "down", step .. ": " .. tostring(err)
+  end
+
+  -- The state one `/healthz` exchange shows, and why it is "down" or "starting" (for the
+  -- log).
   local function probe(address)
     local sock = ngx.socket.tcp()
     sock:settimeouts(PROBE_TIMEOUT_MS, PROBE_TIMEOUT_MS, PROBE_TIMEOUT_MS)
-    local ok = sock:connect(hosts[address], ports[address])
+    local ok, err = sock:connect(hosts[address], ports[address])
     if not ok then
-      return "down"
+      return failed("connect", err)
     end
-    ok = sock:send("GET /healthz HTTP/1.0\r\nHost: " .. address .. "\r\n\r\n")
+    ok, err = sock:send("GET /healthz HTTP/1.0\r\nHost: " .. address .. "\r\n\r\n")
     if not ok then
       sock:close()
-      return "down"
+      return failed("send", err)
     end
-    local answer, err, partial = sock:receive("*a")
+    local answer, partial
+    answer, err, partial = sock:receive("*a")
     sock:close()
     answer = answer or (err == "closed" and partial) or nil
     if not answer then
-      return "down"
+      return failed("read", err)
     end
-    if answer:match("^HTTP/%d%.%d (%d+)") ~= "200" then
-      return "starting"
+    local status = answer:match("^HTTP/%d%.%d (%d+)")
+    if status ~= "200" then
+      return "starting", "status " .. tostring(status)
     end
     if answer:find('"leader":true', 1, true) then
       return "leader"
@@ -100,13 +113,17 @@ isu_replicas = (function()
     return "up"
   end
 
-  local RANKS = { up = 0, leader = 1, starting = 2, down = 3 }
+  local RANKS = { up = 0, leader = 1, starting = 2, late = 3, down = 3 }
 
-  -- The preferred replica's index after a round of probes found `states` (see "Choice").
-  local function choose(states)
+  -- The preferred replica's index after a round of probes found `states`, the round before
+  -- `previous` (see "Choice").
+  local function choose(states, previous)
     local current = dict:get("preferred")
-    if current and current <= #replicas and states[current] == "up" then
-      return current
+    if current and current <= #replicas then
+      local state = states[current]
+      if state == "up" or (state == "late" and previous[current] == "up") then
+        return current
+      end
     end
     local best, best_rank = 1, nil
     for index = 1, #replicas do
@@ -118,19 +135,39 @@ isu_replicas = (function()
     return best
   end
 
+  -- What the last round found of each replica, to log the changes only.
+  local last_states = {}
+
   local function probe_all(premature)
     if premature then
       return
     end
-    local threads, states = {}, {}
+    local threads, states, reasons = {}, {}, {}
     for index, address in ipairs(replicas) do
       threads[index] = ngx.thread.spawn(probe, address)
     end
     for index, address in ipairs(replicas) do
-      local ok, state = ngx.thread.wait(threads[index])
-      states[index] = ok and state or "down"
+      local ok, state, reason = ngx.thread.wait(threads[index])
+      if ok then
+        states[index], reasons[index] = state, reason
+      else
+        states[index], reasons[index] = "down", tostring(state)
+      end
+      if states[index] ~= last_states[index] then
+        ngx.log(ngx.WARN, "replicas: replica ", index, " (", address, ") is ", states[index],
+          reasons[index] and (" (" .. reasons[index] .. ")") or "",
+          ", was ", last_states[index] or "not probed yet")
+      end
     end
-    dict:set("preferred", choose(states))
+    local previous = last_states
+    last_states = states
+    local before = dict:get("preferred")
+    local chosen = choose(states, previous)
+    if chosen ~= before then
+      ngx.log(ngx.WARN, "replicas: clients go to replica ", chosen, " (", replicas[chosen], ", ",
+        states[chosen], ") instead of ", before or "the first")
+    end
+    dict:set("preferred", chosen)
   end
 
   -- init_worker: the first worker process asks the replicas (the others read the answers).

@@ -1026,9 +1026,9 @@ async fn nginx_sends_every_client_to_one_follower_and_skips_a_stopped_replica() 
         .collect();
     assert_eq!(uuids, vec![uuid.as_str()], "{listed}");
 
-    // That follower hangs with its sockets open. A read sent to it at once (its probe has
-    // not noticed yet: that takes a probe's timeout) waits half a second for an answer and
-    // goes to another replica, answered within the client's second all the same.
+    // That follower hangs with its sockets open. A read sent to it at once (nginx has not
+    // noticed yet: that takes two probes timing out in a row) waits half a second for an
+    // answer and goes to another replica, answered within the client's second all the same.
     let before = served(&cluster, "/api/trend").await;
     cluster.signal_node(workers + follower, "STOP");
     let stopped_at = Instant::now();
@@ -1037,7 +1037,8 @@ async fn nginx_sends_every_client_to_one_follower_and_skips_a_stopped_replica() 
     eprintln!("a read sent to the stopped replica answered after {waited:?}");
     assert!(
         waited >= Duration::from_millis(400),
-        "the read went to the stopped replica first: answered after {waited:?}"
+        "the read went to the stopped replica first: answered after {waited:?}; nginx's probes:\n{}",
+        std::fs::read_to_string(&server.error_log).unwrap_or_default()
     );
     let after = served(&cluster, "/api/trend").await;
     let others: f64 = (0..3)
