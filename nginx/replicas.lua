@@ -82,8 +82,8 @@ isu_replicas = (function()
     return err == "timeout" and "late" or "down", step .. ": " .. tostring(err)
   end
 
-  -- The state one `/healthz` exchange shows, and why it is "down" or "starting" (for the
-  -- log).
+  -- The state one `/healthz` exchange shows, and why it is "late", "down" or "starting"
+  -- (for the log).
   local function probe(address)
     local sock = ngx.socket.tcp()
     sock:settimeouts(PROBE_TIMEOUT_MS, PROBE_TIMEOUT_MS, PROBE_TIMEOUT_MS)
