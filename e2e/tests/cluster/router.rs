@@ -146,6 +146,22 @@ fn owner_in(placement: &serde_json::Value, uuid: &str) -> usize {
         .unwrap() as usize
 }
 
+/// The warnings and errors every node of `cluster` logged (workers, then the coordinator),
+/// for a failed assertion's message.
+fn warnings(cluster: &Cluster) -> String {
+    (0..=CELLS)
+        .flat_map(|node| {
+            cluster
+                .node_log(node)
+                .lines()
+                .filter(|line| line.contains(" WARN ") || line.contains(" ERROR "))
+                .map(|line| format!("node {node}: {line}"))
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 const CELLS: usize = 3;
 const MIGRATIONS: usize = 100;
 
@@ -224,9 +240,10 @@ async fn the_router_takes_100_migrations_without_a_reload_or_a_failed_request_an
     let (acknowledged, refused, closed) = devices.stop().await;
     assert!(
         errors.is_empty(),
-        "{} of {reads} reads failed: {:?}",
+        "{} of {reads} reads failed: {:?}; the nodes' warnings:\n{}",
         errors.len(),
-        &errors[..errors.len().min(5)]
+        &errors[..errors.len().min(5)],
+        warnings(&cluster)
     );
     assert_eq!(refused, 0, "device posts refused through the router");
     assert_eq!(closed, 0, "device posts met a connection closed under them");
