@@ -982,30 +982,43 @@ async fn me_served_by(cluster: &Cluster, agent: &Agent, count: usize) -> Vec<(us
     grown(&before, &served(cluster, "/api/user/me").await)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nginx_sends_every_client_to_one_follower_and_skips_a_stopped_replica() {
-    let Some(nginx) = nginx_or_skip() else { return };
-    let (mut cluster, leader) = three_replicas(None).await;
+/// Three replicas (and the leader's index) behind the project's public nginx: the front
+/// end's directory (kept while the test runs), nginx, and its base URL.
+async fn three_replicas_behind_nginx(nginx: &std::path::Path) -> (Cluster, usize, ScratchDir, Nginx, String) {
+    let (cluster, leader) = three_replicas(None).await;
     let web = fixture_front_end();
-    let (mut server, public) = public_nginx(&cluster, &nginx, &web.path).await;
-    let workers = cluster.workers.len();
+    let (server, public) = public_nginx(&cluster, nginx, &web.path).await;
+    (cluster, leader, web, server, public)
+}
 
-    // Once nginx has heard from every replica, the public requests go to one follower:
-    // clients without a session and signed-in ones alike.
-    let follower = wait_until(
+/// The follower nginx sends the public reads to, once it has heard from every replica (every
+/// one of 10 reads answered there).
+async fn preferred_follower(cluster: &Cluster, public: &str, leader: usize) -> usize {
+    wait_until(
         "reads without a session reach one follower only",
         Duration::from_secs(10),
         || async {
-            let before = served(&cluster, "/api/trend").await;
-            (trend_through(&public, 10).await == 10).then_some(())?;
-            let after = served(&cluster, "/api/trend").await;
+            let before = served(cluster, "/api/trend").await;
+            (trend_through(public, 10).await == 10).then_some(())?;
+            let after = served(cluster, "/api/trend").await;
             match grown(&before, &after)[..] {
                 [(replica, _)] if replica != leader => Some(replica),
                 _ => None,
             }
         },
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_sends_every_client_to_one_follower_and_skips_a_stopped_replica() {
+    let Some(nginx) = nginx_or_skip() else { return };
+    let (mut cluster, leader, _web, mut server, public) = three_replicas_behind_nginx(&nginx).await;
+    let workers = cluster.workers.len();
+
+    // Once nginx has heard from every replica, the public requests go to one follower:
+    // clients without a session and signed-in ones alike.
+    let follower = preferred_follower(&cluster, &public, leader).await;
     assert_eq!(
         trend_reads_served_by(&cluster, &public, 20).await,
         vec![(follower, 20.0)]
@@ -1076,6 +1089,55 @@ async fn nginx_sends_every_client_to_one_follower_and_skips_a_stopped_replica() 
         trend_reads_served_by(&cluster, &public, 10).await,
         vec![(other, 10.0)],
         "still the other follower"
+    );
+    server.assert_running();
+    cluster.assert_no_crash();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_late_probe_of_the_preferred_replica_moves_no_client() {
+    let Some(nginx) = nginx_or_skip() else { return };
+    let (mut cluster, leader, _web, mut server, public) = three_replicas_behind_nginx(&nginx).await;
+    let workers = cluster.workers.len();
+    let follower = preferred_follower(&cluster, &public, leader).await;
+    // nginx numbers the replicas from 1, in the configured order.
+    let late = format!(
+        "replica {} ({}) is late",
+        follower + 1,
+        cluster.coordinators[follower].trim_start_matches("http://")
+    );
+
+    // The follower stops for 400 ms: a probe sent in the first 150 ms of the stop is
+    // answered after more than its 250 ms (late), the next one, 250 ms later, in time. It
+    // stops again until one probe was late.
+    let mut stops: u64 = 0;
+    loop {
+        let logged_before = std::fs::read_to_string(&server.error_log).unwrap_or_default().len();
+        // Each stop 100 ms later on the probes' 250-ms grid than the one before: of any
+        // three stops in a row, one at least has a probe sent in its first 150 ms.
+        tokio::time::sleep(Duration::from_millis(stops * 100 % 250)).await;
+        cluster.signal_node(workers + follower, "STOP");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        cluster.signal_node(workers + follower, "CONT");
+        stops += 1;
+        // Two rounds of probes after the resume.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let log = std::fs::read_to_string(&server.error_log).unwrap_or_default();
+        let logged = &log[logged_before..];
+        assert!(
+            !logged.contains("clients go to"),
+            "stop {stops}: nginx moved the clients off a replica stopped for 400 ms:\n{logged}"
+        );
+        if logged.contains(&late) {
+            break;
+        }
+        assert!(stops < 12, "no probe was late in {stops} stops of 400 ms:\n{log}");
+    }
+    eprintln!("a probe of the preferred replica was late at stop {stops}; its clients stayed");
+    assert_eq!(
+        trend_reads_served_by(&cluster, &public, 10).await,
+        vec![(follower, 10.0)],
+        "the clients stay on the replica whose probe was late once"
     );
     server.assert_running();
     cluster.assert_no_crash();
