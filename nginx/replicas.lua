@@ -8,8 +8,8 @@
 -- where that is safe (the locations' `proxy_next_upstream`). nginx never sets a replica
 -- aside on its own (`max_fails=0`): one slow answer (a read waiting for its client's write
 -- during a takeover) would send that worker's clients round the backups for a while, and
--- the probes below move them within three quarters of a second anyway. Each location of the coordinator
--- picks the upstream with `set_by_lua_block ... isu_replicas.upstream()`.
+-- the probes below move them within three quarters of a second anyway. Each location of
+-- the coordinator picks the upstream with `set_by_lua_block ... isu_replicas.upstream()`.
 --
 -- One replica serves every public request at a time: the preferred one. The replicas are
 -- there so that the control plane survives the loss of one, not for capacity (the cells are
@@ -116,9 +116,8 @@ isu_replicas = (function()
   local RANKS = { up = 0, leader = 1, starting = 2, late = 3, down = 3 }
 
   -- The preferred replica's index after a round of probes found `states`, the round before
-  -- `previous` (see "Choice").
-  local function choose(states, previous)
-    local current = dict:get("preferred")
+  -- `previous`, with `current` preferred until then (see "Choice").
+  local function choose(current, states, previous)
     if current and current <= #replicas then
       local state = states[current]
       if state == "up" or (state == "late" and previous[current] == "up") then
@@ -142,27 +141,25 @@ isu_replicas = (function()
     if premature then
       return
     end
-    local threads, states, reasons = {}, {}, {}
+    local threads, states = {}, {}
     for index, address in ipairs(replicas) do
       threads[index] = ngx.thread.spawn(probe, address)
     end
     for index, address in ipairs(replicas) do
       local ok, state, reason = ngx.thread.wait(threads[index])
-      if ok then
-        states[index], reasons[index] = state, reason
-      else
-        states[index], reasons[index] = "down", tostring(state)
+      if not ok then
+        state, reason = "down", tostring(state)
       end
-      if states[index] ~= last_states[index] then
-        ngx.log(ngx.WARN, "replicas: replica ", index, " (", address, ") is ", states[index],
-          reasons[index] and (" (" .. reasons[index] .. ")") or "",
-          ", was ", last_states[index] or "not probed yet")
+      states[index] = state
+      if state ~= last_states[index] then
+        ngx.log(ngx.WARN, "replicas: replica ", index, " (", address, ") is ", state,
+          reason and (" (" .. reason .. ")") or "", ", was ", last_states[index] or "not probed yet")
       end
     end
     local previous = last_states
     last_states = states
     local before = dict:get("preferred")
-    local chosen = choose(states, previous)
+    local chosen = choose(before, states, previous)
     if chosen ~= before then
       ngx.log(ngx.WARN, "replicas: clients go to replica ", chosen, " (", replicas[chosen], ", ",
         states[chosen], ") instead of ", before or "the first")
