@@ -1,6 +1,8 @@
-//! The raft log and vote of one replica, durable: `<data-dir>/raft.log`, written through
-//! [`shared::wal`] with `fdatasync` before every acknowledgement (an append's callback, a
-//! saved vote), and read back whole at start.
+//! The raft log and vote of one replica: durable in `<data-dir>/raft.log`, written through
+//! [`shared::wal`] (by default with `fdatasync` before every acknowledgement: an append's
+//! callback, a saved vote) and read back whole at start; or in memory only
+//! ([`LogStore::in_memory`], a lone coordinator without a data directory, whose state ends
+//! with its process).
 //!
 //! The file is a sequence of checksummed records, each one JSON value after a tag byte:
 //! entries appended, the vote, the committed id, a truncation (entries from an index on
@@ -88,8 +90,8 @@ impl Copy {
 #[derive(Clone)]
 pub struct LogStore {
     copy: Arc<Mutex<Copy>>,
-    wal: Wal,
-    path: Arc<PathBuf>,
+    /// The file and where it is (`None`: in memory only).
+    wal: Option<(Wal, Arc<PathBuf>)>,
 }
 
 /// Why the log could not be opened.
@@ -102,9 +104,24 @@ pub enum OpenError {
 }
 
 impl LogStore {
-    /// Opens (or creates) the log in `data_dir` and reads it back. Must run on a tokio
-    /// runtime (the writer is a task).
+    /// Opens (or creates) the log in `data_dir` and reads it back, every write synced before
+    /// it is acknowledged. Must run on a tokio runtime (the writer is a task).
     pub fn open(data_dir: &Path) -> Result<LogStore, OpenError> {
+        LogStore::durable(data_dir, FsyncPolicy::Always)
+    }
+
+    /// A log held in memory only (nothing survives the process).
+    pub fn in_memory() -> LogStore {
+        LogStore {
+            copy: Arc::default(),
+            wal: None,
+        }
+    }
+
+    /// [`LogStore::open`] with the given fsync policy (a lone coordinator's `--fsync`; a
+    /// replica of a group must keep [`FsyncPolicy::Always`]: an entry it acknowledged and
+    /// lost could be missing from a majority).
+    pub fn durable(data_dir: &Path, policy: FsyncPolicy) -> Result<LogStore, OpenError> {
         let path = data_dir.join(LOG_FILE);
         let io_error = |source| OpenError::Io {
             path: path.display().to_string(),
@@ -144,7 +161,7 @@ impl LogStore {
         let wal = Wal::open(
             &path,
             WalOptions {
-                policy: FsyncPolicy::Always,
+                policy,
                 compact_after_bytes: COMPACT_AFTER_BYTES,
                 snapshot: Arc::new(move || encode(&Record::Snapshot(snapshot_of.lock().clone()))),
             },
@@ -152,21 +169,24 @@ impl LogStore {
         .map_err(io_error)?;
         Ok(LogStore {
             copy,
-            wal,
-            path: Arc::new(path),
+            wal: Some((wal, Arc::new(path))),
         })
     }
 
-    /// Where the log is.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where the log is (`None`: in memory only).
+    pub fn path(&self) -> Option<&Path> {
+        self.wal.as_ref().map(|(_, path)| path.as_path())
     }
 
     /// Changes the in-memory copy, then writes the record (synced) that makes the change durable.
     async fn write(&self, record: Record) -> Result<(), StorageError<NodeId>> {
+        let Some((wal, _)) = &self.wal else {
+            self.copy.lock().apply(record);
+            return Ok(());
+        };
         let bytes = encode(&record);
         self.copy.lock().apply(record);
-        self.wal.append(&bytes).await.map_err(|error| log_error(error, true))
+        wal.append(&bytes).await.map_err(|error| log_error(error, true))
     }
 }
 

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use openraft::{Config, ServerState, SnapshotPolicy};
 use serde::Serialize;
+use shared::wal::FsyncPolicy;
 
 use crate::log_store::LogStore;
 use crate::network::{Network, Proposed, APPLIED, PROPOSE, SNAPSHOT_CHUNK_BYTES};
@@ -28,7 +29,12 @@ pub struct ReplicaOptions {
     /// Every replica of a new group, by id (its base URL). Used only to initialise a group
     /// that does not exist yet.
     pub members: BTreeMap<NodeId, String>,
-    pub data_dir: PathBuf,
+    /// Where the log, the vote and the snapshot are kept (`None`: in memory only, for a group
+    /// of one whose state may end with its process).
+    pub data_dir: Option<PathBuf>,
+    /// When the log reaches the disk (a group of more than one must keep
+    /// [`FsyncPolicy::Always`]; see [`LogStore::durable`]).
+    pub fsync: FsyncPolicy,
     pub secret: String,
     /// Entries between state machine snapshots (the log is purged up to a snapshot).
     pub snapshot_every: u64,
@@ -53,6 +59,8 @@ pub enum StartError {
     Raft(String),
     #[error("replica {0} is not among the group's members {1:?}")]
     NotAMember(NodeId, Vec<NodeId>),
+    #[error("a group of {0} replicas keeps its log on disk: every replica needs a data directory")]
+    NotDurable(usize),
 }
 
 /// Why a membership change was not made.
@@ -310,8 +318,16 @@ impl<A: Applier> Replica<A> {
                 options.members.keys().copied().collect(),
             ));
         }
-        let log_store = LogStore::open(&options.data_dir)?;
-        let state_machine = StateMachineStore::open(&options.data_dir, applier)?;
+        let (log_store, state_machine) = match &options.data_dir {
+            Some(data_dir) => (
+                LogStore::durable(data_dir, options.fsync)?,
+                StateMachineStore::open(data_dir, applier)?,
+            ),
+            // A replica that forgot its vote and log could help elect a leader without
+            // entries it acknowledged: only a group of one may forget.
+            None if options.members.len() > 1 => return Err(StartError::NotDurable(options.members.len())),
+            None => (LogStore::in_memory(), StateMachineStore::in_memory(applier)),
+        };
         let config = config(options.snapshot_every, options.heartbeat_ms);
         let heartbeat = std::time::Duration::from_millis(config.heartbeat_interval);
         let (network, rival_terms) = Network::new(&options.secret);

@@ -1,8 +1,9 @@
 //! The state machine side of a replica: committed commands go to the application's
 //! [`Applier`] in log order; snapshots of the application's state are durable.
 //!
-//! The application's state lives in memory only. What makes it durable is the raft log plus
-//! the last snapshot, `<data-dir>/raft.snapshot`: one checksummed record (the snapshot's
+//! The application's state lives in memory only. What makes it durable (with a data
+//! directory; [`StateMachineStore::in_memory`] keeps its snapshots in memory) is the raft log
+//! plus the last snapshot, `<data-dir>/raft.snapshot`: one checksummed record (the snapshot's
 //! meta as JSON, then the application's bytes), written to a temporary file, synced and
 //! renamed into place. At start the snapshot is restored and openraft applies the committed
 //! entries after it again. A snapshot file that fails its checksum or does not decode stops
@@ -61,7 +62,8 @@ pub struct StateMachineStore<A: Applier> {
     applier: Arc<A>,
     applied: Arc<Mutex<Applied>>,
     current: Arc<Mutex<Option<Stored>>>,
-    path: Arc<PathBuf>,
+    /// The snapshot file (`None`: snapshots are kept in memory only).
+    path: Option<Arc<PathBuf>>,
 }
 
 impl<A: Applier> Clone for StateMachineStore<A> {
@@ -117,8 +119,18 @@ impl<A: Applier> StateMachineStore<A> {
             applier,
             applied: Arc::new(Mutex::new(applied)),
             current: Arc::new(Mutex::new(stored)),
-            path: Arc::new(path),
+            path: Some(Arc::new(path)),
         })
+    }
+
+    /// A store whose snapshots are kept in memory only (with an in-memory log).
+    pub fn in_memory(applier: Arc<A>) -> StateMachineStore<A> {
+        StateMachineStore {
+            applier,
+            applied: Arc::default(),
+            current: Arc::default(),
+            path: None,
+        }
     }
 
     /// The application.
@@ -143,13 +155,15 @@ impl<A: Applier> StateMachineStore<A> {
         {
             return Ok(());
         }
-        write_snapshot(&self.path, &stored).map_err(|error| {
-            StorageIOError::new(
-                ErrorSubject::Snapshot(Some(stored.meta.signature())),
-                ErrorVerb::Write,
-                AnyError::new(&error),
-            )
-        })?;
+        if let Some(path) = &self.path {
+            write_snapshot(path, &stored).map_err(|error| {
+                StorageIOError::new(
+                    ErrorSubject::Snapshot(Some(stored.meta.signature())),
+                    ErrorVerb::Write,
+                    AnyError::new(&error),
+                )
+            })?;
+        }
         *current = Some(stored);
         Ok(())
     }

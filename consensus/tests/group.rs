@@ -79,7 +79,8 @@ impl Group {
         let options = ReplicaOptions {
             id,
             members: self.addresses.clone(),
-            data_dir: self.directories[id as usize - 1].path().to_owned(),
+            data_dir: Some(self.directories[id as usize - 1].path().to_owned()),
+            fsync: shared::wal::FsyncPolicy::Always,
             secret: SECRET.into(),
             snapshot_every: 50,
             heartbeat_ms: consensus::DEFAULT_HEARTBEAT_MS,

@@ -33,6 +33,23 @@ fn the_stores_pass_openraft_storage_suite() {
     }
 }
 
+/// The stores of a group of one without a data directory.
+struct InMemory;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore<Recorder>, ()> for InMemory {
+    async fn build(&self) -> Result<((), LogStore, StateMachineStore<Recorder>), StorageError<NodeId>> {
+        let state_machine = StateMachineStore::in_memory(Arc::new(Recorder::default()));
+        Ok(((), LogStore::in_memory(), state_machine))
+    }
+}
+
+#[test]
+fn the_in_memory_stores_pass_openraft_storage_suite() {
+    if let Err(error) = Suite::test_all(InMemory) {
+        panic!("openraft's storage suite failed on the in-memory stores: {error}");
+    }
+}
+
 fn entry(term: u64, index: u64, command: &[u8]) -> Entry<TypeConfig> {
     Entry {
         log_id: LogId::new(openraft::CommittedLeaderId::new(term, 1), index),

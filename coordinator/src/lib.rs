@@ -4,9 +4,9 @@
 //! Layout:
 //! - [`application`]: the server: build (dataset, keys, log, listener), then serve;
 //! - [`config`]: command-line/environment configuration;
-//! - [`state`]: the in-memory state and the registration protocol;
-//! - [`journal`]: the durable log of users and registrations (`--data-dir`);
-//! - [`icons`]: a replica group's icons, content-addressed files out of the log;
+//! - [`state`]: the in-memory state, the commands that change it, and the protocols;
+//! - [`old_journal`]: the one-time conversion of an earlier build's journal (`coordinator.wal`);
+//! - [`icons`]: with a data directory, the icons, content-addressed files out of the log;
 //! - [`jia_client`]: the only code that talks to JIA;
 //! - [`user_sync`]: the actor that tells the workers about new users, in batches;
 //! - [`worker_client`]: the only code that builds worker URLs;
@@ -15,16 +15,17 @@
 //!
 //! The modules use each other in one direction only (`e2e/tests/structure.rs` checks that no
 //! import cycle exists): `config`, `error`, `icons`, `jia_client` and `worker_client` use no
-//! other module; `journal` uses `icons`; `user_sync` uses `worker_client`; [`state`] uses those; this crate root,
-//! which holds the handlers' [`AppState`], uses `config` and `state`; [`routes`] use the
-//! root, `state` and `error`; [`application`] uses them all, and no module uses it.
+//! other module; `user_sync` uses `worker_client`; [`state`] uses those; `old_journal` uses
+//! `state`; this crate root, which holds the handlers' [`AppState`], uses `config` and
+//! `state`; [`routes`] use the root, `state` and `error`; [`application`] uses them all, and
+//! no module uses it.
 
 pub mod application;
 pub mod config;
 pub mod error;
 pub mod icons;
 pub mod jia_client;
-pub mod journal;
+pub mod old_journal;
 pub mod routes;
 pub mod state;
 pub mod user_sync;
@@ -38,6 +39,9 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::config::Config;
 use crate::state::State;
 
+/// A coordinator's replica of its group.
+pub type Replica = consensus::Replica<state::apply::StateApplier>;
+
 /// Shared state of the handlers: its parts behind one `Arc` (see [`node_http::NodeState`]).
 pub type AppState = Arc<Shared>;
 
@@ -47,8 +51,8 @@ pub struct Shared {
     pub config: Arc<Config>,
     pub jwt_key: Arc<DecodingKey>,
     pub metrics: PrometheusHandle,
-    /// This coordinator's replica of its group (`--replica`), if it is one.
-    pub replica: Option<Arc<consensus::Replica<state::replica::StateApplier>>>,
+    /// This coordinator's replica of its group (of the `--replica` list, or of one).
+    pub replica: Arc<Replica>,
     /// Forwards a follower's leader-only writes to the leader.
     pub forward_client: reqwest::Client,
     /// Cancelled when this coordinator begins to stop: requests that last (the workers'

@@ -46,7 +46,8 @@ impl WorkerCallError {
 #[derive(Clone)]
 pub struct WorkerClient {
     client: reqwest::Client,
-    workers: std::sync::Arc<[Endpoint]>,
+    /// The cells of the current placement map, in id order (see [`WorkerClient::follow`]).
+    workers: std::sync::Arc<parking_lot::RwLock<std::sync::Arc<[Endpoint]>>>,
     secret: String,
     /// The term this replica leads (or last led) in, sent as [`TERM_HEADER`]; 0 (a lone
     /// coordinator, or a replica that never led) sends none.
@@ -54,10 +55,21 @@ pub struct WorkerClient {
 }
 
 /// One worker as the client calls it.
+#[derive(PartialEq, Eq)]
 struct Endpoint {
     /// `worker-<cell>`: logs and metrics.
     role: String,
     base_url: String,
+}
+
+fn endpoints(cells: &[Cell]) -> std::sync::Arc<[Endpoint]> {
+    cells
+        .iter()
+        .map(|cell| Endpoint {
+            role: shared::placement_map::worker_role(&cell.name),
+            base_url: cell.internal_url.trim_end_matches('/').to_owned(),
+        })
+        .collect()
 }
 
 /// Long enough for a large reset.
@@ -93,16 +105,20 @@ impl WorkerClient {
             .build()?;
         Ok(WorkerClient {
             client,
-            workers: cells
-                .iter()
-                .map(|cell| Endpoint {
-                    role: shared::placement_map::worker_role(&cell.name),
-                    base_url: cell.internal_url.trim_end_matches('/').to_owned(),
-                })
-                .collect(),
+            workers: std::sync::Arc::new(parking_lot::RwLock::new(endpoints(cells))),
             secret: secret.to_owned(),
             term: std::sync::Arc::default(),
         })
+    }
+
+    /// Calls the cells of `cells` (a map's, in id order) from now on: a map that added a
+    /// cell or moved one's URLs.
+    pub fn follow(&self, cells: &[Cell]) {
+        let endpoints = endpoints(cells);
+        let mut workers = self.workers.write();
+        if *workers != endpoints {
+            *workers = endpoints;
+        }
     }
 
     /// A replica that became the leader in `term`: its calls carry it from now on (a worker
@@ -122,28 +138,28 @@ impl WorkerClient {
 
     /// Every cell this client calls, in id order.
     pub fn cells(&self) -> impl Iterator<Item = CellId> {
-        (0..self.workers.len()).map(|index| index as CellId)
+        (0..self.workers.read().len()).map(|index| index as CellId)
     }
 
     /// `worker-<cell>`.
-    pub fn role(&self, cell: CellId) -> &str {
-        &self.workers[usize::from(cell)].role
+    pub fn role(&self, cell: CellId) -> String {
+        self.workers.read()[usize::from(cell)].role.clone()
     }
 
     fn url(&self, cell: CellId, path: &str) -> String {
-        format!("{}{path}", self.workers[usize::from(cell)].base_url)
+        format!("{}{path}", self.workers.read()[usize::from(cell)].base_url)
     }
 
     fn transport(&self, cell: CellId) -> impl FnOnce(reqwest::Error) -> WorkerCallError + '_ {
         move |source| WorkerCallError::Transport {
-            worker: self.role(cell).to_owned(),
+            worker: self.role(cell),
             source,
         }
     }
 
     fn status(&self, cell: CellId, path: &'static str, status: StatusCode) -> WorkerCallError {
         WorkerCallError::Status {
-            worker: self.role(cell).to_owned(),
+            worker: self.role(cell),
             path,
             status,
         }
@@ -186,7 +202,7 @@ impl WorkerClient {
             Err(WorkerCallError::Transport { source, .. }) if source.is_timeout() => "timeout",
             Err(WorkerCallError::Transport { .. }) => "transport",
         };
-        shared::telemetry::record_outgoing_call(self.role(cell), path, outcome, started.elapsed());
+        shared::telemetry::record_outgoing_call(&self.role(cell), path, outcome, started.elapsed());
         result
     }
 

@@ -9,10 +9,7 @@ use crate::AppState;
 
 pub fn router(state: AppState) -> anyhow::Result<Router> {
     let on_leader = middleware::from_fn_with_state(state.clone(), leader::on_leader);
-    let raft = state
-        .replica
-        .as_ref()
-        .map(|replica| consensus::network::routes(replica.raft.clone(), &state.config.cluster_secret));
+    let raft = consensus::network::routes(state.replica.raft.clone(), &state.config.cluster_secret);
     let when_ready = middleware::from_fn_with_state(state.clone(), leader::when_ready);
     let public = Router::new()
         .merge(auth::router())
@@ -29,8 +26,5 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         .merge(node_http::debug_router())
         .route_layer(middleware::from_fn(node_http::track_request))
         .with_state(state);
-    Ok(match raft {
-        Some(raft) => router.merge(raft),
-        None => router,
-    })
+    Ok(router.merge(raft))
 }

@@ -59,7 +59,7 @@ fn icon_store_and_hash<'a>(
         .state
         .icons
         .as_deref()
-        .ok_or((StatusCode::NOT_FOUND, "this coordinator is not a replica"))?;
+        .ok_or((StatusCode::NOT_FOUND, "this coordinator keeps its icons in its log (no --data-dir)"))?;
     let hash = crate::icons::parse_hex(hash).ok_or((
         StatusCode::BAD_REQUEST,
         "an icon is named by 64 hex digits (its SHA-256)",
@@ -104,11 +104,16 @@ pub fn members_router() -> Router<AppState> {
 }
 
 /// Adds or removes a replica; 400 for a body that is not a [`MembershipRequest`], 409 when
-/// the change is refused, 404 for a coordinator that is no replica.
+/// the change is refused (or the coordinator keeps its log in memory).
 async fn members(_: ClusterPeer, State(app): State<AppState>, body: Bytes) -> Response {
-    let Some(replica) = &app.replica else {
-        return (StatusCode::NOT_FOUND, "this coordinator is not a replica").into_response();
-    };
+    let replica = &app.replica;
+    if app.config.data_dir.is_none() {
+        return (
+            StatusCode::CONFLICT,
+            "this coordinator keeps its log in memory (no --data-dir) and takes no other replica",
+        )
+            .into_response();
+    }
     let request: shared::protocol::MembershipRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(error) => {
@@ -142,15 +147,12 @@ async fn members(_: ClusterPeer, State(app): State<AppState>, body: Bytes) -> Re
 
 /// `GET /internal/replica`: this replica's role, term, applied index and leader, whether it
 /// is ready, and a hash of its replicated state (equal on replicas that applied the same
-/// log); 404 for a coordinator that is no replica.
+/// log); a lone coordinator answers as the one replica of its group.
 async fn replica(_: ClusterPeer, State(app): State<AppState>) -> Response {
-    let Some(replica) = &app.replica else {
-        return (StatusCode::NOT_FOUND, "this coordinator is not a replica").into_response();
-    };
-    replica_answer(&app, replica)
+    replica_answer(&app, &app.replica)
 }
 
-fn replica_answer(app: &AppState, replica: &consensus::Replica<crate::state::replica::StateApplier>) -> Response {
+fn replica_answer(app: &AppState, replica: &crate::Replica) -> Response {
     axum::Json(shared::protocol::ReplicaAnswer {
         status: serde_json::to_value(replica.status()).unwrap_or_default(),
         ready: app.state.is_ready(),
@@ -302,7 +304,7 @@ async fn health(State(app): State<AppState>) -> Result<Response, ApiError> {
         ready,
         generation: app.state.generation().id,
         map_version: app.state.placement.map().version(),
-        leader: app.state.leads_group(),
+        leader: app.state.takes_leader_writes(),
         fence_term: 0,
     })?;
     if !ready {

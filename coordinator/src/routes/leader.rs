@@ -6,7 +6,8 @@
 //! A forwarded request carries [`FORWARDED_HEADER`]; a replica that gets one while it does
 //! not lead (leadership moved meanwhile) answers 503 instead of forwarding it again, so a
 //! request crosses at most one hop. Reads and the writes any replica commits through the
-//! log (sign-in) never come here. Without replicas this is a pass-through.
+//! log (sign-in) never come here. A group of one leads as soon as it has started, so its
+//! requests are served where they came.
 
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 
-type Replica = consensus::Replica<crate::state::replica::StateApplier>;
+use crate::Replica;
 
 /// Marks a request a follower forwarded.
 pub const FORWARDED_HEADER: &str = "x-isu-forwarded-to-leader";
@@ -46,9 +47,7 @@ const HOP_BY_HOP: [HeaderName; 4] = [
 ];
 
 pub async fn on_leader(State(app): State<AppState>, request: Request, next: Next) -> Response {
-    let Some(replica) = app.replica.clone() else {
-        return next.run(request).await;
-    };
+    let replica = app.replica.clone();
     let forwarded = request.headers().contains_key(FORWARDED_HEADER);
     let reads = matches!(*request.method(), Method::GET | Method::HEAD);
     if !reads && app.state.is_leader() {
@@ -169,12 +168,9 @@ async fn forward(app: &AppState, replica: &Replica, request: Request) -> Respons
 /// A replica serves the public API once it is ready (it has applied its group's generation
 /// and received the workers' latest conditions). Before, it hands each request to the
 /// leader (nginx sends a client back to a restarted replica as soon as it listens), or
-/// answers 503 while no leader is known; a leader serves its own. A lone coordinator is not
-/// held back here.
+/// answers 503 while no leader is known; a leader serves its own.
 pub async fn when_ready(State(app): State<AppState>, request: Request, next: Next) -> Response {
-    let Some(replica) = app.replica.clone() else {
-        return next.run(request).await;
-    };
+    let replica = app.replica.clone();
     if app.state.is_ready() || app.state.is_leader() {
         return read_your_writes(&replica, request, next).await;
     }

@@ -19,9 +19,8 @@ impl FromRequestParts<AppState> for SignedIn {
         }
         // A replica may not have applied a sign-in that another replica just committed (a
         // client moved here when its replica died): once caught up with the leader, it knows.
-        if app.replica.is_some()
-            && session.generation == app.state.generation().id
-            && app.state.journal.catch_up().await.is_ok()
+        if session.generation == app.state.generation().id
+            && app.state.log.catch_up().await.is_ok()
             && app.state.generation().has_user(&session.user)
         {
             return Ok(SignedIn(session.user));

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use super::model::{Isu, Latest, Outcome};
 use super::trend::{Trend, TrendCache};
-use crate::journal::{LoggedIsu, Restored, Unfinished};
+use super::command::{LoggedIsu, Snapshot, Unfinished};
 
 /// The most early latest conditions a generation keeps (ISUs registered moments ago).
 const EARLY_LATEST_LIMIT: usize = 10_000;
@@ -35,7 +35,7 @@ pub struct Generation {
     /// applied their registration when the worker's push arrives), taken when it does; at
     /// most [`EARLY_LATEST_LIMIT`].
     early_latest: Mutex<HashMap<Box<str>, Latest>>,
-    /// Registrations the replicated log has seen start and not end, by UUID (replicas only).
+    /// Registrations the log has seen start and not end, by UUID (logs written before 2026-12-04).
     pub(super) unfinished: Mutex<std::collections::BTreeMap<String, Unfinished>>,
     /// The UUID and owner each registration request (by its id) was for, since the
     /// generation began.
@@ -92,15 +92,15 @@ impl Generation {
         generation
     }
 
-    /// The dataset's generation `id` with the users and registered ISUs of a replayed log.
-    pub(super) fn restored(restored: &Restored, dataset: &Dataset, default_icon: &Bytes) -> Generation {
-        let generation = Generation::from_dataset(restored.generation, dataset, default_icon);
-        generation.users.write().extend(restored.users.iter().cloned());
-        for isu in &restored.isus {
+    /// The dataset's generation with the users and registered ISUs of a snapshot.
+    pub(super) fn from_snapshot(snapshot: &Snapshot, dataset: &Dataset, default_icon: &Bytes) -> Generation {
+        let generation = Generation::from_dataset(snapshot.generation, dataset, default_icon);
+        generation.users.write().extend(snapshot.users.iter().cloned());
+        for isu in &snapshot.isus {
             generation.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
             generation.insert(isu_of(isu, default_icon));
         }
-        *generation.unfinished.lock() = restored
+        *generation.unfinished.lock() = snapshot
             .unfinished
             .iter()
             .map(|unfinished| (unfinished.uuid.clone(), unfinished.clone()))
@@ -109,18 +109,19 @@ impl Generation {
         generation
     }
 
-    /// What the log must hold to rebuild this generation: users and registered ISUs.
-    pub(super) fn to_restored(&self, jia_service_url: &str, default_icon: &Bytes) -> Restored {
+    /// What the log must hold to rebuild this generation: users and registered ISUs (the
+    /// caller adds the placement).
+    pub(super) fn to_snapshot(&self, jia_service_url: &str, default_icon: &Bytes) -> Snapshot {
         let mut users: Vec<String> = self.users.read().iter().cloned().collect();
         users.sort();
         let isus = self.registered().iter().map(|isu| logged(isu, default_icon)).collect();
-        Restored {
+        Snapshot {
             generation: self.id,
             jia_service_url: jia_service_url.to_owned(),
             users,
             isus,
             unfinished: self.unfinished.lock().values().cloned().collect(),
-            ..Restored::default()
+            ..Snapshot::default()
         }
     }
 
@@ -139,8 +140,8 @@ impl Generation {
         isu
     }
 
-    /// Adds a registered ISU of the log unless it is here already (a replica applies the
-    /// leader's own records, and snapshots overlap the records after them).
+    /// Adds a registered ISU of the log unless it is here already (a command committed
+    /// twice, or a snapshot overlapping the commands after it).
     pub(super) fn publish_logged(&self, isu: &LoggedIsu, default_icon: &Bytes) {
         if self.by_uuid.contains_key(&isu.uuid) {
             return;
@@ -211,11 +212,6 @@ impl Generation {
             return false;
         }
         self.users.write().insert(user.to_owned())
-    }
-
-    /// Forgets a user whose record was not logged (the sign-in failed).
-    pub(super) fn remove_user(&self, user: &str) {
-        self.users.write().remove(user);
     }
 
     /// The ISU `uuid` if `user` owns it.

@@ -26,6 +26,7 @@ use shared::migration::{Event, Migration, MigrationError, Recovery, Subject};
 use shared::placement_map::{CellId, PlacementError, PlacementMap, SlotMove};
 use shared::protocol::{ActivateIsus, ExportSubject, ForgetSubject, IsuRef};
 
+use super::command::Command;
 use super::State;
 
 /// Why a migration was refused or failed.
@@ -44,7 +45,7 @@ pub enum CellsError {
     #[error("migration rolled back: {0}")]
     RolledBack(String),
     #[error("logging failed: {0}")]
-    Log(#[from] crate::journal::JournalError),
+    Log(#[from] super::apply::LogError),
 }
 
 /// What one migration did (the cells API answers with it).
@@ -113,8 +114,9 @@ impl State {
             }
         }
         let version = next.version();
-        self.journal.placement(&next).await?;
-        let next = self.placement.set_map(next);
+        // Applying the committed map makes it this replica's.
+        self.log.propose_as_leader(&Command::Map(next)).await?;
+        let next = self.placement.map();
         migration = migration.apply(Event::Flipped { map_version: version })?;
         self.log_migration(&migration).await?;
         let activated = self.after_flip(&migration, &next).await;
@@ -170,8 +172,8 @@ impl State {
     /// Logs and publishes a map change that moves no data (a pin on the cell that already
     /// holds the ISU).
     async fn publish_map(&self, map: PlacementMap) -> Result<(), CellsError> {
-        self.journal.placement(&map).await?;
-        let map = self.placement.set_map(map);
+        self.log.propose_as_leader(&Command::Map(map)).await?;
+        let map = self.placement.map();
         self.send_map_everywhere(&map).await;
         self.placement.write_router().await;
         Ok(())
@@ -370,11 +372,12 @@ impl State {
         }
     }
 
-    /// Logs a migration's new state and keeps the unfinished ones in memory (for snapshots).
-    async fn log_migration(&self, migration: &Migration) -> Result<(), crate::journal::JournalError> {
-        self.journal.migration(migration).await?;
-        self.placement.record_migration(migration);
-        Ok(())
+    /// Commits a migration's new state (applying it keeps the unfinished ones in memory,
+    /// for snapshots and the next leader).
+    async fn log_migration(&self, migration: &Migration) -> Result<(), super::apply::LogError> {
+        self.log
+            .propose_as_leader(&Command::Migration(migration.clone()))
+            .await
     }
 }
 

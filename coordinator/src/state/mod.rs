@@ -1,21 +1,27 @@
 //! The coordinator's memory and protocols, one concern per module:
+//! - [`command`]: what is replicated, the closed list of changes to the authoritative state;
+//! - [`apply`]: the write path: proposing a command to the group's log, and the one `apply`
+//!   that changes the state (a lone coordinator is a group of one);
 //! - [`model`]: the plain data they share (an ISU and its latest condition, a registration's outcome);
 //! - [`generation`]: users, ISUs and their latest conditions of one dataset generation;
 //! - [`trend`]: the trend cache a generation holds, built in the background from the latest conditions;
 //! - [`registration`]: the registration protocol with the workers and JIA;
 //! - [`worker_sync`]: bringing workers to the current generation and watching them;
 //! - [`placement`]: the placement map, the router's copy of it and the slot gate;
-//! - [`migration`]: live migration of slots and pins between cells.
+//! - [`migration`]: live migration of slots and pins between cells;
+//! - [`replica`]: a replica's roles: the leader's duties, a follower's pulls, the stall watchdog.
 //!
 //! They use each other in one direction only (checked by `e2e/tests/structure.rs`): `model`
-//! uses none of them; `trend` uses `model`; `generation` uses `model` and `trend`;
-//! `placement` uses none of them. This module, which holds [`State`], uses those four; the
-//! protocols on [`State`] (`registration`, `worker_sync`, `migration`) use it and the ones
-//! below it, and nothing here uses them by path.
+//! uses none of them; `trend` uses `model`; `command` uses none; `generation` uses `model`,
+//! `trend` and `command`; `placement` uses none of them. This module, which holds [`State`],
+//! uses those; the protocols on [`State`] (`apply`, `registration`, `worker_sync`,
+//! `migration`, `replica`) use it and the ones below it, and nothing here uses them by path.
 //!
 //! Locks are `parking_lot` ones held for short, synchronous sections only
 //! (never across `.await`).
 
+pub mod apply;
+pub mod command;
 mod generation;
 pub mod migration;
 mod model;
@@ -40,40 +46,33 @@ pub use trend::Trend;
 
 use crate::error::ApiError;
 use crate::jia_client::JiaClient;
-use crate::journal::{Journal, Restored};
 use crate::user_sync::UserSyncer;
 use crate::worker_client::WorkerClient;
 
-/// Where the state comes from at start.
+/// What the state holds at start, until the group's log gives it a generation (a new
+/// group's first leader proposes this one as the group's: see [`replica`]).
 pub enum Start {
     /// A new generation of the dataset; JIA at this URL until `/initialize` sets one.
     Fresh { jia_service_url: String },
-    /// The generation, users and registrations of a replayed log.
-    Restored(Restored),
-    /// A replica of a group (`--replica`): a generation drawn from the dataset until the
-    /// group's log gives it one (see [`replica`]).
-    Replicated { jia_service_url: String },
+    /// The state of a journal written by a build before 2026-12-06, being converted.
+    Converted(command::Snapshot),
 }
 
 /// The coordinator's whole state (wrapped in `Arc` by [`AppState`](crate::AppState)).
 pub struct State {
     current: Arc<RwLock<Arc<Generation>>>,
     pub jia_service_url: Arc<RwLock<String>>,
-    /// The durable log (disabled without `--data-dir`); set once before serving.
-    pub journal: Journal,
-    /// Replicas: the icons the log names by hash; set once before serving.
+    /// The group's log (its proposer is attached once the replica runs).
+    pub log: apply::Log,
+    /// With a data directory: the icons the log names by hash; set once before serving.
     pub icons: Option<Arc<crate::icons::IconStore>>,
-    /// The generation came from the log: workers that still hold it keep their data.
-    restored: bool,
-    /// One of a group of replicas (the journal is the group's raft log).
-    replicated: bool,
-    /// A replica has applied its group's generation (always true otherwise).
+    /// This replica has applied its group's generation.
     established: AtomicBool,
-    /// A replica leads and has applied every entry of earlier terms and ended the
-    /// registrations they left: it takes leader-only writes (always true otherwise).
+    /// This replica leads and has applied every entry of earlier terms and ended the
+    /// registrations they left: it takes leader-only writes.
     leading: AtomicBool,
-    /// A replica's `/initialize`: the generation it proposed, taken by applying its record
-    /// instead of being built again from the dataset.
+    /// `/initialize`: the generation it proposed, taken by applying its command instead of
+    /// being built again from the dataset.
     prepared: parking_lot::Mutex<Option<Arc<Generation>>>,
     dataset: Arc<Dataset>,
     pub default_icon: Bytes,
@@ -85,9 +84,9 @@ pub struct State {
     /// The control plane: which cell owns which ISU.
     pub placement: Placement,
     ready: AtomicBool,
-    /// Replicas: the stall watchdog (see [`State::watch_for_stalls`]).
+    /// The stall watchdog (see [`State::watch_for_stalls`]).
     pub(crate) stalls: replica::Stalls,
-    /// Replicas, leading: the cells whose worker did not answer when this replica took over,
+    /// Leading: the cells whose worker did not answer when this replica took over,
     /// so the registrations it holds provisionally are ended when it answers again.
     registrations_left: parking_lot::Mutex<std::collections::BTreeSet<shared::placement_map::CellId>>,
     reset_lock: tokio::sync::Mutex<()>,
@@ -107,14 +106,12 @@ impl State {
         placement: Placement,
         start: Start,
     ) -> State {
-        let restored = matches!(start, Start::Restored(_) | Start::Replicated { .. });
-        let replicated = matches!(start, Start::Replicated { .. });
         let (generation, jia_service_url) = match start {
-            Start::Restored(restored) => (
-                Generation::restored(&restored, &dataset, &default_icon),
-                restored.jia_service_url,
+            Start::Converted(snapshot) => (
+                Generation::from_snapshot(&snapshot, &dataset, &default_icon),
+                snapshot.jia_service_url,
             ),
-            Start::Fresh { jia_service_url } | Start::Replicated { jia_service_url } => (
+            Start::Fresh { jia_service_url } => (
                 Generation::from_dataset(new_generation_id(), &dataset, &default_icon),
                 jia_service_url,
             ),
@@ -125,12 +122,10 @@ impl State {
             user_sync: UserSyncer::new(placement.map().cells().len(), Arc::new(move || current_id.read().id)),
             current,
             jia_service_url: Arc::new(RwLock::new(jia_service_url)),
-            journal: Journal::default(),
+            log: apply::Log::default(),
             icons: None,
-            restored,
-            replicated,
-            established: AtomicBool::new(!replicated),
-            leading: AtomicBool::new(!replicated),
+            established: AtomicBool::new(false),
+            leading: AtomicBool::new(false),
             prepared: parking_lot::Mutex::new(None),
             dataset: Arc::new(dataset),
             default_icon,
@@ -149,17 +144,6 @@ impl State {
 
     pub fn generation(&self) -> Arc<Generation> {
         self.current.read().clone()
-    }
-
-    /// Builds the log's snapshot record of the state as it is when called.
-    pub fn snapshot_fn(&self) -> shared::wal::SnapshotFn {
-        let (current, jia_service_url) = (self.current.clone(), self.jia_service_url.clone());
-        let default_icon = self.default_icon.clone();
-        let placement = self.placement.snapshot_parts();
-        Arc::new(move || {
-            let generation = current.read().clone();
-            snapshot_record(&generation, &jia_service_url.read(), &default_icon, &placement)
-        })
     }
 
     /// Whether this node serves the public API from its own state. A replica whose stall
@@ -183,31 +167,15 @@ impl State {
                 .await
                 .map_err(|error| ApiError::Internal(error.to_string()))?;
         let generation = Arc::new(generation);
-        if self.replicated {
-            // Committed first, and swapped in by applying the record (here as everywhere):
-            // a proposal that fails may still commit, and memory never runs ahead of the log.
-            let record = snapshot_record(
-                &generation,
-                &jia_service_url,
-                &self.default_icon,
-                &self.placement.snapshot_parts(),
-            );
-            *self.prepared.lock() = Some(generation.clone());
-            let committed = self.journal.propose_snapshot(record).await;
-            self.prepared.lock().take();
-            committed.map_err(|error| ApiError::Unavailable(error.to_string()))?;
-            if self.generation().id != generation.id {
-                return Err(ApiError::Unavailable("a newer /initialize replaced this one".into()));
-            }
-        } else {
-            // Swap first: pushes of the new generation must find it.
-            *self.current.write() = generation.clone();
-            *self.jia_service_url.write() = jia_service_url;
-            // A fresh log: its snapshot holds the new generation.
-            self.journal
-                .snapshot()
-                .await
-                .map_err(|error| ApiError::Internal(error.to_string()))?;
+        // Committed first, and swapped in by applying the command (here as everywhere): a
+        // proposal that fails may still commit, and memory never runs ahead of the log.
+        let command = self.snapshot_of(&generation, &jia_service_url);
+        *self.prepared.lock() = Some(generation.clone());
+        let committed = self.log.propose_as_leader(&command).await;
+        self.prepared.lock().take();
+        committed.map_err(|error| ApiError::Unavailable(error.to_string()))?;
+        if self.generation().id != generation.id {
+            return Err(ApiError::Unavailable("a newer /initialize replaced this one".into()));
         }
         self.reset_workers(&generation, false)
             .await
@@ -216,44 +184,26 @@ impl State {
         Ok(())
     }
 
-    /// Signs a user in (creating it if needed, logged before the answer) and returns the
-    /// `Set-Cookie` value. A user whose record was not logged is forgotten again, so a retry
-    /// logs it. Replicated, every replica adds the user when it applies the record (this one
+    /// Signs a user in (creating it if needed, committed before the answer) and returns the
+    /// `Set-Cookie` value. Every replica adds the user when it applies the command (this one
     /// before the answer), and the leader tells the workers then.
-    pub async fn sign_in(self: &Arc<Self>, user: &str) -> Result<String, ApiError> {
+    pub async fn sign_in(&self, user: &str) -> Result<String, ApiError> {
         let generation = self.generation();
         if generation.has_user(user) {
             return Ok(self.session_key.set_cookie(user, generation.id));
         }
-        // To completion even if the client leaves: a user added here but neither logged nor
-        // forgotten again would exist on this replica only.
-        let (state, user) = (self.clone(), user.to_owned());
-        tokio::spawn(async move { state.sign_in_new(&user).await })
-            .await
-            .map_err(|error| ApiError::Internal(error.to_string()))?
-    }
-
-    async fn sign_in_new(&self, user: &str) -> Result<String, ApiError> {
-        let generation = self.generation();
-        let not_logged = |error: crate::journal::JournalError| match error {
-            crate::journal::JournalError::NotCommitted(error) => ApiError::Unavailable(error.to_string()),
-            other => ApiError::Internal(other.to_string()),
+        // Added by applying its command (here too, before the answer), never before: a
+        // commit that fails may still happen, and then every replica has the user.
+        let command = command::Command::User {
+            generation: generation.id,
+            user: user.to_owned(),
         };
-        if self.replicated {
-            // Added by applying its record (here too, before the answer), never before: a
-            // commit that fails may still happen, and then every replica has the user.
-            self.journal.user(generation.id, user).await.map_err(not_logged)?;
-            if !generation.has_user(user) {
-                return Err(ApiError::Unavailable(
-                    "the generation changed during the sign-in".into(),
-                ));
-            }
-        } else if generation.add_user(user) {
-            if let Err(error) = self.journal.user(generation.id, user).await {
-                generation.remove_user(user);
-                return Err(not_logged(error));
-            }
-            self.user_sync.add(generation.id, user);
+        self.log.propose(&command).await.map_err(|error| match error {
+            apply::LogError::NotCommitted(error) => ApiError::Unavailable(error.to_string()),
+            other => ApiError::Internal(other.to_string()),
+        })?;
+        if !generation.has_user(user) {
+            return Err(ApiError::Unavailable("the generation changed during the sign-in".into()));
         }
         Ok(self.session_key.set_cookie(user, generation.id))
     }
@@ -262,20 +212,6 @@ impl State {
 /// How long a migration's source keeps its copy after the flip, until the configured
 /// `--migration-grace-ms` (the same default) is set.
 const DEFAULT_MIGRATION_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// The log's snapshot record of `generation` with the placement's map and migrations.
-fn snapshot_record(
-    generation: &Generation,
-    jia_service_url: &str,
-    default_icon: &Bytes,
-    placement: &impl Fn() -> (shared::placement_map::PlacementMap, Vec<shared::migration::Migration>),
-) -> Vec<u8> {
-    let mut restored = generation.to_restored(jia_service_url, default_icon);
-    let (map, migrations) = placement();
-    restored.placement = Some(map);
-    restored.migrations = migrations;
-    crate::journal::snapshot_record(&restored)
-}
 
 fn new_generation_id() -> u64 {
     rand::random::<u64>() | 1

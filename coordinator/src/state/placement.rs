@@ -37,7 +37,9 @@ pub struct Placement {
     /// Unfinished migrations by id (their last logged state).
     pub(crate) migrations: Arc<Mutex<BTreeMap<u64, Migration>>>,
     router: Option<RouterFile>,
-    /// Router updates happen one at a time, in map order.
+    /// The cells this coordinator is configured with (`--worker`).
+    configured: Vec<Cell>,
+    /// What the router was last given.
     router_copy: RouterCopy,
     /// Router updates happen one at a time, in map order.
     router_update: tokio::sync::Mutex<()>,
@@ -47,8 +49,17 @@ pub struct Placement {
 }
 
 impl Placement {
-    pub fn new(map: PlacementMap, migrations: Vec<Migration>, router: Option<RouterFile>, secret: &str) -> Placement {
-        Placement {
+    /// The placement of a coordinator configured with `configured` cells, starting from
+    /// `logged` (a converted journal's map and migrations) or a new map.
+    pub fn new(
+        configured: &[Cell],
+        logged: Option<PlacementMap>,
+        migrations: Vec<Migration>,
+        router: Option<RouterFile>,
+        secret: &str,
+    ) -> anyhow::Result<Placement> {
+        let map = starting_map(logged, configured)?;
+        Ok(Placement {
             map: Arc::new(RwLock::new(Arc::new(map))),
             migrations: Arc::new(Mutex::new(
                 migrations
@@ -57,6 +68,7 @@ impl Placement {
                     .collect(),
             )),
             router,
+            configured: configured.to_vec(),
             router_copy: RouterCopy::default(),
             router_update: tokio::sync::Mutex::new(()),
             router_client: node_http::internal_client()
@@ -65,22 +77,31 @@ impl Placement {
                 .expect("a client without TLS settings builds"),
             secret: secret.to_owned(),
             gate: SlotGate::default(),
-        }
+        })
+    }
+
+    /// The current map with the configured cells' URLs and any configured cell it lacks
+    /// (see [`starting_map`]), when that differs from it: the leader commits it. An error
+    /// when the map names a cell that is not configured.
+    pub fn configured_map(&self) -> anyhow::Result<Option<PlacementMap>> {
+        let current = self.map();
+        let wanted = starting_map(Some((*current).clone()), &self.configured)?;
+        Ok((wanted != *current).then_some(wanted))
     }
 
     pub fn map(&self) -> Arc<PlacementMap> {
         self.map.read().clone()
     }
 
-    /// Replaces the map in memory (the caller logged it first).
-    pub(super) fn set_map(&self, map: PlacementMap) -> Arc<PlacementMap> {
+    /// Replaces the map in memory (a committed map being applied).
+    fn set_map(&self, map: PlacementMap) -> Arc<PlacementMap> {
         let map = Arc::new(map);
         *self.map.write() = map.clone();
         map
     }
 
-    /// Takes a map from the replicated log: a newer version, or another lineage (a group
-    /// that started over). The leader set it before proposing it; applying it again is a no-op.
+    /// Takes a map from the log: a newer version, or another lineage (a group that started
+    /// over). Applying the same map again is a no-op.
     pub(super) fn adopt_map(&self, map: PlacementMap) {
         let current = self.map();
         if map.lineage() != current.lineage() || map.version() > current.version() {
@@ -106,14 +127,9 @@ impl Placement {
             .collect();
     }
 
-    /// What the log's snapshot needs: the map and the unfinished migrations, read when called.
-    pub(super) fn snapshot_parts(&self) -> impl Fn() -> (PlacementMap, Vec<Migration>) + Send + Sync + 'static {
-        let (map, migrations) = (self.map.clone(), self.migrations.clone());
-        move || {
-            let map = (**map.read()).clone();
-            let migrations = migrations.lock().values().cloned().collect();
-            (map, migrations)
-        }
+    /// The unfinished migrations (a snapshot holds them).
+    pub(super) fn migrations(&self) -> Vec<Migration> {
+        self.migrations.lock().values().cloned().collect()
     }
 
     /// Gives the router the current map, if it is newer than what the router has: writes
@@ -315,7 +331,7 @@ const ROUTER_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 /// and any configured cell it does not name yet added (holding nothing); a new one when the
 /// log has none. Refused when the log's map names a cell that is not configured (its ISUs
 /// would have no worker).
-pub fn starting_map(logged: Option<PlacementMap>, configured: &[Cell]) -> anyhow::Result<PlacementMap> {
+fn starting_map(logged: Option<PlacementMap>, configured: &[Cell]) -> anyhow::Result<PlacementMap> {
     let Some(mut map) = logged else {
         let mut map = PlacementMap::new(configured.to_vec())?;
         map.new_lineage();

@@ -2,10 +2,11 @@
 //! that worker's device URL, then publish (logged first) or roll back on both nodes; a
 //! concurrent registration of the same UUID waits for the first.
 //!
-//! Replicas commit one record per registration, the accepted ISU with its character (and the
+//! One command is committed per registration, the accepted ISU with its character (and the
 //! request's id), before its worker publishes it. What a leader leaves unfinished is on the
-//! workers: a new leader asks each worker for the registrations it holds provisionally,
-//! publishes those the log accepted and rolls back the others.
+//! workers: a new leader (or a lone coordinator restarted from its data directory) asks each
+//! worker for the registrations it holds provisionally, publishes those the log accepted and
+//! rolls back the others.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use super::model::{Isu, Outcome};
 use super::State;
 use crate::error::ApiError;
 use crate::jia_client::ActivateError;
-use crate::journal::Unfinished;
+use super::command::{Command, Unfinished};
 
 /// A registration request, after parsing.
 pub struct Registration {
@@ -32,7 +33,7 @@ pub struct Registration {
     pub name: String,
     /// `None` = the default icon.
     pub image: Option<Bytes>,
-    /// The request's id (replicas: a request sent again is answered from its outcome).
+    /// The request's id (a request sent again is answered from its outcome).
     pub request: Option<String>,
 }
 
@@ -114,7 +115,7 @@ impl State {
             return outcome;
         }
         let (mut claim, id) = self.claim(&generation, &registration.uuid).await?;
-        if let (true, Some(request)) = (self.replicated, &registration.request) {
+        if let Some(request) = &registration.request {
             // The same request sent again to this leader (a forwarding replica's retry) is
             // answered from this one's outcome; other replicas learn it from the log.
             let registered = (registration.uuid.clone(), registration.owner.clone());
@@ -169,8 +170,8 @@ impl State {
         id: i64,
     ) -> Result<Arc<Isu>, ApiError> {
         let started = std::time::Instant::now();
-        // Replicas: every step that changes the log or a worker is taken only while this
-        // replica still leads in the term it started in. Led again in a later term, it would
+        // Every step that changes the log or a worker is taken only while this replica
+        // still leads in the term it started in. Led again in a later term, it would
         // undo what the leader between did (that one may have published this ISU and
         // answered 201); what it leaves is the sweep's.
         let Some(term) = self.leading_term() else {
@@ -193,8 +194,8 @@ impl State {
             .expect("a map's owner is one of its cells")
             .device_url
             .clone();
-        // Replicas: the icon goes to this replica's store and at least one other's while the
-        // registration starts (the log names it by its hash only in the accepted ISU, below);
+        // With a data directory, the icon goes to this replica's store and at least one
+        // other's (if it has peers) while the registration starts (the log names it by its hash only in the accepted ISU, below);
         // JIA is asked once both are done, so a failure here never costs an activation.
         let store_icon = async {
             match (&self.icons, &registration.image) {
@@ -241,23 +242,10 @@ impl State {
             icon,
             latest: Mutex::new(None),
         };
-        // Logged before the worker publishes it: an ISU visible anywhere is in the log.
-        let isu = if self.replicated {
-            self.log_accepted(generation, cell, &rollback, &isu, registration.request.as_deref(), term)
-                .await?
-        } else {
-            let isu = generation.publish(isu);
-            if let Err(error) = self
-                .journal
-                .isu(generation.id, &logged(&isu, &self.default_icon), None)
-                .await
-            {
-                generation.remove(&registration.uuid);
-                self.rollback_worker(cell, &rollback, term).await;
-                return Err(ApiError::Internal(error.to_string()));
-            }
-            isu
-        };
+        // Committed before the worker publishes it: an ISU visible anywhere is in the log.
+        let isu = self
+            .log_accepted(generation, cell, &rollback, &isu, registration.request.as_deref(), term)
+            .await?;
         let logged_at = std::time::Instant::now();
         hold_for_crash_test("registration-accepted", &registration.uuid).await;
         let publish = PublishIsu {
@@ -267,16 +255,8 @@ impl State {
             character,
         };
         if let Err(error) = self.workers.publish(cell, &publish).await {
-            if self.replicated {
-                if !self.remove_failed(generation, cell, &rollback, term).await {
-                    return Err(ApiError::Unavailable(error.to_string()));
-                }
-            } else {
-                generation.remove(&registration.uuid);
-                if let Err(error) = self.journal.removed(generation.id, &registration.uuid).await {
-                    tracing::error!(%error, uuid = %registration.uuid, "logging a failed registration failed");
-                }
-                self.rollback_worker(cell, &rollback, term).await;
+            if !self.remove_failed(generation, cell, &rollback, term).await {
+                return Err(ApiError::Unavailable(error.to_string()));
             }
             return Err(ApiError::Internal(error.to_string()));
         }
@@ -298,8 +278,8 @@ impl State {
         Ok(isu)
     }
 
-    /// Makes the ISU provisional on its worker (replicas: with the request's id, which a next
-    /// leader that rolls it back logs).
+    /// Makes the ISU provisional on its worker, with the request's id (which a next leader
+    /// that rolls it back logs).
     async fn start(
         &self,
         generation: &Arc<Generation>,
@@ -313,7 +293,7 @@ impl State {
             uuid: registration.uuid.clone(),
             owner: registration.owner.clone(),
             name: registration.name.clone(),
-            request: registration.request.clone().filter(|_| self.replicated),
+            request: registration.request.clone(),
         };
         hold_for_crash_test("registration-claimed", &registration.uuid).await;
         if let Err(error) = self.workers.provisional(cell, &provisional).await {
@@ -328,7 +308,7 @@ impl State {
         Ok(())
     }
 
-    /// Replicas: the outcome of a registration request seen before (by this leader, or logged
+    /// The outcome of a registration request seen before (by this leader, or logged
     /// with its ISU or its rollback by an earlier one), once it is over: the ISU it registered, or a
     /// 503 when it was rolled back (it is not run again: JIA may have activated the ISU).
     /// `None` for a request not seen, or one of another user.
@@ -369,8 +349,8 @@ impl State {
         }
     }
 
-    /// Replicas: commits the accepted ISU (JIA activated it); applying the record publishes
-    /// it on every replica, this one included, so no replica ever shows an ISU the log does
+    /// Commits the accepted ISU (JIA activated it); applying the command publishes it on
+    /// every replica, this one included, so no replica ever shows an ISU the log does
     /// not hold. A commit that fails may still happen (a timeout, a lost leadership): see
     /// [`State::remove_failed`].
     async fn log_accepted(
@@ -388,7 +368,12 @@ impl State {
                 "leadership changed during the registration; the leader ends it".into(),
             ));
         }
-        if let Err(error) = self.journal.isu(generation.id, &logged, request).await {
+        let accepted = Command::Isu {
+            generation: generation.id,
+            isu: logged,
+            request: request.map(str::to_owned),
+        };
+        if let Err(error) = self.log.propose_as_leader(&accepted).await {
             self.remove_failed(generation, cell, rollback, term).await;
             return Err(ApiError::Unavailable(error.to_string()));
         }
@@ -399,13 +384,11 @@ impl State {
             .ok_or_else(|| ApiError::Unavailable(format!("ISU {} was reset while it registered", isu.uuid)))
     }
 
-    /// Replicas: logs that a registration logged as started (by a build before 2026-12-04)
-    /// was rolled back.
+    /// Logs that a registration logged as started (by a build before 2026-12-04) was
+    /// rolled back.
     async fn log_rolled_back(&self, generation: &Generation, uuid: &str) {
-        if self.replicated {
-            if let Err(error) = self.journal.removed(generation.id, uuid).await {
-                tracing::error!(%error, %uuid, "logging a rolled-back registration failed");
-            }
+        if let Err(error) = self.log.propose_as_leader(&removed(generation, uuid)).await {
+            tracing::error!(%error, %uuid, "logging a rolled-back registration failed");
         }
     }
 
@@ -455,7 +438,7 @@ impl State {
         count
     }
 
-    /// Replicas, on the leader, after the takeover: ends the registrations the worker of
+    /// On the leader, after the takeover: ends the registrations the worker of
     /// `cell` holds provisionally once this replica has applied its whole log (so a
     /// registration whose record is in the log, committed or not, is never rolled back),
     /// and only if it decides soon after, while every registration whose record was not in
@@ -465,7 +448,7 @@ impl State {
         generation: &Arc<Generation>,
         cell: CellId,
     ) -> anyhow::Result<usize> {
-        self.journal.settled().await?;
+        self.log.settled().await?;
         let decide_by = std::time::Instant::now() + SWEEP_DECIDED_WITHIN;
         self.end_registrations_held_by_within(generation, cell, Some(decide_by))
             .await?
@@ -529,7 +512,11 @@ impl State {
             }
         }
         if !abandoned.is_empty() {
-            self.journal.abandoned(generation.id, &abandoned).await?;
+            let command = Command::Abandoned {
+                generation: generation.id,
+                registrations: abandoned.clone(),
+            };
+            self.log.propose_as_leader(&command).await?;
         }
         let ends: Vec<_> = accepted
             .into_iter()
@@ -584,7 +571,11 @@ impl State {
                 match self.workers.publish(cell, &publish).await {
                     Ok(()) => {
                         tracing::warn!(uuid = %isu.uuid, "published a registration the old leader left unfinished");
-                        if let Err(error) = self.journal.published(generation.id, &isu.uuid).await {
+                        let published = Command::Published {
+                            generation: generation.id,
+                            uuid: isu.uuid.clone(),
+                        };
+                        if let Err(error) = self.log.propose_as_leader(&published).await {
                             tracing::warn!(%error, uuid = %isu.uuid, "logging a published registration failed");
                         }
                     }
@@ -607,7 +598,7 @@ impl State {
         }
     }
 
-    /// Replicas: ends a registration whose record may be committed (its commit or its
+    /// Ends a registration whose command may be committed (its commit or its
     /// worker's publish failed): commits its removal (applying it removes the ISU here too),
     /// then rolls its worker back. Only while this replica leads in `term`; otherwise, or
     /// when the removal is not committed, the registration is left unfinished for the
@@ -617,7 +608,7 @@ impl State {
             tracing::warn!(uuid = %rollback.uuid, "a failed registration of an older term is left to the leader");
             return false;
         }
-        if let Err(logging) = self.journal.removed(generation.id, &rollback.uuid).await {
+        if let Err(logging) = self.log.propose_as_leader(&removed(generation, &rollback.uuid)).await {
             tracing::warn!(%logging, uuid = %rollback.uuid, "a failed registration is left to the leader's sweep");
             return false;
         }
@@ -641,5 +632,13 @@ impl State {
     /// Whether this coordinator still leads in `term` (see [`State::leading_term`]).
     fn leads_in(&self, term: u64) -> bool {
         self.leading_term() == Some(term)
+    }
+}
+
+/// The command that removes a registered ISU whose registration failed.
+fn removed(generation: &Generation, uuid: &str) -> Command {
+    Command::Removed {
+        generation: generation.id,
+        uuid: uuid.to_owned(),
     }
 }

@@ -1,97 +1,28 @@
-//! A coordinator replica's side of the replicated log (`--replica`): every replica applies
-//! the committed records of the log to its memory, and the leader alone acts on the
-//! workers, the router and JIA.
+//! A replica's roles in its group (every coordinator is one; a lone coordinator is a group
+//! of one, whose replica leads as soon as it starts): the leader acts on the workers, the
+//! router and JIA; a follower keeps its soft state whole. Both apply the same committed
+//! commands ([`super::apply`]).
 //!
-//! The records are the local journal's (`crate::journal`): a snapshot (a generation, its
-//! users and registered ISUs, the map, the unfinished migrations), a user, an ISU, a removed
-//! ISU, a map, a migration step. The leader changes its memory before it proposes a record
-//! (as the local journal does), so applying one twice must change nothing: every rule below
-//! is idempotent, and a record of another generation is ignored (a registration that raced
-//! an `/initialize`).
-//!
-//! A new group has no generation yet: each replica starts with one drawn from the dataset,
-//! and the first leader proposes a snapshot of its own ([`State::lead`]), which every
-//! replica adopts. A replica is `established` once it has applied a snapshot record.
+//! A new group has no generation yet: each replica starts with one drawn from the dataset
+//! (or the one of a journal being converted), and the first leader proposes a snapshot of
+//! its own ([`State::lead`]), which every replica adopts. A replica is `established` once it
+//! has applied a snapshot.
 //!
 //! While a replica leads ([`State::lead`]) it brings the workers to the generation (a worker
 //! that holds it keeps its data), tells them every user again (the old leader's queue died
-//! with it), finishes or rolls back the migrations it finds unfinished, keeps the router's
-//! map and watches the workers. It stops all of that when it stops leading. A follower pulls
-//! every worker's latest conditions once per generation it adopts (they are soft state that
-//! no log holds) and serves only then; the workers' pushes bring every later change.
+//! with it), ends the registrations an old leader left, finishes or rolls back the
+//! migrations it finds unfinished, keeps the router's map and watches the workers. It stops
+//! all of that when it stops leading. A follower pulls every worker's latest conditions once
+//! per generation it adopts (they are soft state that no log holds) and serves only then;
+//! the workers' pushes bring every later change.
 
 use shared::placement_map::CellId;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::generation::Generation;
+use super::command::Command;
 use super::State;
-use crate::journal::{decode, Record, Restored};
-
-/// Applies the replicated log to a [`State`] (held weakly: the raft it belongs to lives as
-/// long as the state).
-pub struct StateApplier {
-    state: Weak<State>,
-}
-
-impl StateApplier {
-    pub fn new(state: &Arc<State>) -> StateApplier {
-        StateApplier {
-            state: Arc::downgrade(state),
-        }
-    }
-}
-
-impl consensus::Applier for StateApplier {
-    fn apply(&self, index: u64, command: &[u8]) -> Vec<u8> {
-        let Some(state) = self.state.upgrade() else {
-            return Vec::new();
-        };
-        match decode(command) {
-            Some(record) => state.apply_record(state.with_icons(record)),
-            None => tracing::error!(
-                index,
-                bytes = command.len(),
-                "a replicated record this build cannot read; skipped"
-            ),
-        }
-        Vec::new()
-    }
-
-    fn snapshot(&self) -> Vec<u8> {
-        match self.state.upgrade() {
-            Some(state) => (state.snapshot_fn())(),
-            None => Vec::new(),
-        }
-    }
-
-    fn restore(&self, snapshot: &[u8]) -> Result<(), String> {
-        if snapshot.is_empty() {
-            return Ok(());
-        }
-        let Some(state) = self.state.upgrade() else {
-            return Ok(());
-        };
-        match decode(snapshot) {
-            Some(Record::Snapshot(mut restored)) => {
-                state.resolve_icons(&mut restored.isus);
-                state.adopt(restored, Adopt::Exactly);
-                Ok(())
-            }
-            _ => Err("the raft snapshot does not hold a coordinator snapshot record".into()),
-        }
-    }
-}
-
-/// How a snapshot of the current generation is taken (see [`State::adopt`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Adopt {
-    /// A snapshot record in the log (the leader's memory may already hold more).
-    Adding,
-    /// An installed snapshot: this replica's replicated state becomes exactly it.
-    Exactly,
-}
 
 /// A starting replica serves this long after its pull at the earliest (see `lead`).
 const PUSHES_RESUMED_AFTER: Duration = Duration::from_millis(1200);
@@ -149,30 +80,23 @@ const WORKERS_WAIT_AT_TAKEOVER: Duration = Duration::from_secs(2);
 const RETRY_EVERY: Duration = Duration::from_millis(200);
 
 impl State {
-    /// Whether this replica leads its group (always true for a lone coordinator).
+    /// Whether this replica leads its group.
     pub fn is_leader(&self) -> bool {
-        match self.journal.raft() {
-            Some(raft) => raft.metrics().borrow().state == consensus::openraft::ServerState::Leader,
-            None => !self.replicated,
-        }
+        self.leading_term().is_some()
     }
 
-    /// The raft term this replica leads in (`Some(0)` for a lone coordinator); `None` when
-    /// it does not lead.
+    /// The raft term this replica leads in; `None` when it does not lead (or its replica
+    /// does not run yet).
     pub fn leading_term(&self) -> Option<u64> {
-        match self.journal.raft() {
-            Some(raft) => {
-                let metrics = raft.metrics();
-                let metrics = metrics.borrow();
-                (metrics.state == consensus::openraft::ServerState::Leader).then_some(metrics.current_term)
-            }
-            None => (!self.replicated).then_some(0),
-        }
+        let raft = self.log.raft()?;
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        (metrics.state == consensus::openraft::ServerState::Leader).then_some(metrics.current_term)
     }
 
     /// The registered ISUs of the current generation as this coordinator holds them, in
     /// registration order (an icon by its hash: the store's name, or the hash of the bytes
-    /// a lone coordinator keeps).
+    /// a coordinator without a data directory keeps).
     pub fn held_isus(&self) -> Vec<shared::protocol::HeldIsu> {
         self.generation()
             .registered()
@@ -191,7 +115,7 @@ impl State {
 
     /// The URLs of the group's other members (icons are stored on and fetched from them).
     pub fn peer_urls(&self) -> Vec<String> {
-        let Some(raft) = self.journal.raft() else {
+        let Some(raft) = self.log.raft() else {
             return Vec::new();
         };
         let metrics = raft.metrics();
@@ -210,10 +134,9 @@ impl State {
         self.icons.as_ref()?.fetch(hash, &self.peer_urls()).await
     }
 
-    /// Replicas: every `every`, while ready, removes the icons no ISU of the current
-    /// generation names that were stored more than `grace` ago (see
-    /// [`crate::icons::IconStore::sweep`]). Runs until aborted; nothing for a lone
-    /// coordinator, which keeps its icons in its log.
+    /// Every `every`, while ready, removes the icons no ISU of the current generation names
+    /// that were stored more than `grace` ago (see [`crate::icons::IconStore::sweep`]). Runs
+    /// until aborted; nothing without a data directory (the icons are in the log then).
     pub async fn sweep_icons(self: Arc<Self>, every: Duration, grace: Duration) {
         let Some(icons) = self.icons.clone() else {
             return;
@@ -247,188 +170,9 @@ impl State {
         }
     }
 
-    /// `record` with the bytes of the icons it names by hash that this replica holds (see
-    /// [`State::resolve_icons`]).
-    fn with_icons(&self, mut record: Record) -> Record {
-        match &mut record {
-            Record::Isu { isu, .. } => self.resolve_icons(std::slice::from_mut(isu)),
-            Record::Snapshot(restored) => self.resolve_icons(&mut restored.isus),
-            _ => {}
-        }
-        record
-    }
-
-    /// Gives `isus` the bytes of the icons they name by hash that this replica holds; one it
-    /// lacks is fetched from a peer in the background (and meanwhile when asked for).
-    fn resolve_icons(&self, isus: &mut [crate::journal::LoggedIsu]) {
-        let Some(icons) = &self.icons else {
-            return;
-        };
-        for isu in isus.iter_mut().filter(|isu| isu.image.is_none()) {
-            let Some(hash) = isu.icon else { continue };
-            match icons.local(&hash) {
-                Some(bytes) => isu.image = Some(bytes),
-                None => {
-                    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                        let (icons, peers) = (icons.clone(), self.peer_urls());
-                        runtime.spawn(async move { icons.fetch(hash, &peers).await });
-                    }
-                }
-            }
-        }
-    }
-
-    /// Applies one committed record (see the module documentation).
-    fn apply_record(&self, record: Record) {
-        let current = self.generation();
-        match record {
-            Record::Snapshot(restored) => self.adopt(restored, Adopt::Adding),
-            Record::User { generation, user } if generation == current.id => {
-                current.add_user(&user);
-                // Only the leader tells the workers (it is the one running the syncer).
-                if self.is_leader() {
-                    self.user_sync.add(generation, &user);
-                }
-            }
-            Record::Isu {
-                generation,
-                isu,
-                request,
-            } if generation == current.id => {
-                if let Some(request) = request {
-                    current
-                        .requests
-                        .lock()
-                        .insert(request, (isu.uuid.clone(), isu.owner.clone()));
-                }
-                if let Some(unfinished) = current.unfinished.lock().get_mut(&isu.uuid) {
-                    unfinished.accepted = true;
-                }
-                current.publish_logged(&isu, &self.default_icon);
-            }
-            Record::Abandoned {
-                generation,
-                registrations,
-            } if generation == current.id => {
-                let mut requests = current.requests.lock();
-                let mut unfinished = current.unfinished.lock();
-                for registration in registrations {
-                    unfinished.remove(&registration.uuid);
-                    if let Some(request) = registration.request {
-                        requests.insert(request, (registration.uuid, registration.owner));
-                    }
-                }
-            }
-            Record::Removed { generation, uuid } if generation == current.id => {
-                current.unfinished.lock().remove(&uuid);
-                current.remove(&uuid);
-            }
-            Record::Registering { generation, unfinished } if generation == current.id => {
-                if let Some(request) = &unfinished.request {
-                    let registered = (unfinished.uuid.clone(), unfinished.owner.clone());
-                    current.requests.lock().insert(request.clone(), registered);
-                }
-                current.unfinished.lock().insert(unfinished.uuid.clone(), unfinished);
-            }
-            Record::Published { generation, uuid } if generation == current.id => {
-                current.unfinished.lock().remove(&uuid);
-            }
-            Record::Map(map) => self.placement.adopt_map(map),
-            Record::Migration(migration) => self.placement.record_migration(&migration),
-            Record::User { .. }
-            | Record::Isu { .. }
-            | Record::Removed { .. }
-            | Record::Registering { .. }
-            | Record::Published { .. }
-            | Record::Abandoned { .. } => {}
-        }
-    }
-
-    /// Takes a snapshot record's state: its generation, JIA's URL, the map if newer, the
-    /// unfinished migrations. A snapshot of the current generation is added to it as a
-    /// record, or, installed (a follower that lagged), replaces its ISUs exactly: an ISU
-    /// removed within the snapshot's span is removed here too.
-    fn adopt(&self, restored: Restored, how: Adopt) {
-        let current = self.generation();
-        if current.id == restored.generation {
-            for user in &restored.users {
-                current.add_user(user);
-            }
-            for isu in &restored.isus {
-                current.publish_logged(isu, &self.default_icon);
-            }
-            if how == Adopt::Exactly {
-                let kept: std::collections::HashSet<&str> = restored.isus.iter().map(|isu| isu.uuid.as_str()).collect();
-                for isu in current.registered() {
-                    if !kept.contains(isu.uuid.as_str()) {
-                        current.remove(&isu.uuid);
-                    }
-                }
-            }
-            *current.unfinished.lock() = restored
-                .unfinished
-                .iter()
-                .map(|unfinished| (unfinished.uuid.clone(), unfinished.clone()))
-                .collect();
-        } else {
-            let prepared = self
-                .prepared
-                .lock()
-                .take_if(|prepared| prepared.id == restored.generation);
-            let generation = match prepared {
-                Some(prepared) => prepared,
-                None => Arc::new(Generation::restored(&restored, &self.dataset, &self.default_icon)),
-            };
-            *self.current.write() = generation;
-            tracing::info!(generation = restored.generation, "replica adopted a generation");
-        }
-        *self.jia_service_url.write() = restored.jia_service_url.clone();
-        if let Some(map) = restored.placement.clone() {
-            self.placement.adopt_map(map);
-        }
-        self.placement.replace_migrations(&restored.migrations);
-        self.established.store(true, Ordering::Release);
-    }
-
-    /// A hash of the replicated state: the generation, its users, its ISUs (icons included)
-    /// and the placement map; not the latest conditions (soft state).
-    pub fn state_hash(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let generation = self.generation();
-        let mut hasher = std::hash::DefaultHasher::new();
-        generation.id.hash(&mut hasher);
-        let mut users: Vec<String> = generation.users.read().iter().cloned().collect();
-        users.sort();
-        users.hash(&mut hasher);
-        for isu in generation.all.read().iter() {
-            // An icon by its hash (its bytes may still be on their way to this replica).
-            let image = if isu.icon.is_some() { &[][..] } else { &isu.image[..] };
-            (
-                isu.id,
-                &isu.uuid,
-                &isu.name,
-                &isu.character,
-                &isu.owner,
-                isu.icon,
-                image,
-            )
-                .hash(&mut hasher);
-        }
-        let map = self.placement.map();
-        serde_json::to_string(&*map).unwrap_or_default().hash(&mut hasher);
-        hasher.finish()
-    }
-
-    /// Whether this replica leads and is ready to take leader-only writes (a lone
-    /// coordinator always is).
+    /// Whether this replica leads and is ready to take leader-only writes.
     pub fn takes_leader_writes(&self) -> bool {
         self.leading.load(Ordering::Acquire) && self.is_leader()
-    }
-
-    /// Whether this is a replica of a group that leads it and takes leader-only writes (a
-    /// lone coordinator never says so).
-    pub fn leads_group(&self) -> bool {
-        self.replicated && self.takes_leader_writes()
     }
 
     /// Whether this replica has applied a generation of its group.
@@ -436,7 +180,7 @@ impl State {
         self.established.load(Ordering::Acquire)
     }
 
-    /// Replicas: runs every [`WATCHDOG_EVERY`]; a gap of more than [`STALL`] since the last
+    /// Runs every [`WATCHDOG_EVERY`]; a gap of more than [`STALL`] since the last
     /// run is a stall (see [`Stalls`]): the replica stops serving at once, and serves again
     /// once it has pulled the workers' latest conditions (the lead loop's pull, as for a
     /// starting replica; a leader still leading pulls at once). Runs until aborted.
@@ -467,7 +211,7 @@ impl State {
     /// Acts as the leader while this replica leads, and as a follower otherwise, until the
     /// task is dropped (see the module documentation).
     pub async fn lead(self: Arc<Self>) {
-        let Some(raft) = self.journal.raft().cloned() else {
+        let Some(raft) = self.log.raft().cloned() else {
             return;
         };
         let mut metrics = raft.metrics();
@@ -522,7 +266,7 @@ impl State {
                 // Serving once it has applied what the leader had and the workers' latest
                 // conditions are in (of every ISU it knows by then): a client moved here
                 // from another replica must not see a smaller trend. Pushes bring the rest.
-                let caught_up = self.is_ready() || self.journal.catch_up().await.is_ok();
+                let caught_up = self.is_ready() || self.log.catch_up().await.is_ok();
                 if caught_up && pulled_for != generation && self.pull_latest_everywhere(generation).await {
                     pulled_for = generation;
                     if !self.is_ready() {
@@ -617,7 +361,7 @@ impl State {
         let led_at = tokio::time::Instant::now();
         // Everything committed in earlier terms applied first: the registrations they left
         // are known before any write is taken.
-        while let Err(error) = self.journal.catch_up().await {
+        while let Err(error) = self.log.catch_up().await {
             tracing::warn!(%error, "a new leader waits to apply the earlier terms' entries");
             tokio::time::sleep(RETRY_EVERY).await;
         }
@@ -625,10 +369,21 @@ impl State {
         let taken_over = self.is_established();
         while !self.is_established() {
             // A new group: this replica's own generation becomes the group's.
-            if let Err(error) = self.journal.snapshot().await {
+            if let Err(error) = self.log.propose_as_leader(&self.snapshot_command()).await {
                 tracing::warn!(%error, "proposing the group's first generation failed; retrying");
                 tokio::time::sleep(RETRY_EVERY).await;
             }
+        }
+        // The configured cells in the map: their URLs as configured now, and a cell added
+        // to the configuration (it starts empty; a rebalance gives it slots).
+        match self.placement.configured_map() {
+            Ok(Some(map)) => {
+                if let Err(error) = self.log.propose_as_leader(&Command::Map(map)).await {
+                    tracing::warn!(%error, "committing the configured cells' map failed");
+                }
+            }
+            Ok(None) => {}
+            Err(error) => tracing::error!(%error, "the placement map names a cell that is not configured"),
         }
         let generation = self.generation();
         let waiting_since = tokio::time::Instant::now();

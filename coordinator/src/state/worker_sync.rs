@@ -1,9 +1,8 @@
-//! Worker sync: brings the workers to the coordinator's generation at start-up (or lets a
-//! worker that kept it push its latest conditions again), and resets a worker that lost its
-//! state with its shard as the coordinator knows it.
+//! Worker sync: brings the workers to the coordinator's generation when a replica takes the
+//! lead (or lets a worker that kept it push its latest conditions again), and resets a
+//! worker that lost its state with its shard as the coordinator knows it.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +17,7 @@ use super::State;
 /// How often the coordinator checks that the workers still hold the current generation.
 const WORKER_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Replicas: how often the leader asks every worker for the registrations it holds
+/// How often the leader asks every worker for the registrations it holds
 /// provisionally that no registration in flight here owns, and ends them (see
 /// [`State::end_registrations_held_by`]): one left behind by a step that failed while this
 /// replica led (a publish or a rollback its worker did not answer, a commit that timed out)
@@ -26,35 +25,9 @@ const WORKER_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 const REGISTRATION_SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 impl State {
-    /// Brings the workers to the current generation (at start-up), retrying until all answer.
-    pub async fn sync_workers_until_ready(&self) {
-        let mut delay = Duration::from_millis(50);
-        loop {
-            // Locked per attempt, so an early `/initialize` need not wait for slow workers.
-            let resetting = self.reset_lock.lock().await;
-            if self.is_ready() {
-                return; // an `/initialize` reached every worker first
-            }
-            let generation = self.generation();
-            match self.reset_workers(&generation, self.restored).await {
-                Ok(()) => {
-                    self.ready.store(true, Ordering::Release);
-                    tracing::info!(generation = generation.id, "cluster ready");
-                    return;
-                }
-                Err(error) => {
-                    drop(resetting);
-                    tracing::info!(%error, "waiting for workers");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(1));
-                }
-            }
-        }
-    }
-
-    /// Resets a worker to `generation`; with `keep_current`, a worker that
-    /// already holds it (this node restored it from its log) keeps its data and
-    /// pushes its latest conditions again instead (this node forgot them).
+    /// Resets a worker to `generation`; with `keep_current`, a worker that already holds it
+    /// (an earlier leader, or this coordinator before a restart, brought it there) keeps its
+    /// data and pushes its latest conditions again instead (this node may lack them).
     async fn bring_worker_up(
         &self,
         generation: &Arc<Generation>,
@@ -116,7 +89,7 @@ impl State {
         let mut swept_at = tokio::time::Instant::now();
         loop {
             ticker.tick().await;
-            let sweep_due = self.replicated && swept_at.elapsed() >= REGISTRATION_SWEEP_EVERY;
+            let sweep_due = swept_at.elapsed() >= REGISTRATION_SWEEP_EVERY;
             if sweep_due {
                 swept_at = tokio::time::Instant::now();
             }
@@ -137,7 +110,7 @@ impl State {
                     let left = self.registrations_left.lock().contains(&cell);
                     // A worker that restarted forgot the newest term (a deposed leader's call
                     // would pass): the sweep's call raises it again, and ends what passed.
-                    let unfenced = self.replicated && self.leading_term().is_some_and(|term| health.fence_term < term);
+                    let unfenced = self.leading_term().is_some_and(|term| health.fence_term < term);
                     if left || sweep_due || unfenced {
                         // It did not answer when this replica took over, it forgot the
                         // term, or it is its turn.
