@@ -339,3 +339,6 @@ impl State {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
