@@ -61,13 +61,7 @@ impl Application {
             path,
             url: config.router_url.clone(),
         });
-        let placement = state::Placement::new(
-            &config.cells(),
-            logged_map,
-            migrations,
-            router,
-            &config.cluster_secret,
-        )?;
+        let placement = state::Placement::new(&config.cells(), logged_map, migrations, router, &config.cluster_secret)?;
         // Cell ids are positions in the map, so the client follows the map's order (and
         // every map applied later).
         let workers = WorkerClient::new(placement.map().cells(), &config.cluster_secret)?;
@@ -97,7 +91,10 @@ impl Application {
         // Every coordinator is a replica of a group: of the listed replicas, or of one.
         let (id, members) = match config.replica_id {
             Some(id) => (id, config.replicas.iter().cloned().collect()),
-            None => (1, std::collections::BTreeMap::from([(1, own_url(listener.local_addr()?))])),
+            None => (
+                1,
+                std::collections::BTreeMap::from([(1, own_url(listener.local_addr()?))]),
+            ),
         };
         let options = consensus::ReplicaOptions {
             id,

@@ -225,7 +225,11 @@ mod tests {
         drop(wal);
         let state = read(directory.path()).unwrap().unwrap();
         assert_eq!(state.placement.as_ref(), Some(&map));
-        assert_eq!(state.migrations, vec![cloning], "the last state of unfinished migrations only");
+        assert_eq!(
+            state.migrations,
+            vec![cloning],
+            "the last state of unfinished migrations only"
+        );
         assert_eq!(state.generation, 7);
         assert_eq!(state.jia_service_url, "http://jia");
         assert_eq!(state.users, vec!["alice".to_owned(), "bob".to_owned()]);

@@ -55,11 +55,10 @@ fn icon_store_and_hash<'a>(
     app: &'a AppState,
     hash: &str,
 ) -> Result<(&'a crate::icons::IconStore, crate::icons::IconHash), (StatusCode, &'static str)> {
-    let icons = app
-        .state
-        .icons
-        .as_deref()
-        .ok_or((StatusCode::NOT_FOUND, "this coordinator keeps its icons in its log (no --data-dir)"))?;
+    let icons = app.state.icons.as_deref().ok_or((
+        StatusCode::NOT_FOUND,
+        "this coordinator keeps its icons in its log (no --data-dir)",
+    ))?;
     let hash = crate::icons::parse_hex(hash).ok_or((
         StatusCode::BAD_REQUEST,
         "an icon is named by 64 hex digits (its SHA-256)",

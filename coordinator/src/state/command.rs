@@ -77,10 +77,7 @@ pub enum Command {
     /// A migration's state after a step.
     Migration(Migration),
     /// Read only: a registration's start, written by builds before 2026-12-04.
-    Registering {
-        generation: u64,
-        unfinished: Unfinished,
-    },
+    Registering { generation: u64, unfinished: Unfinished },
     /// A registration left started by a build before 2026-12-04 that a leader published.
     Published { generation: u64, uuid: String },
 }
@@ -297,9 +294,7 @@ fn encode_snapshot(snapshot: &Snapshot, encoder: &mut Encoder) {
         isu.encode(encoder);
     }
     match &snapshot.placement {
-        Some(map) => encoder
-            .u8(1)
-            .str(&json(map)),
+        Some(map) => encoder.u8(1).str(&json(map)),
         None => encoder.u8(0),
     };
     encoder.u32(snapshot.migrations.len() as u32);

@@ -14,9 +14,9 @@ use shared::dataset::Dataset;
 use shared::protocol::LatestItem;
 use tokio::sync::watch;
 
+use super::command::{LoggedIsu, Snapshot, Unfinished};
 use super::model::{Isu, Latest, Outcome};
 use super::trend::{Trend, TrendCache};
-use super::command::{LoggedIsu, Snapshot, Unfinished};
 
 /// The most early latest conditions a generation keeps (ISUs registered moments ago).
 const EARLY_LATEST_LIMIT: usize = 10_000;

@@ -375,9 +375,7 @@ impl State {
     /// Commits a migration's new state (applying it keeps the unfinished ones in memory,
     /// for snapshots and the next leader).
     async fn log_migration(&self, migration: &Migration) -> Result<(), super::apply::LogError> {
-        self.log
-            .propose_as_leader(&Command::Migration(migration.clone()))
-            .await
+        self.log.propose_as_leader(&Command::Migration(migration.clone())).await
     }
 }
 

@@ -203,7 +203,9 @@ impl State {
             other => ApiError::Internal(other.to_string()),
         })?;
         if !generation.has_user(user) {
-            return Err(ApiError::Unavailable("the generation changed during the sign-in".into()));
+            return Err(ApiError::Unavailable(
+                "the generation changed during the sign-in".into(),
+            ));
         }
         Ok(self.session_key.set_cookie(user, generation.id))
     }

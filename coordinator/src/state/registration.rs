@@ -19,12 +19,12 @@ use shared::placement_map::CellId;
 use shared::protocol::{ProvisionalIsu, PublishIsu, RollbackIsu};
 use tokio::sync::watch;
 
+use super::command::{Command, Unfinished};
 use super::generation::{logged, Generation};
 use super::model::{Isu, Outcome};
 use super::State;
 use crate::error::ApiError;
 use crate::jia_client::ActivateError;
-use super::command::{Command, Unfinished};
 
 /// A registration request, after parsing.
 pub struct Registration {

@@ -449,3 +449,98 @@ async fn initialize_starts_a_fresh_log_so_a_restart_never_brings_back_old_data()
     );
     cluster.assert_no_crash();
 }
+
+/// Waits until node `index` has logged `text` more than `before` times (its log is kept
+/// across restarts).
+async fn wait_for_count(cluster: &Cluster, index: usize, text: &str, before: usize) {
+    wait_until(
+        &format!("node {index} logs {text:?} again"),
+        Duration::from_secs(20),
+        || async { (cluster.node_log(index).matches(text).count() > before).then_some(()) },
+    )
+    .await;
+}
+
+/// A lone coordinator is a group of one: SIGKILLed at each step of a registration (held
+/// there by a fail point) and started again from its data directory, it ends the
+/// registration as a next leader of three replicas does. Held before its worker heard of it,
+/// or once its worker held it provisionally, the ISU is nowhere and JIA was never asked
+/// (registering it again works); held once it was committed with the character JIA gave
+/// it, the restarted coordinator publishes it on its worker. JIA is asked at most once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_durable_coordinator_killed_at_each_step_of_a_registration_ends_it_as_a_takeover_does() {
+    use super::replicas::{activations_of, listed, register_in_background};
+    let claimed = test_uuid('c', 91);
+    let started = test_uuid('d', 92);
+    let accepted = test_uuid('e', 93);
+    let fail_points = format!(
+        "registration-claimed=return({claimed});registration-started=return({started});registration-accepted=return({accepted})"
+    );
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        durable: true,
+        fail_points: Some(fail_points.clone()),
+        ..ClusterOptions::default()
+    })
+    .await;
+    // Restarted with the same fail points: each step is held in its turn.
+    cluster.fail_points = Some(fail_points);
+    for uuid in [&claimed, &started, &accepted] {
+        cluster.make_known(uuid);
+    }
+    let coordinator = cluster.workers.len();
+    let alice = Arc::new(cluster.sign_in("alice").await);
+    for uuid in [&claimed, &started, &accepted] {
+        let ready_before = cluster.node_log(coordinator).matches("the leader is ready").count();
+        let registering = register_in_background(&alice, uuid, "killed");
+        wait_until("the registration is held", Duration::from_secs(15), || async {
+            let log = cluster.node_log(coordinator);
+            log.lines()
+                .any(|line| line.contains("registration held") && line.contains(uuid.as_str()))
+                .then_some(())
+        })
+        .await;
+        cluster.kill_node(coordinator);
+        // The client's connection died with the coordinator: no answer.
+        let _ = registering.await;
+        cluster.start_node(coordinator);
+        wait_for_count(&cluster, coordinator, "the leader is ready", ready_before).await;
+    }
+
+    // Held before JIA: rolled back (or never on its worker), JIA never asked; held after
+    // the commit: published, JIA asked once.
+    assert_eq!(listed(&alice).await, Some(BTreeSet::from([accepted.clone()])));
+    assert_eq!(
+        [&claimed, &started, &accepted].map(|uuid| activations_of(&cluster, uuid)),
+        [0, 0, 1]
+    );
+    assert!(
+        cluster
+            .node_log(coordinator)
+            .contains("rolled back a registration left unfinished"),
+        "the provisional registration was rolled back on its worker"
+    );
+    wait_until(
+        "the worker serves the published ISU",
+        Duration::from_secs(10),
+        || async {
+            let path = format!("/api/condition/{accepted}?end_time=2000000000&condition_level=info,warning,critical");
+            let reply = alice.try_get(&path).await.ok()?;
+            (reply.status.as_u16() == 200).then_some(())
+        },
+    )
+    .await;
+    // The two that were ended register as any other (the coordinator started again without
+    // the fail points), and JIA hears of each once.
+    cluster.fail_points = None;
+    let ready_before = cluster.node_log(coordinator).matches("the leader is ready").count();
+    cluster.kill_node(coordinator);
+    cluster.start_node(coordinator);
+    wait_for_count(&cluster, coordinator, "the leader is ready", ready_before).await;
+    for uuid in [&claimed, &started] {
+        alice.register(uuid, "again", None).await.json(201);
+        assert_eq!(activations_of(&cluster, uuid), 1, "{uuid}");
+    }
+    let again = alice.register(&accepted, "again", None).await;
+    assert_eq!(again.status.as_u16(), 409, "{}", again.text());
+    cluster.assert_no_crash();
+}

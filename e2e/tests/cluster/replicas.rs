@@ -78,13 +78,17 @@ pub(super) fn agent_of(cluster: &Cluster, replica: usize) -> Agent {
 
 /// Sends a registration as `agent` in the background: its answer comes after the takeover
 /// the test causes meanwhile.
-fn register_in_background(agent: &Arc<Agent>, uuid: &str, name: &'static str) -> tokio::task::JoinHandle<Reply> {
+pub(super) fn register_in_background(
+    agent: &Arc<Agent>,
+    uuid: &str,
+    name: &'static str,
+) -> tokio::task::JoinHandle<Reply> {
     let (agent, uuid) = (agent.clone(), uuid.to_owned());
     tokio::spawn(async move { agent.register(&uuid, name, None).await })
 }
 
 /// How many times JIA was asked to activate `uuid`.
-fn activations_of(cluster: &Cluster, uuid: &str) -> usize {
+pub(super) fn activations_of(cluster: &Cluster, uuid: &str) -> usize {
     let activations = cluster.jia.activations();
     activations
         .iter()
@@ -94,7 +98,7 @@ fn activations_of(cluster: &Cluster, uuid: &str) -> usize {
 
 /// The UUIDs of the signed-in user's ISUs as `agent`'s replica lists them (`None` when it
 /// does not answer 200).
-async fn listed(agent: &Agent) -> Option<BTreeSet<String>> {
+pub(super) async fn listed(agent: &Agent) -> Option<BTreeSet<String>> {
     let reply = agent.try_get("/api/isu").await.ok()?;
     if reply.status.as_u16() != 200 {
         return None;

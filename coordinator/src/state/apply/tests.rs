@@ -87,7 +87,11 @@ fn history(seed: u64, length: usize) -> Vec<Command> {
                 let icon: u8 = rng.gen_range(0..3);
                 Command::Isu {
                     // One in ten raced an `/initialize`.
-                    generation: if rng.gen_ratio(1, 10) { generation + 1 } else { generation },
+                    generation: if rng.gen_ratio(1, 10) {
+                        generation + 1
+                    } else {
+                        generation
+                    },
                     isu: LoggedIsu {
                         id: next_id,
                         uuid: uuid.clone(),
@@ -267,7 +271,11 @@ async fn a_lone_coordinators_log_gives_the_applied_hash_and_its_replay_from_disk
         let lone = Running::start(1, &members, Some(directory.path())).await;
         leader_of(std::slice::from_ref(&lone)).await;
         propose_all(&lone, &commands).await;
-        assert_eq!(lone.state.state_hash(), direct.state_hash(), "seed {seed}: through the log");
+        assert_eq!(
+            lone.state.state_hash(),
+            direct.state_hash(),
+            "seed {seed}: through the log"
+        );
         let live = lone.state.state_hash();
         let last = lone.replica.status().applied_index;
         lone.stop().await;
