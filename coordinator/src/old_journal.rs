@@ -139,21 +139,8 @@ pub fn retire(data_dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
-    use shared::placement_map::PlacementMap;
+    use crate::state::command::tests::{isu, map_of_two_cells};
     use shared::wal::{FsyncPolicy, Wal, WalOptions};
-
-    fn isu(id: i64, uuid: &str, image: Option<&'static [u8]>) -> LoggedIsu {
-        LoggedIsu {
-            id,
-            uuid: uuid.into(),
-            name: format!("isu {id}"),
-            character: "いじっぱり".into(),
-            owner: "alice".into(),
-            image: image.map(Bytes::from_static),
-            icon: None,
-        }
-    }
 
     /// The payload an earlier build wrote: version 0, no version byte.
     fn unversioned(command: Command) -> Vec<u8> {
@@ -182,15 +169,7 @@ mod tests {
         )
         .unwrap();
         wal.snapshot().await.unwrap();
-        let cells = (0..2)
-            .map(|index| shared::placement_map::Cell {
-                name: format!("c{index}"),
-                internal_url: format!("http://w{index}"),
-                device_url: format!("http://d{index}"),
-            })
-            .collect();
-        let mut map = PlacementMap::new(cells).unwrap();
-        map.assign_slot(7, 1).unwrap();
+        let map = map_of_two_cells();
         let planned = Migration::plan(1, shared::migration::Subject::Slot(7), 0, 1).unwrap();
         let cloning = planned.apply(shared::migration::Event::CloneStarted).unwrap();
         let done = Migration::plan(2, shared::migration::Subject::Slot(8), 0, 1)

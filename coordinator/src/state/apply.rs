@@ -57,20 +57,24 @@ impl Log {
     /// Commits `command` from any replica (a follower forwards it to the leader) and waits
     /// until this replica has applied it.
     pub async fn propose(&self, command: &Command) -> Result<(), LogError> {
-        let proposer = self.proposer()?;
-        let started = std::time::Instant::now();
-        proposer.propose(command.encode()).await?;
-        metrics::histogram!(RAFT_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
-        Ok(())
+        self.commit(command, false).await
     }
 
     /// Commits `command` only while this replica leads: a step of a protocol the leader runs
     /// (a registration, a migration) must not be committed for a replica that no longer
     /// leads (it would race the next leader ending the same protocol).
     pub async fn propose_as_leader(&self, command: &Command) -> Result<(), LogError> {
+        self.commit(command, true).await
+    }
+
+    async fn commit(&self, command: &Command, as_leader: bool) -> Result<(), LogError> {
         let proposer = self.proposer()?;
         let started = std::time::Instant::now();
-        proposer.propose_as_leader(command.encode()).await?;
+        let encoded = command.encode();
+        match as_leader {
+            true => proposer.propose_as_leader(encoded).await?,
+            false => proposer.propose(encoded).await?,
+        };
         metrics::histogram!(RAFT_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
         Ok(())
     }

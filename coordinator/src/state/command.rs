@@ -342,10 +342,11 @@ fn decode_snapshot(decoder: &mut Decoder<'_>) -> Option<Snapshot> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn isu(id: i64, uuid: &str, image: Option<&'static [u8]>) -> LoggedIsu {
+    /// A registered ISU of alice's as the log holds it.
+    pub(crate) fn isu(id: i64, uuid: &str, image: Option<&'static [u8]>) -> LoggedIsu {
         LoggedIsu {
             id,
             uuid: uuid.into(),
@@ -357,8 +358,8 @@ mod tests {
         }
     }
 
-    /// One command of every kind.
-    pub(crate) fn every_kind() -> Vec<Command> {
+    /// A map of two cells, slot 7 on the second.
+    pub(crate) fn map_of_two_cells() -> PlacementMap {
         let cells = (0..2)
             .map(|index| shared::placement_map::Cell {
                 name: format!("c{index}"),
@@ -368,6 +369,12 @@ mod tests {
             .collect();
         let mut map = PlacementMap::new(cells).unwrap();
         map.assign_slot(7, 1).unwrap();
+        map
+    }
+
+    /// One command of every kind.
+    fn every_kind() -> Vec<Command> {
+        let map = map_of_two_cells();
         let migration = Migration::plan(1, shared::migration::Subject::Slot(7), 0, 1).unwrap();
         let unfinished = Unfinished {
             uuid: "uuid-13".into(),
