@@ -544,3 +544,85 @@ async fn a_lone_durable_coordinator_killed_at_each_step_of_a_registration_ends_i
     assert_eq!(again.status.as_u16(), 409, "{}", again.text());
     cluster.assert_no_crash();
 }
+
+/// A journal as a coordinator built before 2026-12-06 wrote it (`coordinator.wal`, its
+/// records unversioned): a snapshot of `generation` with JIA's URL, `users` and one
+/// registered ISU with the default icon.
+fn old_journal(generation: u64, jia_url: &str, users: &[&str], isu: &serde_json::Value, owner: &str) -> Vec<u8> {
+    const SNAPSHOT_TAG: u8 = 1;
+    let mut snapshot = shared::wal::Encoder::new(SNAPSHOT_TAG);
+    snapshot.u64(generation).str(jia_url).u32(users.len() as u32);
+    for user in users {
+        snapshot.str(user);
+    }
+    snapshot
+        .u32(1)
+        .i64(isu["id"].as_i64().unwrap())
+        .str(isu["jia_isu_uuid"].as_str().unwrap())
+        .str(isu["name"].as_str().unwrap())
+        .str(isu["character"].as_str().unwrap())
+        .str(owner)
+        .u8(0);
+    shared::wal::frame(&snapshot.bytes)
+}
+
+/// A coordinator started on a data directory that holds an earlier build's journal takes
+/// its state (the generation the workers hold, its users and ISUs) into its raft log, once:
+/// the journal is kept as `coordinator.wal.converted`, and a later restart starts from the
+/// raft log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_of_an_earlier_build_is_converted_once_into_the_raft_log() {
+    let mut cluster = spawn_cluster_with(durable()).await;
+    let coordinator = cluster.workers.len();
+    let alice = cluster.sign_in("alice").await;
+    let uuid = cluster.known_uuid('8', 41);
+    let registered = alice.register(&uuid, "journaled", None).await.json(201);
+    let health: shared::protocol::Health = cluster
+        .internal_get(&format!("{}{}", cluster.workers[0], shared::protocol::HEALTH))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+
+    // The coordinator's data directory as an earlier build left it: its journal only.
+    cluster.kill_node(coordinator);
+    let data_dir = cluster.data_dir(coordinator);
+    for entry in std::fs::read_dir(&data_dir).unwrap() {
+        let path = entry.unwrap().path();
+        match path.is_dir() {
+            true => std::fs::remove_dir_all(&path).unwrap(),
+            false => std::fs::remove_file(&path).unwrap(),
+        }
+    }
+    let jia_url = cluster.jia.url();
+    let journal = old_journal(health.generation, &jia_url, &["alice"], &registered, "alice");
+    std::fs::write(data_dir.join("coordinator.wal"), journal).unwrap();
+
+    for restart in ["converting", "from the raft log"] {
+        cluster.start_node(coordinator);
+        wait_until("the coordinator is ready", Duration::from_secs(20), || async {
+            let url = format!("{}{}", cluster.coordinators[0], shared::protocol::HEALTH);
+            let health: shared::protocol::Health = cluster.internal_get(&url).await.ok()?.json().await.ok()?;
+            health.ready.then_some(())
+        })
+        .await;
+        // Alice's session (signed for the generation the journal holds) still works, her
+        // ISU is listed, and the worker kept its data (the generation was the same).
+        let listed = alice.isu_list().await.json(200);
+        assert_eq!(listed[0]["jia_isu_uuid"], uuid.as_str(), "{restart}: {listed}");
+        assert_eq!(listed[0]["character"], registered["character"], "{restart}");
+        assert!(!data_dir.join("coordinator.wal").exists(), "{restart}: converted once");
+        assert!(data_dir.join("coordinator.wal.converted").exists(), "{restart}: kept");
+        assert!(data_dir.join("raft.log").exists(), "{restart}");
+        cluster.kill_node(coordinator);
+    }
+    let log = cluster.node_log(coordinator);
+    assert_eq!(
+        log.matches("converting a coordinator journal of an earlier build")
+            .count(),
+        1
+    );
+    cluster.start_node(coordinator);
+    cluster.assert_no_crash();
+}
