@@ -8,7 +8,6 @@
 //! --workers 3 --duration 12s --users 3`): [`split_args`] takes out the ones [`Options`]
 //! declares, by clap's own description of them, and passes every other one to the bench.
 
-use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -682,14 +681,14 @@ impl Migrator {
             ..Migrations::default()
         };
         Migrator(Periodic::start(first_after, every, migrations, move |migrations| {
-            let moved = run_logged(migrate(), &log);
+            let moved = crate::external::run_logged(migrate(), &log);
             if moved {
                 migrations.done += 1;
             } else {
                 migrations.failed += 1;
             }
             let line = if moved { "ok" } else { "FAILED" };
-            append_line(&log, &format!("{line} {}", clock_time()));
+            append_line(&log, &format!("{line} {}", local::clock_time()));
         }))
     }
 
@@ -723,36 +722,6 @@ fn add_to_report(report: &Path, key: &str, value: &impl Serialize) -> anyhow::Re
     json[key] = serde_json::to_value(value)?;
     std::fs::write(report, serde_json::to_string_pretty(&json)? + "\n")?;
     Ok(())
-}
-
-/// Runs `command` with its output appended to `log`; whether it succeeded.
-pub(crate) fn run_logged(mut command: Command, log: &Path) -> bool {
-    let Ok(file) = OpenOptions::new().create(true).append(true).open(log) else {
-        return false;
-    };
-    let Ok(errors) = file.try_clone() else {
-        return false;
-    };
-    command
-        .stdout(file)
-        .stderr(errors)
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
-/// `HH:MM:SS.nnnnnnnnn` of now, UTC.
-pub(crate) fn clock_time() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let seconds = now.as_secs() % 86_400;
-    format!(
-        "{:02}:{:02}:{:02}.{:09}",
-        seconds / 3600,
-        seconds / 60 % 60,
-        seconds % 60,
-        now.subsec_nanos()
-    )
 }
 
 #[cfg(test)]

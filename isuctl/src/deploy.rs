@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::Serialize;
 
+use crate::mounts::{parse_bind, Bind};
 use crate::output::{self, Format};
 
 /// Render, install or run the cluster's hosts from an inventory.
@@ -99,34 +100,6 @@ pub struct RunHostArgs {
     /// process's own (a namespace host's directories: its /etc/isucondition, its state).
     #[arg(long = "bind", value_name = "SOURCE:TARGET", value_parser = parse_bind)]
     pub binds: Vec<Bind>,
-}
-
-/// One `--bind SOURCE:TARGET`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Bind {
-    pub source: PathBuf,
-    pub target: PathBuf,
-}
-
-impl std::fmt::Display for Bind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.source.display(), self.target.display())
-    }
-}
-
-/// `SOURCE:TARGET`, both absolute (the last `:` splits: a source may hold one, a target not).
-pub fn parse_bind(text: &str) -> Result<Bind, String> {
-    let (source, target) = text
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{text:?}: expected SOURCE:TARGET"))?;
-    let (source, target) = (Path::new(source), Path::new(target));
-    if !source.is_absolute() || !target.is_absolute() {
-        return Err(format!("{text:?}: SOURCE and TARGET must be absolute paths"));
-    }
-    Ok(Bind {
-        source: source.to_owned(),
-        target: target.to_owned(),
-    })
 }
 
 /// What `render` and `apply` report (`--json`).

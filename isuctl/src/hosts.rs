@@ -185,7 +185,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             let status = hosts.exec(&host, &command)?;
             exit_like(status)
         }
-        HostsCommand::Test(test) => checks::run(&hosts, &test, format),
+        HostsCommand::Test(test) => checks::run(&hosts, &test, format, leader_cut::run),
     }
 }
 
@@ -620,7 +620,7 @@ impl Hosts {
             }
             command.args(["taskset", "-c", "1"]);
         }
-        let out = self.paths.state.join("bench").join(time_stamp());
+        let out = self.paths.state.join("bench").join(crate::local::timestamp());
         std::fs::create_dir_all(&out)?;
         command
             .arg(self.paths.release.join("bench"))
@@ -763,18 +763,6 @@ impl Hosts {
             return None;
         }
         serde_json::from_slice(&output.stdout).ok()
-    }
-}
-
-/// `YYYYmmdd-HHMMSS` (local time), for a bench run's directory.
-fn time_stamp() -> String {
-    let output = Command::new("date").arg("+%Y%m%d-%H%M%S").output();
-    match output {
-        Ok(output) if output.status.success() => String::from_utf8_lossy(&output.stdout).trim().to_owned(),
-        _ => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs().to_string())
-            .unwrap_or_default(),
     }
 }
 

@@ -218,6 +218,18 @@ pub fn timestamp() -> String {
     timestamp_of(time::OffsetDateTime::now_utc())
 }
 
+/// `HH:MM:SS.nnnnnnnnn` of now, UTC (a line of a run's log).
+pub fn clock_time() -> String {
+    let at = time::OffsetDateTime::now_utc();
+    format!(
+        "{:02}:{:02}:{:02}.{:09}",
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.nanosecond()
+    )
+}
+
 /// [`timestamp`] of one instant.
 fn timestamp_of(at: time::OffsetDateTime) -> String {
     format!(

@@ -2,11 +2,12 @@
 //! its own `/etc/isucondition`, state and front end at the paths a real host has them,
 //! while the machine's file system stays as it was.
 
+use std::path::{Path, PathBuf};
+
 use anyhow::Context as _;
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
-
-use crate::deploy::Bind;
+use serde::Serialize;
 
 /// Enters a new mount namespace (its mounts propagate nowhere), then bind-mounts each
 /// source on its target, in order. Must run before the process starts threads (unshare of
@@ -33,4 +34,32 @@ pub fn bind_privately(binds: &[Bind]) -> anyhow::Result<()> {
         .with_context(|| format!("bind-mounting {} on {}", bind.source.display(), bind.target.display()))?;
     }
     Ok(())
+}
+
+/// One `--bind SOURCE:TARGET`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Bind {
+    pub source: PathBuf,
+    pub target: PathBuf,
+}
+
+impl std::fmt::Display for Bind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.source.display(), self.target.display())
+    }
+}
+
+/// `SOURCE:TARGET`, both absolute (the last `:` splits: a source may hold one, a target not).
+pub fn parse_bind(text: &str) -> Result<Bind, String> {
+    let (source, target) = text
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{text:?}: expected SOURCE:TARGET"))?;
+    let (source, target) = (Path::new(source), Path::new(target));
+    if !source.is_absolute() || !target.is_absolute() {
+        return Err(format!("{text:?}: SOURCE and TARGET must be absolute paths"));
+    }
+    Ok(Bind {
+        source: source.to_owned(),
+        target: target.to_owned(),
+    })
 }

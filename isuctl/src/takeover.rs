@@ -19,8 +19,9 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 use shared::protocol::{HeldIsu, ReplicaAnswer, COORDINATOR_REPLICA, COORDINATOR_REPLICA_ISUS, SECRET_HEADER};
 
-use crate::bench::{clock_time, run_logged};
+use crate::external::run_logged;
 use crate::http;
+use crate::local::clock_time;
 use crate::local::{self, Node, RunDir};
 use crate::periodic::{append_line, Periodic};
 

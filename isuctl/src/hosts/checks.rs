@@ -31,7 +31,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{metrics, BenchArgs, Hosts, TestArgs, Tls, UpArgs};
+use super::{metrics, BenchArgs, HostPlan, Hosts, TestArgs, Tls, UpArgs};
 use crate::output::{self, Format};
 
 /// One check's outcome.
@@ -82,7 +82,11 @@ impl Drop for DownOnDrop<'_> {
     }
 }
 
-pub fn run(hosts: &Hosts, args: &TestArgs, format: Format) -> anyhow::Result<()> {
+/// What check 4 runs with replicas: the leader's host cut off under load
+/// (`super::leader_cut::run`, handed in by the parent, which wires the two).
+pub(super) type LeaderCut = fn(&Hosts, &mut Checks, &[HostPlan], u64) -> anyhow::Result<()>;
+
+pub(super) fn run(hosts: &Hosts, args: &TestArgs, format: Format, leader_cut: LeaderCut) -> anyhow::Result<()> {
     super::require_root()?;
     let seconds: u64 = match std::env::var("ISU_HOSTS_BENCH_SECONDS") {
         Ok(text) => text
@@ -296,7 +300,7 @@ pub fn run(hosts: &Hosts, args: &TestArgs, format: Format) -> anyhow::Result<()>
 
     // 4. The replicas' leader's host cut off under load.
     if args.coordinators > 1 {
-        super::leader_cut::run(hosts, &mut checks, &cluster, seconds)?;
+        leader_cut(hosts, &mut checks, &cluster, seconds)?;
     }
 
     // 5. Latency and loss between every pair of hosts.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use netlab::router::PortSpec;
 
-use crate::deploy::Bind;
+use crate::mounts::Bind;
 
 /// The public domain every cluster host is named in.
 pub const DOMAIN: &str = "t.isucon.dev";
