@@ -78,11 +78,14 @@ pub struct Config {
     #[arg(long, env = "ISU_JIA_SERVICE_URL", default_value = "http://localhost:5000")]
     pub jia_service_url: String,
 
-    /// Directory of the durable log (`coordinator.wal`: generation, users, registered ISUs and icons), replayed on start; without it everything is in memory only.
+    /// Directory of the coordinator's raft log and snapshots (`raft.log`, `raft.snapshot`:
+    /// generation, users, registered ISUs, the placement map, migrations) and icons
+    /// (`icons/`), read back at start; without it everything is in memory only. An earlier
+    /// build's `coordinator.wal` found there is converted once (kept as `.converted`).
     #[arg(long, env = "ISU_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
 
-    /// When the log reaches the disk: `always` (fsync each group commit before answering), `<N>ms` (answer once the OS has it, fsync every N ms) or `never` (the OS decides).
+    /// When the log reaches the disk: `always` (fsync each group commit before answering), `<N>ms` (answer once the OS has it, fsync every N ms) or `never` (the OS decides). Replicas of a group of several should keep `always`.
     #[arg(long, env = "ISU_FSYNC", default_value = "always")]
     pub fsync: FsyncPolicy,
 
@@ -114,8 +117,8 @@ pub struct Config {
     /// This coordinator's id in a group of replicas (1, 2, 3, …; with `--replica`). The
     /// group keeps the coordinator's state (users, ISUs, the placement map, migrations) in a
     /// raft log under `--data-dir`; every replica serves the API, the leader runs the
-    /// registrations, `/initialize`, migrations and the router's map. Without it, one
-    /// coordinator with its own log (or none).
+    /// registrations, `/initialize`, migrations and the router's map. Without it, a group
+    /// of one: replica 1, its own listener as its URL.
     #[arg(long, env = "ISU_REPLICA_ID", requires_all = ["replicas", "data_dir"])]
     pub replica_id: Option<u64>,
 
