@@ -519,16 +519,8 @@ async fn a_lone_durable_coordinator_killed_at_each_step_of_a_registration_ends_i
             .contains("rolled back a registration left unfinished"),
         "the provisional registration was rolled back on its worker"
     );
-    wait_until(
-        "the worker serves the published ISU",
-        Duration::from_secs(10),
-        || async {
-            let path = format!("/api/condition/{accepted}?end_time=2000000000&condition_level=info,warning,critical");
-            let reply = alice.try_get(&path).await.ok()?;
-            (reply.status.as_u16() == 200).then_some(())
-        },
-    )
-    .await;
+    // Published on its worker: its conditions are readable there.
+    wait_until_served(&alice, &accepted).await;
     // The two that were ended register as any other (the coordinator started again without
     // the fail points), and JIA hears of each once.
     cluster.fail_points = None;
