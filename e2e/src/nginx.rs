@@ -32,6 +32,9 @@ pub struct Nginx {
     child: Child,
     pid_file: PathBuf,
     pub error_log: PathBuf,
+    /// The public server's access log (LTSV, `upstream:` the servers tried), written by
+    /// nginx every 2 s.
+    pub access_log: PathBuf,
 }
 
 impl Nginx {
@@ -60,6 +63,7 @@ impl Nginx {
             child,
             pid_file: run_dir.join("nginx.pid"),
             error_log,
+            access_log: run_dir.join("nginx-access.log"),
         }
     }
 
@@ -143,7 +147,9 @@ fn render_config(request: &RenderRequest) -> PathBuf {
         reset_placement: false,
         worker_processes: request.worker_processes.to_string(),
         device_servers: true,
-        access_log: false,
+        // The public requests' log (device posts left out): a test that fails on where a
+        // request went prints it.
+        access_log: true,
         tls: None,
         check: true,
         nginx_bin: request.nginx.to_owned(),
