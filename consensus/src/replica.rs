@@ -15,7 +15,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use openraft::{Config, ServerState, SnapshotPolicy};
-use serde::Serialize;
 use shared::wal::FsyncPolicy;
 
 use crate::log_store::LogStore;
@@ -269,17 +268,9 @@ impl Proposer {
     }
 }
 
-/// What a replica says of itself (`role`, `term`, how far it has applied, whom it follows).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Status {
-    pub id: NodeId,
-    pub role: &'static str,
-    pub term: u64,
-    pub leader: Option<NodeId>,
-    pub last_log_index: u64,
-    pub applied_index: u64,
-    pub members: Vec<NodeId>,
-}
+/// What a replica says of itself (`role`, `term`, how far it has applied, whom it follows),
+/// as the coordinator's `/internal/replica` answers it.
+pub type Status = shared::protocol::ReplicaStatus;
 
 /// Entries per append RPC: a registration's entry may carry an icon, so a batch of openraft's
 /// default 300 could pass the RPC body bound, and a follower behind would never catch up.
@@ -382,7 +373,7 @@ impl<A: Applier> Replica<A> {
         let metrics = self.raft.metrics().borrow().clone();
         Status {
             id: self.id,
-            role: role_name(metrics.state),
+            role: role_name(metrics.state).to_owned(),
             term: metrics.current_term,
             leader: metrics.current_leader,
             last_log_index: metrics.last_log_index.unwrap_or(0),

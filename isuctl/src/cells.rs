@@ -139,13 +139,13 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         Command::AddReplica { id, url } => {
             let answer = api()?.change_members(&shared::protocol::MembershipRequest::Add { id, url })?;
             emit(format, &answer, |answer| {
-                format!("members now {}", answer.status["members"])
+                format!("members now {:?}", answer.status.members)
             })
         }
         Command::RemoveReplica { id } => {
             let answer = api()?.change_members(&shared::protocol::MembershipRequest::Remove(id))?;
             emit(format, &answer, |answer| {
-                format!("members now {}", answer.status["members"])
+                format!("members now {:?}", answer.status.members)
             })
         }
         Command::Random => {
@@ -191,7 +191,7 @@ fn render_replicas(rows: &Vec<ReplicaRow>) -> String {
     let most = rows
         .iter()
         .filter_map(|row| row.answer.as_ref().ok())
-        .filter_map(|answer| answer.status["applied_index"].as_u64())
+        .map(|answer| answer.status.applied_index)
         .max()
         .unwrap_or(0);
     let mut text = format!(
@@ -201,15 +201,17 @@ fn render_replicas(rows: &Vec<ReplicaRow>) -> String {
     for row in rows {
         match &row.answer {
             Ok(answer) => {
-                let field = |name: &str| answer.status[name].to_string();
-                let applied = answer.status["applied_index"].as_u64().unwrap_or(0);
+                let status = &answer.status;
+                let applied = status.applied_index;
                 text.push_str(&format!(
                     "{:<28} {:>3} {:<10} {:>5} {:>6} {:>8} {:>5} {:<5} {}\n",
                     row.url,
-                    field("id"),
-                    answer.status["role"].as_str().unwrap_or("?"),
-                    field("term"),
-                    field("leader"),
+                    status.id,
+                    status.role,
+                    status.term,
+                    status
+                        .leader
+                        .map_or_else(|| "-".to_owned(), |leader| leader.to_string()),
                     applied,
                     most - applied,
                     answer.ready,

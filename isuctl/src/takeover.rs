@@ -132,15 +132,15 @@ fn answer_of(node: &Node, secret: &str) -> Option<ReplicaAnswer> {
 }
 
 pub(crate) fn role(answer: &ReplicaAnswer) -> &str {
-    answer.status["role"].as_str().unwrap_or_default()
+    &answer.status.role
 }
 
 pub(crate) fn term(answer: &ReplicaAnswer) -> u64 {
-    answer.status["term"].as_u64().unwrap_or_default()
+    answer.status.term
 }
 
 pub(crate) fn applied(answer: &ReplicaAnswer) -> u64 {
-    answer.status["applied_index"].as_u64().unwrap_or_default()
+    answer.status.applied_index
 }
 
 impl LeaderKiller {

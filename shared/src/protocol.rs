@@ -79,13 +79,27 @@ pub struct HeldIsu {
     pub icon_sha256: Option<String>,
 }
 
+/// What a coordinator replica says of itself: its raft role, term, how far it has applied
+/// and whom it follows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReplicaStatus {
+    pub id: u64,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: String,
+    pub term: u64,
+    /// The leader it knows of, if any.
+    pub leader: Option<u64>,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+    /// The voters of its group.
+    pub members: Vec<u64>,
+}
+
 /// Answer of [`COORDINATOR_REPLICA`].
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ReplicaAnswer {
-    /// `id`, `role` (leader, follower, candidate, learner, shutdown), `term`, `leader`,
-    /// `last_log_index`, `applied_index`, `members`.
     #[serde(flatten)]
-    pub status: serde_json::Value,
+    pub status: ReplicaStatus,
     /// Serving (`/healthz` 200): it has applied its group's generation (a leader: and brought
     /// the workers to it).
     pub ready: bool,

@@ -153,7 +153,7 @@ async fn replica(_: ClusterPeer, State(app): State<AppState>) -> Response {
 
 fn replica_answer(app: &AppState, replica: &crate::Replica) -> Response {
     axum::Json(shared::protocol::ReplicaAnswer {
-        status: serde_json::to_value(replica.status()).unwrap_or_default(),
+        status: replica.status(),
         ready: app.state.is_ready(),
         state_hash: format!("{:016x}", app.state.state_hash()),
     })

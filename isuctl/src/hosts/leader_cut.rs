@@ -227,7 +227,7 @@ fn cut_the_leader(
         let leads = single_leader(&now).ok().filter(|index| *index != leader);
         let following = cut_one.zip(leads).is_some_and(|(cut_one, leads)| {
             role(cut_one) == "follower"
-                && cut_one.status["leader"].as_u64() == replicas[leads].replica
+                && cut_one.status.leader == replicas[leads].replica
                 && term(cut_one) > term_before
         });
         if following {
@@ -376,7 +376,11 @@ mod tests {
 
     fn answer(role: &str, term: u64) -> Option<ReplicaAnswer> {
         Some(ReplicaAnswer {
-            status: serde_json::json!({ "role": role, "term": term }),
+            status: shared::protocol::ReplicaStatus {
+                role: role.to_owned(),
+                term,
+                ..Default::default()
+            },
             ready: true,
             state_hash: "0".to_owned(),
         })
