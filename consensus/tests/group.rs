@@ -303,3 +303,38 @@ async fn the_rpc_routes_refuse_a_missing_secret_a_malformed_body_and_an_oversize
     // The group is still whole.
     group.leader().await;
 }
+
+/// Only a group of one may keep its log in memory: a replica of a larger group that forgot
+/// its vote and log on a restart could help elect a leader without entries it acknowledged.
+#[tokio::test]
+async fn a_replica_of_a_larger_group_needs_a_data_directory() {
+    let members: BTreeMap<NodeId, String> = (1..=3).map(|id| (id, format!("http://127.0.0.1:{}", 9 + id))).collect();
+    let options = |members: BTreeMap<NodeId, String>| ReplicaOptions {
+        id: 1,
+        members,
+        data_dir: None,
+        fsync: shared::wal::FsyncPolicy::Always,
+        secret: SECRET.into(),
+        snapshot_every: 50,
+        heartbeat_ms: consensus::DEFAULT_HEARTBEAT_MS,
+    };
+    let refused = Replica::start(options(members.clone()), Arc::new(Recorder::default())).await;
+    let error = refused.err().expect("three replicas in memory are refused").to_string();
+    assert!(error.contains("data directory"), "{error}");
+    // A group of one in memory starts and leads.
+    let alone = Replica::start(
+        options(members.into_iter().take(1).collect()),
+        Arc::new(Recorder::default()),
+    )
+    .await
+    .expect("a group of one keeps its log in memory");
+    let mut metrics = alone.raft.metrics();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while metrics.borrow().state != openraft::ServerState::Leader {
+            metrics.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("it leads within 5 s");
+    alone.shutdown().await;
+}

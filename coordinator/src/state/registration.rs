@@ -195,8 +195,9 @@ impl State {
             .device_url
             .clone();
         // With a data directory, the icon goes to this replica's store and at least one
-        // other's (if it has peers) while the registration starts (the log names it by its hash only in the accepted ISU, below);
-        // JIA is asked once both are done, so a failure here never costs an activation.
+        // other's (if it has peers) while the registration starts (the log names it by its
+        // hash only in the accepted ISU, below); JIA is asked once both are done, so a
+        // failure here never costs an activation.
         let store_icon = async {
             match (&self.icons, &registration.image) {
                 (Some(icons), Some(image)) => icons.store(image.clone(), &self.peer_urls()).await.map(Some),

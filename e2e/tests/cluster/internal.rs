@@ -318,3 +318,36 @@ async fn a_latest_stream_applies_and_acknowledges_each_frame_as_it_comes_and_bad
     );
     assert_eq!(latest_message().await, "whole");
 }
+
+/// A lone coordinator without a data directory is the one replica of its group: it answers
+/// `/internal/replica` as its leader, and refuses another member (a replica that forgets its
+/// log on a restart must not vote) with 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_coordinator_in_memory_leads_its_group_of_one_and_takes_no_member() {
+    let mut cluster = spawn_cluster().await;
+    let coordinator = cluster.coordinator.clone();
+    let url = |path: &str| format!("{coordinator}{path}");
+    let answer: Value = cluster
+        .internal_get(&url(shared::protocol::COORDINATOR_REPLICA))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (answer["role"].as_str(), answer["members"].clone()),
+        (Some("leader"), json!([1])),
+        "{answer}"
+    );
+    let refused = cluster
+        .raw_client()
+        .post(url(shared::protocol::COORDINATOR_MEMBERS))
+        .header(shared::protocol::SECRET_HEADER, &cluster.secret)
+        .json(&json!({"add": {"id": 2, "url": "http://127.0.0.1:9"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 409);
+    assert!(refused.text().await.unwrap().contains("no --data-dir"));
+    cluster.assert_no_crash();
+}
