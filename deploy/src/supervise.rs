@@ -47,10 +47,19 @@ pub struct Process {
 
 /// The fields of `/proc/PID/stat` after the parenthesised command name (field 3 on).
 fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    fields_of_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The fields of a `/proc/PID/stat` line after the parenthesised command name.
+fn fields_of_stat(stat: &str) -> Option<Vec<String>> {
     // The command name may hold spaces and parentheses: the last ')' ends it.
     let rest = &stat[stat.rfind(") ")? + 2..];
     Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The parent PID in a `/proc/PID/stat` line (its fourth field).
+fn parent_of_stat(stat: &str) -> Option<u32> {
+    fields_of_stat(stat)?.get(1)?.parse().ok()
 }
 
 /// The kernel start time of `pid` (field 22), if it exists.
@@ -73,8 +82,9 @@ pub fn children_of(pid: u32) -> Vec<u32> {
     entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|child| {
-            stat_fields(*child)
-                .and_then(|fields| fields.get(1)?.parse::<u32>().ok())
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| parent_of_stat(&stat))
                 .is_some_and(|parent| parent == pid)
         })
         .collect()
@@ -332,6 +342,16 @@ mod tests {
 
     fn sleep_spawn(dir: &Path, seconds: &str) -> Spawn {
         Spawn::new(vec!["sleep".to_owned(), seconds.to_owned()], dir.join("sleep.log"))
+    }
+
+    #[test]
+    fn a_parent_is_read_past_a_command_name_with_parentheses() {
+        assert_eq!(
+            parent_of_stat("42 (a) b) S 7 42 42 0"),
+            Some(7),
+            "a command name with ') '"
+        );
+        assert_eq!(parent_of_stat("garbage"), None);
     }
 
     #[test]

@@ -73,6 +73,17 @@ impl Drop for NodeProcess {
     }
 }
 
+/// Sends `signal` (`STOP`, `CONT`, `KILL`, …) to process `pid`, one this test started;
+/// false when `kill` failed (the process is gone).
+pub fn signal_pid(pid: u32, signal: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
 /// The last `lines` lines of `text`.
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();

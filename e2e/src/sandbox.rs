@@ -427,12 +427,7 @@ impl Cluster {
     /// killed on drop: SIGKILL needs no CONT).
     pub fn signal_node(&self, index: usize, signal: &str) {
         let pid = self.processes[index].child.id();
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("running kill");
-        assert!(status.success(), "kill -{signal} {pid} failed");
+        assert!(crate::process::signal_pid(pid, signal), "kill -{signal} {pid} failed");
     }
 
     /// Starts node `index` again with its flags (its log file is appended to); returns once it listens.

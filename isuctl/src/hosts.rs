@@ -21,14 +21,15 @@
 //! own directories bound where a real host has them (`hosts::plan` says which): its state,
 //! its configuration, the certificates, and on the coordinator host the front end the render
 //! bundled, so nginx's user reads it from the host's tree and never from the checkout.
-//! `hosts::checks` is `isuctl hosts test`. The state of a running set of hosts (what `up`
-//! made and started) is `run/hosts/state.json`; `down` undoes exactly that.
+//! The state of a running set of hosts (what `up` made and started) is
+//! `run/hosts/state.json`; `down` undoes exactly that.
+//!
+//! The system test on these hosts (TLS, isolation, a partition, latency and loss, the
+//! leader's host cut off) is `e2e/tests/hosts`, which `scripts/hosts test` runs.
 
-pub mod checks;
-pub mod leader_cut;
-pub mod metrics;
 pub mod plan;
-pub mod probe;
+mod processes;
+mod tls;
 
 use std::io::{BufRead as _, Write as _};
 use std::os::unix::process::CommandExt as _;
@@ -46,7 +47,9 @@ use plan::{HostPlan, Paths, DOMAIN};
 /// The deployment on network-namespace hosts of this machine (needs root, iproute2, nginx,
 /// openssl, curl).
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Environment: ISU_HOSTS_DIR (default run/hosts), ISU_HOSTS_BENCH_SECONDS (test's runs, 20).")]
+#[command(
+    after_help = "Environment: ISU_HOSTS_DIR (default run/hosts). The system test on these hosts: scripts/hosts test."
+)]
 pub struct Args {
     #[command(subcommand)]
     pub command: HostsCommand,
@@ -78,15 +81,6 @@ pub enum HostsCommand {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
-    /// Up, then every check, then down; fails unless every check holds: the bench over TLS
-    /// passes with 0 errors; internal routes are unreachable from the bench host; a 10 s cut
-    /// between the coordinator and worker host a under load (cell b's ISUs see no failure,
-    /// device posts to a are accepted meanwhile, a's latest conditions reach the coordinator
-    /// after the heal, nothing acknowledged is lost); 50 ms latency and 1 % loss between all
-    /// hosts: the bench still passes. With --coordinators 3, also the leader's host cut off
-    /// from the other hosts under load (another replica takes over, the API keeps working
-    /// after the takeover, the replicas agree again after the heal).
-    Test(TestArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -124,21 +118,8 @@ pub struct BenchArgs {
     pub bench_args: Vec<String>,
 }
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct TestArgs {
-    /// Worker hosts (cells).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
-    pub workers: u8,
-    /// Coordinators: 1, or 3 replicas (adds the check of the leader's host cut off).
-    #[arg(long, default_value_t = 1, value_parser = parse_coordinators)]
-    pub coordinators: u8,
-    /// Do not build the release binaries first.
-    #[arg(long)]
-    pub no_build: bool,
-}
-
 /// `--coordinators`: 1 or 3.
-fn parse_coordinators(text: &str) -> Result<u8, String> {
+pub fn parse_coordinators(text: &str) -> Result<u8, String> {
     text.parse::<u8>()
         .ok()
         .filter(|count| plan::COORDINATORS.contains(count))
@@ -185,7 +166,6 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             let status = hosts.exec(&host, &command)?;
             exit_like(status)
         }
-        HostsCommand::Test(test) => checks::run(&hosts, &test, format, leader_cut::run),
     }
 }
 
@@ -239,10 +219,13 @@ pub struct UpReport {
 }
 
 /// The hosts of this checkout: where their state lies and how to reach them.
+#[derive(Debug, Clone)]
 pub struct Hosts {
     pub paths: Paths,
     /// This checkout.
     pub repo: PathBuf,
+    /// The isuctl each host runs `deploy run-host` with (this program, unless a test says).
+    pub isuctl: PathBuf,
 }
 
 impl Hosts {
@@ -263,6 +246,7 @@ impl Hosts {
         Ok(Hosts {
             paths: Paths { state, release, web },
             repo,
+            isuctl: std::env::current_exe().context("finding this program")?,
         })
     }
 
@@ -300,7 +284,7 @@ impl Hosts {
     }
 
     /// The hosts of the running cluster (all of them when nothing is up: every name is valid).
-    fn plan(&self) -> anyhow::Result<Vec<HostPlan>> {
+    pub fn plan(&self) -> anyhow::Result<Vec<HostPlan>> {
         let (workers, coordinators) = self
             .state()?
             .map_or((3, 3), |state| (state.workers, state.coordinators));
@@ -346,7 +330,7 @@ impl Hosts {
             }
         }
         std::fs::create_dir_all(paths.state.join("logs"))?;
-        make_certificates(&paths.tls())?;
+        tls::make_certificates(&paths.tls())?;
         self.stage_unbuilt_front_end()?;
         let inventory = paths.state.join("inventory.toml");
         std::fs::write(&inventory, plan::inventory(&hosts, args.tls == Tls::On, paths))?;
@@ -406,13 +390,12 @@ impl Hosts {
             std::fs::read_to_string(logs.join("netlab.out")).is_ok_and(|text| text.lines().any(|l| l == "ready"))
         })?;
 
-        let exe = std::env::current_exe().context("finding this program")?;
         for host in hosts.iter().filter(|host| host.is_cluster_host()) {
-            let pid = self.start_host(host, &exe)?;
+            let pid = self.start_host(host, &self.isuctl)?;
             state.processes.push(Started {
                 name: host.name.clone(),
                 pid,
-                exe: exe.clone(),
+                exe: self.isuctl.clone(),
             });
             self.save(&state)?;
         }
@@ -502,10 +485,10 @@ impl Hosts {
         let Some(mut state) = self.state()? else {
             return Ok(());
         };
-        state.processes.retain(still_ours);
+        state.processes.retain(processes::still_ours);
         self.save(&state)?;
         for started in state.processes.iter().rev() {
-            signal(started.pid as i32, nix::sys::signal::Signal::SIGTERM);
+            processes::signal(started.pid as i32, nix::sys::signal::Signal::SIGTERM);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline
@@ -517,10 +500,10 @@ impl Hosts {
             std::thread::sleep(Duration::from_millis(100));
         }
         for started in &state.processes {
-            signal(started.pid as i32, nix::sys::signal::Signal::SIGKILL);
+            processes::signal(started.pid as i32, nix::sys::signal::Signal::SIGKILL);
             if started.name != "netlab" {
                 // A host's run-host leads its own process group: nothing it started is left.
-                signal(-(started.pid as i32), nix::sys::signal::Signal::SIGKILL);
+                processes::signal(-(started.pid as i32), nix::sys::signal::Signal::SIGKILL);
             }
         }
         state.processes.clear();
@@ -583,7 +566,7 @@ impl Hosts {
                     running: deploy::supervise::is_alive(started.pid),
                 })
                 .collect(),
-            nodes: node_pids(&state),
+            nodes: processes::node_pids(&state),
         };
         output::emit(format, &status, |status| {
             let mut lines = vec![format!(
@@ -616,7 +599,7 @@ impl Hosts {
             // As if the bench had its own machine: the cluster (nodes, nginx) on CPU 0, the
             // bench and netlab (the network, no host's cost) on CPU 1.
             for started in &state.processes {
-                pin_tree(started.pid, if started.name == "netlab" { 1 } else { 0 });
+                processes::pin_tree(started.pid, if started.name == "netlab" { 1 } else { 0 });
             }
             command.args(["taskset", "-c", "1"]);
         }
@@ -632,7 +615,7 @@ impl Hosts {
             .arg(self.paths.tls().join("ca.pem"))
             .arg("--out")
             .arg(&out);
-        for (name, pid) in node_pids(&state) {
+        for (name, pid) in processes::node_pids(&state) {
             command.arg("--process").arg(format!("{name}={pid}"));
         }
         command.args(bench_args);
@@ -708,61 +691,10 @@ impl Hosts {
         Ok(format!("@{}", file.display()))
     }
 
-    /// The conditions the workers of `hosts` have stored (`conditions_stored_total`).
-    pub fn stored_conditions<'a>(&self, hosts: impl IntoIterator<Item = &'a str>) -> anyhow::Result<f64> {
-        hosts
-            .into_iter()
-            .map(|host| Ok(metrics::sum(&self.metrics_text(host)?, "conditions_stored_total")))
-            .sum()
-    }
-
-    /// A host's node's `/metrics`, read on the host itself (internal address).
-    pub fn metrics_text(&self, host: &str) -> anyhow::Result<String> {
-        let plan = self.plan()?;
-        let host = plan::find(&plan, host)?;
-        let internal = host.internal_address.context("the bench host has no node")?;
-        let output = Command::new("ip")
-            .args(["netns", "exec", &host.netns, "curl", "-s", "--max-time", "3", "-H"])
-            .arg(self.secret_header()?)
-            .arg(format!("http://{internal}:3000/metrics"))
-            .output()?;
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    }
-
-    /// The PID of node `name` (`coordinator-2`, `worker-a`, `nginx`, …) of the running hosts.
-    pub fn node_pid(&self, name: &str) -> anyhow::Result<Option<u32>> {
-        let state = self.up_state()?;
-        Ok(node_pids(&state)
-            .into_iter()
-            .find(|(node, _)| node == name)
-            .map(|(_, pid)| pid))
-    }
-
-    /// A coordinator replica's `GET /internal/replica`, asked on its own host (so a host cut
-    /// off still answers for itself); `None` when it does not answer 200 within a second.
-    pub fn replica_answer(&self, host: &HostPlan) -> Option<shared::protocol::ReplicaAnswer> {
-        let url = host.coordinator_url()?;
-        let output = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &host.netns,
-                "curl",
-                "-s",
-                "-f",
-                "--max-time",
-                "1",
-                "-H",
-            ])
-            .arg(self.secret_header().ok()?)
-            .arg(format!("{url}{}", shared::protocol::COORDINATOR_REPLICA))
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        if !output.status.success() {
-            return None;
-        }
-        serde_json::from_slice(&output.stdout).ok()
+    /// NAME=PID of every node process of the running hosts (`coordinator`, `worker-<cell>`,
+    /// `nginx`, …).
+    pub fn nodes(&self) -> anyhow::Result<Vec<(String, u32)>> {
+        Ok(processes::node_pids(&self.up_state()?))
     }
 }
 
@@ -774,7 +706,7 @@ fn require_root() -> anyhow::Result<()> {
 }
 
 /// An error unless `program` is on the PATH.
-fn which(program: &str) -> anyhow::Result<()> {
+pub(crate) fn which(program: &str) -> anyhow::Result<()> {
     let found = std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()));
     anyhow::ensure!(found, "needs {program}");
@@ -803,93 +735,6 @@ fn wait_for(what: &str, seconds: u64, state: &Path, mut ready: impl FnMut() -> b
     Ok(())
 }
 
-/// One certificate for every name up to three workers (like the contest's wildcard), signed
-/// by a CA made here; kept while it is valid for another day.
-fn make_certificates(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let cert = dir.join("cert.pem");
-    let names: Vec<String> = (1..=4)
-        .map(|index| format!("DNS:isucondition-{index}.{DOMAIN}"))
-        .collect();
-    if cert.is_file() {
-        let valid = Command::new("openssl")
-            .args(["x509", "-noout", "-checkend", "86400", "-in"])
-            .arg(&cert)
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success());
-        let names_all = Command::new("openssl")
-            .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
-            .arg(&cert)
-            .output()
-            .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).contains(&format!("isucondition-4.{DOMAIN}")));
-        if valid && names_all {
-            return Ok(());
-        }
-    }
-    which("openssl")?;
-    let path = |name: &str| dir.join(name);
-    output_checked(
-        Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-            ])
-            .args(["-nodes", "-days", "30", "-keyout"])
-            .arg(path("ca-key.pem"))
-            .arg("-out")
-            .arg(path("ca.pem"))
-            .args(["-subj", "/CN=isucondition hosts test CA"])
-            .args(["-addext", "basicConstraints=critical,CA:TRUE"])
-            .args(["-addext", "keyUsage=critical,keyCertSign"]),
-    )?;
-    output_checked(
-        Command::new("openssl")
-            .args([
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-            ])
-            .arg(path("key.pem"))
-            .arg("-out")
-            .arg(path("cert.csr"))
-            .args(["-subj", &format!("/CN=isucondition-1.{DOMAIN}")]),
-    )?;
-    std::fs::write(
-        path("ext.cnf"),
-        format!(
-            "subjectAltName={}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-            names.join(",")
-        ),
-    )?;
-    output_checked(
-        Command::new("openssl")
-            .args(["x509", "-req", "-in"])
-            .arg(path("cert.csr"))
-            .arg("-CA")
-            .arg(path("ca.pem"))
-            .arg("-CAkey")
-            .arg(path("ca-key.pem"))
-            .args(["-CAcreateserial", "-days", "30", "-out"])
-            .arg(&cert)
-            .arg("-extfile")
-            .arg(path("ext.cnf")),
-    )?;
-    use std::os::unix::fs::PermissionsExt as _;
-    for key in ["key.pem", "ca-key.pem"] {
-        std::fs::set_permissions(path(key), std::fs::Permissions::from_mode(0o600))?;
-    }
-    Ok(())
-}
-
 /// Directories 755 and files 644 under `dir`: what nginx's user needs of the front end,
 /// whatever umask rendered it.
 fn make_world_readable(dir: &Path) -> anyhow::Result<()> {
@@ -905,96 +750,6 @@ fn make_world_readable(dir: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn still_ours(started: &Started) -> bool {
-    std::fs::read_link(format!("/proc/{}/exe", started.pid)).is_ok_and(|exe| {
-        // A binary rebuilt while it runs shows as "<path> (deleted)".
-        exe.to_string_lossy().starts_with(&*started.exe.to_string_lossy())
-    })
-}
-
-fn signal(pid: i32, signal: nix::sys::signal::Signal) {
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
-}
-
-/// NAME=PID of every node process (the children of each host's run-host), for the bench's
-/// CPU figures: `coordinator`, `worker-<cell>`, `nginx`.
-fn node_pids(state: &State) -> Vec<(String, u32)> {
-    let hosts = plan::hosts(usize::from(state.workers), state.coordinators);
-    let processes = all_processes();
-    let mut nodes = Vec::new();
-    for started in state.processes.iter().filter(|started| started.name != "netlab") {
-        let Some(host) = hosts.iter().find(|host| host.name == started.name) else {
-            continue;
-        };
-        let cell = match &host.role {
-            plan::Role::Worker { cell } => Some(cell.as_str()),
-            _ => None,
-        };
-        for (pid, _, args) in processes.iter().filter(|(_, parent, _)| *parent == started.pid) {
-            if let Some(name) = node_name(args, cell, &host.coordinator_node()) {
-                nodes.push((name, *pid));
-            }
-        }
-    }
-    nodes
-}
-
-/// Which node a process is, by its command line (`coordinator`: the name of the host's
-/// coordinator, see [`plan::HostPlan::coordinator_node`]).
-fn node_name(args: &str, cell: Option<&str>, coordinator: &str) -> Option<String> {
-    if args.contains("/coordinator ") {
-        Some(coordinator.to_owned())
-    } else if args.contains("/worker ") {
-        Some(format!("worker-{}", cell.unwrap_or("?")))
-    } else if (args.contains("nginx") && args.contains("master")) || args.contains("nginx -p") {
-        Some("nginx".to_owned())
-    } else {
-        None
-    }
-}
-
-/// (pid, parent pid, command line) of every process.
-fn all_processes() -> Vec<(u32, u32, String)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|entry| {
-            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let parent = parent_pid(&stat)?;
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let args = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            Some((pid, parent, args))
-        })
-        .collect()
-}
-
-/// The parent pid in a `/proc/<pid>/stat` line (its fourth field; the second, the command
-/// name in parentheses, may hold spaces).
-fn parent_pid(stat: &str) -> Option<u32> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Every thread of `pid` and of its descendants onto CPU `cpu`.
-fn pin_tree(pid: u32, cpu: usize) {
-    let mut set = nix::sched::CpuSet::new();
-    if set.set(cpu).is_err() {
-        return;
-    }
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for task in tasks.flatten() {
-            if let Some(tid) = task.file_name().to_str().and_then(|tid| tid.parse::<i32>().ok()) {
-                let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set);
-            }
-        }
-    }
-    for child in deploy::supervise::children_of(pid) {
-        pin_tree(child, cpu);
-    }
 }
 
 /// Reads the lines of a file that start with one of `prefixes` (the bench's summary lines).
@@ -1040,21 +795,12 @@ mod tests {
             &["up", "--workers", "1"],
             &["up", "--tls", "maybe"],
             &["up", "--colour"],
-            &["test", "--workers", "5"],
             &["net"],
             &["exec", "bench"],
             &["frobnicate"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?} is refused");
         }
-        let HostsCommand::Test(test) = parse(&["test", "--workers", "3"]).unwrap() else {
-            panic!()
-        };
-        assert_eq!((test.workers, test.coordinators), (3, 1));
-        let HostsCommand::Test(test) = parse(&["test", "--coordinators", "3"]).unwrap() else {
-            panic!()
-        };
-        assert_eq!((test.workers, test.coordinators), (2, 3));
         for bad in ["0", "2", "5", "x"] {
             assert!(parse(&["up", "--coordinators", bad]).is_err(), "--coordinators {bad}");
         }
@@ -1079,44 +825,6 @@ mod tests {
     }
 
     #[test]
-    fn nodes_are_told_apart_by_their_command_lines() {
-        assert_eq!(
-            node_name(
-                "/r/target/release/coordinator --data-dir /var/lib/x ",
-                None,
-                "coordinator"
-            )
-            .as_deref(),
-            Some("coordinator")
-        );
-        assert_eq!(
-            node_name(
-                "/r/target/release/coordinator --data-dir /x ",
-                Some("a"),
-                "coordinator-2"
-            )
-            .as_deref(),
-            Some("coordinator-2")
-        );
-        assert_eq!(
-            node_name("/r/target/release/worker --data-dir /x ", Some("b"), "coordinator").as_deref(),
-            Some("worker-b")
-        );
-        assert_eq!(
-            node_name(
-                "nginx: master process /usr/sbin/nginx -p /var/lib/isucondition/nginx/ ",
-                None,
-                "coordinator"
-            )
-            .as_deref(),
-            Some("nginx")
-        );
-        assert_eq!(node_name("/bin/sh -c for i in ", None, "coordinator"), None);
-        assert_eq!(parent_pid("42 (a) b) S 7 42 42 0"), Some(7), "a command name with ') '");
-        assert_eq!(parent_pid("garbage"), None);
-    }
-
-    #[test]
     fn the_state_file_round_trips_and_down_of_nothing_is_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let hosts = Hosts {
@@ -1126,6 +834,7 @@ mod tests {
                 web: dir.path().join("web"),
             },
             repo: dir.path().to_owned(),
+            isuctl: dir.path().join("isuctl"),
         };
         assert!(hosts.state().unwrap().is_none());
         hosts.down().unwrap();

@@ -131,11 +131,11 @@ fn answer_of(node: &Node, secret: &str) -> Option<ReplicaAnswer> {
         .flatten()
 }
 
-pub(crate) fn role(answer: &ReplicaAnswer) -> &str {
+pub fn role(answer: &ReplicaAnswer) -> &str {
     &answer.status.role
 }
 
-pub(crate) fn term(answer: &ReplicaAnswer) -> u64 {
+pub fn term(answer: &ReplicaAnswer) -> u64 {
     answer.status.term
 }
 
@@ -279,7 +279,7 @@ fn disrupt_one(
 }
 
 /// The one replica that says it leads, by index among `answers`; else how many say so.
-pub(crate) fn single_leader(answers: &[Option<ReplicaAnswer>]) -> Result<usize, usize> {
+pub fn single_leader(answers: &[Option<ReplicaAnswer>]) -> Result<usize, usize> {
     let leaders: Vec<usize> = (0..answers.len())
         .filter(|index| answers[*index].as_ref().is_some_and(|answer| role(answer) == "leader"))
         .collect();
@@ -292,7 +292,7 @@ pub(crate) fn single_leader(answers: &[Option<ReplicaAnswer>]) -> Result<usize, 
 /// Polls every replica but `leader` (by index, `answer` asks one) every 10 ms until one leads
 /// in a term after `term_before` and `also` holds of its answer (e.g. it is ready): how long
 /// after `since` that was, or `None` once `limit` has passed.
-pub(crate) fn wait_for_takeover(
+pub fn wait_for_takeover(
     replicas: usize,
     answer: impl Fn(usize) -> Option<ReplicaAnswer>,
     leader: usize,
@@ -328,7 +328,7 @@ fn settled_hashes(replicas: &[Node], secret: &str) -> (Vec<String>, u64) {
 
 /// [`settled_hashes`] of `replicas` replicas that `answer` asks by index, waiting at most
 /// `limit`.
-pub(crate) fn settled_hashes_of(
+pub fn settled_hashes_of(
     replicas: usize,
     answer: impl Fn(usize) -> Option<ReplicaAnswer>,
     limit: Duration,

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use super::plan::BENCH_ADDRESS;
-use super::Hosts;
+use isuctl::hosts::plan::BENCH_ADDRESS;
+use isuctl::hosts::Hosts;
 
 /// Where the probe's JIA simulator listens on the bench host.
 const PROBE_JIA_PORT: u16 = 5001;
@@ -109,7 +109,7 @@ impl Probe {
 
     /// Ends the JIA simulator (by its PID: `ip netns exec` became it).
     fn end(&mut self) {
-        super::signal(self.jia.id() as i32, nix::sys::signal::Signal::SIGTERM);
+        e2e::process::signal_pid(self.jia.id(), "TERM");
         let deadline = Instant::now() + Duration::from_secs(3);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.jia.try_wait() {

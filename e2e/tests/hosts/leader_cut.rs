@@ -1,6 +1,6 @@
-//! `isuctl hosts test --coordinators 3`: the replicas' leader's host cut off under load.
+//! `scripts/hosts test --coordinators 3`: the replicas' leader's host cut off under load.
 //!
-//! Under bench load, with the control-plane probe (`hosts::probe`) running from the bench host:
+//! Under bench load, with the control-plane probe (`probe`) running from the bench host:
 //!
 //! 1. The leader is found (`GET /internal/replica` of each replica, asked on its own host).
 //!    On nginx's host, leadership is moved away first: its process is stopped (SIGSTOP)
@@ -32,12 +32,14 @@ use serde_json::Value;
 use shared::protocol::ReplicaAnswer;
 
 use super::checks::{
-    bench_options, no_error_but_trend_regressions, nothing_acknowledged_lost, read_json, summary, Checks,
+    bench_options, no_error_but_trend_regressions, nothing_acknowledged_lost, read_json, summary, wait_for_load,
+    Checks, REGISTERED_BY,
 };
-use super::plan::{HostPlan, Role};
 use super::probe::Probe;
-use super::{metrics, BenchArgs, Hosts};
-use crate::takeover::{role, settled_hashes_of, single_leader, term, wait_for_takeover};
+use super::{metrics, nodes};
+use isuctl::hosts::plan::{HostPlan, Role};
+use isuctl::hosts::{BenchArgs, Hosts};
+use isuctl::takeover::{role, settled_hashes_of, single_leader, term, wait_for_takeover};
 
 /// How long the leader's host stays cut off.
 const CUT: Duration = Duration::from_secs(10);
@@ -58,21 +60,21 @@ struct ContinueOnDrop(u32);
 
 impl Drop for ContinueOnDrop {
     fn drop(&mut self) {
-        super::signal(self.0 as i32, nix::sys::signal::Signal::SIGCONT);
+        e2e::process::signal_pid(self.0, "CONT");
     }
 }
 
-pub(super) fn run(hosts: &Hosts, checks: &mut Checks, cluster: &[HostPlan], seconds: u64) -> anyhow::Result<()> {
+pub fn run(hosts: &Hosts, checks: &mut Checks, cluster: &[HostPlan], seconds: u64) -> anyhow::Result<()> {
     let state_dir = &hosts.paths.state;
     let replicas: Vec<&HostPlan> = cluster.iter().filter(|host| host.replica.is_some()).collect();
     let workers: Vec<&HostPlan> = cluster
         .iter()
         .filter(|host| matches!(host.role, Role::Worker { .. }))
         .collect();
-    let answer = |index: usize| hosts.replica_answer(replicas[index]);
+    let answer = |index: usize| nodes::replica_answer(hosts, replicas[index]);
     let answers = || (0..replicas.len()).map(answer).collect::<Vec<Option<ReplicaAnswer>>>();
-    let stored = |host: &HostPlan| hosts.stored_conditions([host.name.as_str()]);
-    let stored_total = || hosts.stored_conditions(workers.iter().map(|host| host.name.as_str()));
+    let stored = |host: &HostPlan| nodes::stored_conditions(hosts, [host.name.as_str()]);
+    let stored_total = || nodes::stored_conditions(hosts, workers.iter().map(|host| host.name.as_str()));
     let stored_before = stored_total()?;
     let json = state_dir.join("leader-cut.json");
     let _ = std::fs::remove_file(&json);
@@ -82,8 +84,11 @@ pub(super) fn run(hosts: &Hosts, checks: &mut Checks, cluster: &[HostPlan], seco
     };
     let output = state_dir.join("leader-cut.out");
     let outcome = std::thread::scope(|scope| -> anyhow::Result<Option<Cut>> {
+        let launched = Instant::now();
         let bench = scope.spawn(|| hosts.bench(&bench_args, Some(&output)));
-        std::thread::sleep(Duration::from_secs(8));
+        wait_for_load(hosts, &workers[0].name)?;
+        // The probe's rounds before the cut: 2 s of them.
+        std::thread::sleep(REGISTERED_BY.saturating_sub(Duration::from_secs(2) + launched.elapsed()));
         let probe = Probe::start(hosts)?;
         std::thread::sleep(Duration::from_secs(2));
         let cut = cut_the_leader(hosts, checks, cluster, &replicas, &answer, &answers, &stored);
@@ -137,8 +142,7 @@ fn cut_the_leader(
             return Ok(None);
         }
         let node = replicas[leader].coordinator_node();
-        let pid = hosts
-            .node_pid(&node)?
+        let pid = nodes::node_pid(hosts, &node)?
             .with_context(|| format!("no process of {node} on {}", replicas[leader].name))?;
         let paused_at = Instant::now();
         // Held stopped until another replica leads in a later term: a pause shorter than
@@ -146,7 +150,7 @@ fn cut_the_leader(
         let paused_term = term(&found);
         let moved = {
             let _continue = ContinueOnDrop(pid);
-            super::signal(pid as i32, nix::sys::signal::Signal::SIGSTOP);
+            e2e::process::signal_pid(pid, "STOP");
             find_leader(answers, PAUSE_LIMIT, paused_term)
         };
         checks.say(&format!(

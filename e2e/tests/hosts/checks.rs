@@ -1,4 +1,4 @@
-//! `isuctl hosts test`: up, every check, down; passes only if every check holds.
+//! The hosts test: up, every check, down; passes only if every check holds.
 //!
 //! 1. The bench over TLS from its own host passes, with 0 errors, its devices posting to
 //!    their workers over TLS.
@@ -10,8 +10,8 @@
 //!    posts meanwhile, pushes no latest condition through the cut and delivers the held-back
 //!    ones after the heal; the other cells' ISUs see no failure; no wrong data; nothing
 //!    acknowledged is lost.
-//! 4. With `--coordinators 3`: the replicas' leader's host cut off under load
-//!    (`hosts::leader_cut`), on a network without impairment.
+//! 4. With three coordinator replicas: the replicas' leader's host cut off under load
+//!    (`leader_cut`), on a network without impairment.
 //! 5. 50 ms latency and 1 % loss between every pair of hosts: the bench still passes.
 //!
 //! With three coordinator replicas, check 3 cuts replica 2 (beside cell a) off from nginx and
@@ -28,48 +28,45 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde::Serialize;
+use isuctl::hosts::plan::{self, HostPlan, Role};
+use isuctl::hosts::{BenchArgs, Hosts, Tls, UpArgs};
 use serde_json::Value;
 
-use super::{metrics, BenchArgs, HostPlan, Hosts, TestArgs, Tls, UpArgs};
-use crate::output::{self, Format};
+use super::{leader_cut, metrics, nodes, Shape};
 
-/// One check's outcome.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub what: String,
-    pub ok: bool,
-}
+/// How long the coordinator host and worker host a stay cut apart in check 3.
+const PARTITION: Duration = Duration::from_secs(10);
+/// A push already answered when the cut came may still be counted: counted from then on.
+const PARTITION_GRACE: Duration = Duration::from_secs(1);
+/// How long the held-back pushes may take to arrive after the heal.
+const DELIVERY_LIMIT: Duration = Duration::from_secs(10);
+/// How long after its start the bench's users have registered their ISUs: the cuts come
+/// later, so that they test the reads and the device posts. (A registration cut off between
+/// the coordinator and its worker has its own tests in the e2e cluster suite.)
+pub const REGISTERED_BY: Duration = Duration::from_secs(10);
+/// How long the bench may take to bring load (device posts stored by cell a).
+const LOAD_LIMIT: Duration = Duration::from_secs(30);
 
-/// The whole test's outcome (`--json`).
-#[derive(Debug, Serialize)]
-pub struct Report {
-    pub workers: u8,
-    pub coordinators: u8,
-    pub checks: Vec<Check>,
-    pub failures: usize,
-    pub seconds: u64,
-    pub state_dir: std::path::PathBuf,
-}
-
-/// Collects checks, printing each as it is decided (on stderr with `--json`).
-pub(super) struct Checks {
-    format: Format,
-    checks: Vec<Check>,
+/// The checks decided so far, each printed as it is decided.
+#[derive(Default)]
+pub struct Checks {
+    failed: Vec<String>,
+    held: usize,
 }
 
 impl Checks {
-    pub(super) fn check(&mut self, what: impl Into<String>, ok: bool) {
+    pub fn check(&mut self, what: impl Into<String>, ok: bool) {
         let what = what.into();
         self.say(&format!("{}  {what}", if ok { "ok  " } else { "FAIL" }));
-        self.checks.push(Check { what, ok });
+        if ok {
+            self.held += 1;
+        } else {
+            self.failed.push(what);
+        }
     }
 
-    pub(super) fn say(&self, line: &str) {
-        match self.format {
-            Format::Human => println!("{line}"),
-            Format::Json => eprintln!("{line}"),
-        }
+    pub fn say(&self, line: &str) {
+        println!("{line}");
     }
 }
 
@@ -82,12 +79,8 @@ impl Drop for DownOnDrop<'_> {
     }
 }
 
-/// What check 4 runs with replicas: the leader's host cut off under load
-/// (`super::leader_cut::run`, handed in by the parent, which wires the two).
-pub(super) type LeaderCut = fn(&Hosts, &mut Checks, &[HostPlan], u64) -> anyhow::Result<()>;
-
-pub(super) fn run(hosts: &Hosts, args: &TestArgs, format: Format, leader_cut: LeaderCut) -> anyhow::Result<()> {
-    super::require_root()?;
+/// Up, every check, down: the checks that failed (none when every check holds).
+pub fn run(hosts: &Hosts, shape: Shape, build: bool) -> anyhow::Result<Vec<String>> {
     let seconds: u64 = match std::env::var("ISU_HOSTS_BENCH_SECONDS") {
         Ok(text) => text
             .parse()
@@ -101,27 +94,46 @@ pub(super) fn run(hosts: &Hosts, args: &TestArgs, format: Format, leader_cut: Le
         hosts.down()?;
     }
     stop_on_signals(hosts)?;
-    let _down = DownOnDrop(hosts);
+    let down = DownOnDrop(hosts);
     hosts.up(&UpArgs {
-        workers: args.workers,
-        coordinators: args.coordinators,
+        workers: shape.workers,
+        coordinators: shape.coordinators,
         tls: Tls::On,
-        no_build: args.no_build,
+        no_build: !build,
     })?;
-    let mut checks = Checks {
-        format,
-        checks: Vec::new(),
-    };
-    let workers = usize::from(args.workers);
-    let state_dir = &hosts.paths.state;
-    let cluster: Vec<_> = super::plan::hosts(workers, args.coordinators)
+    let mut checks = Checks::default();
+    let cluster: Vec<HostPlan> = plan::hosts(usize::from(shape.workers), shape.coordinators)
         .into_iter()
         .filter(|host| host.is_cluster_host())
         .collect();
+    let tls = bench_over_tls(hosts, &mut checks, seconds)?;
+    isolation(hosts, &mut checks, &cluster, shape)?;
+    partition(hosts, &mut checks, &cluster, shape, seconds)?;
+    if shape.coordinators > 1 {
+        leader_cut::run(hosts, &mut checks, &cluster, seconds)?;
+    }
+    impaired(hosts, &mut checks, seconds, &tls)?;
+    drop(down);
+    let took = started.elapsed().as_secs();
+    if checks.failed.is_empty() {
+        checks.say(&format!(
+            "hosts test: every check holds ({} checks, {took} s)",
+            checks.held
+        ));
+    } else {
+        checks.say(&format!(
+            "hosts test: {} check(s) failed in {took} s (files in {})",
+            checks.failed.len(),
+            hosts.paths.state.display()
+        ));
+    }
+    Ok(checks.failed)
+}
 
-    // 1. The bench over TLS, from its own host.
+/// 1. The bench over TLS, from its own host; its report.
+fn bench_over_tls(hosts: &Hosts, checks: &mut Checks, seconds: u64) -> anyhow::Result<Value> {
     let tls = bench(hosts, seconds, &["--no-growth"], "tls")?;
-    summary(&checks, "bench over TLS", &state_dir.join("tls.out"));
+    summary(checks, "bench over TLS", &hosts.paths.state.join("tls.out"));
     checks.check("the bench over TLS passes", tls["passed"] == Value::Bool(true));
     checks.check(
         format!("with 0 errors ({} errors, {} timeouts)", tls["errors"], tls["timeouts"]),
@@ -132,21 +144,24 @@ pub(super) fn run(hosts: &Hosts, args: &TestArgs, format: Format, leader_cut: Le
         format!("devices posted over TLS to their workers ({accepted} accepted)"),
         accepted > 100,
     );
+    Ok(tls)
+}
 
-    // 2. Internal routes from the bench host, even when it routes the internal network its way.
-    crate::external::run_checked(std::process::Command::new("ip").args([
+/// 2. Internal routes from the bench host, even when it routes the internal network its way.
+fn isolation(hosts: &Hosts, checks: &mut Checks, cluster: &[HostPlan], shape: Shape) -> anyhow::Result<()> {
+    isuctl::external::run_checked(std::process::Command::new("ip").args([
         "netns",
         "exec",
         "isu-hb",
         "ip",
         "route",
         "add",
-        super::plan::INTERNAL_NETWORK,
+        plan::INTERNAL_NETWORK,
         "dev",
         "pub0",
     ]))?;
     let secret = hosts.secret_header()?;
-    for host in &cluster {
+    for host in cluster {
         let internal = host.internal_address.expect("a cluster host");
         checks.check(
             format!("internal address of {} unreachable from the bench host", host.name),
@@ -156,8 +171,8 @@ pub(super) fn run(hosts: &Hosts, args: &TestArgs, format: Format, leader_cut: Le
             format!("no node listens on the public address of {}:3000", host.name),
             hosts.curl_status("isu-hb", &format!("http://{}:3000/healthz", host.public_address), &[]) == "000",
         );
-        if host.replica.is_some() && host.role != super::plan::Role::Coordinator {
-            let port = super::plan::NODE_PORT + 1;
+        if host.replica.is_some() && host.role != Role::Coordinator {
+            let port = plan::NODE_PORT + 1;
             checks.check(
                 format!("the replica beside the worker on {} unreachable from the bench host (:{port}, internal and public)", host.name),
                 hosts.curl_status("isu-hb", &format!("http://{internal}:{port}/healthz"), &[]) == "000"
@@ -165,7 +180,7 @@ pub(super) fn run(hosts: &Hosts, args: &TestArgs, format: Format, leader_cut: Le
             );
         }
     }
-    if args.coordinators > 1 {
+    if shape.coordinators > 1 {
         // With replicas nginx's control server listens on the coordinator host's internal
         // address (a leader on another host hands it the map): internal, and the secret required.
         let control = format!(
@@ -197,118 +212,178 @@ pub(super) fn run(hosts: &Hosts, args: &TestArgs, format: Format, leader_cut: Le
         "a worker's device server answers 404 to /internal/users, even with the secret",
         hosts.curl_status(
             "isu-hb",
-            &format!("https://isucondition-2.{}/internal/users", super::plan::DOMAIN),
+            &format!("https://isucondition-2.{}/internal/users", plan::DOMAIN),
             &with_secret,
         ) == "404",
     );
     checks.check(
         "plain HTTP is not served on the device address",
-        hosts.curl_status(
-            "isu-hb",
-            &format!("http://isucondition-2.{}:443/", super::plan::DOMAIN),
-            &[],
-        ) != "200",
+        hosts.curl_status("isu-hb", &format!("http://isucondition-2.{}:443/", plan::DOMAIN), &[]) != "200",
     );
+    Ok(())
+}
 
-    // 3. A partition between the coordinator host and worker host a, under load.
-    let metric =
-        |host: &str, prefix: &str| -> anyhow::Result<f64> { Ok(metrics::sum(&hosts.metrics_text(host)?, prefix)) };
-    let stored_total = || hosts.stored_conditions(cluster.iter().skip(1).map(|host| host.name.as_str()));
+/// Returns once the worker on host `name` has stored 100 more device posts (a bench started
+/// just before brings its load), polled every 200 ms for at most [`LOAD_LIMIT`].
+pub fn wait_for_load(hosts: &Hosts, name: &str) -> anyhow::Result<()> {
+    let stored = || nodes::stored_conditions(hosts, [name]);
+    let idle = stored()?;
+    let waiting = Instant::now();
+    while stored()? < idle + 100.0 {
+        anyhow::ensure!(
+            waiting.elapsed() < LOAD_LIMIT,
+            "the worker on {name} stored no device post for {LOAD_LIMIT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
+/// What check 3 read off worker host a around the cut.
+struct Partitioned {
+    stored_during_cut: f64,
+    pushes_during_cut: f64,
+    /// Pushes that waited more than 2.5 s, counted from before the cut until after the heal.
+    slow: f64,
+}
+
+/// 3. A partition between the coordinator host and worker host a, under load.
+fn partition(
+    hosts: &Hosts,
+    checks: &mut Checks,
+    cluster: &[HostPlan],
+    shape: Shape,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let state_dir = &hosts.paths.state;
+    let stored_total = || nodes::stored_conditions(hosts, cluster.iter().skip(1).map(|host| host.name.as_str()));
     let stored_before = stored_total()?;
-    let partition = {
-        let hosts_for_bench = BenchArgs {
-            pin: false,
-            bench_args: bench_options(
-                seconds + 12,
-                &["--no-growth", "--keep-going"],
-                &state_dir.join("partition.json"),
-            ),
-        };
-        let output = state_dir.join("partition.out");
-        let hosts_ref = hosts;
-        std::thread::scope(|scope| -> anyhow::Result<Value> {
-            let bench = scope.spawn(move || hosts_ref.bench(&hosts_for_bench, Some(&output)));
-            std::thread::sleep(Duration::from_secs(10));
-            let posted_before = metric("isucondition-2", "conditions_stored_total")?;
-            let slow_before = metrics::slow_pushes(&hosts.metrics_text("isucondition-2")?);
-            hosts.net("cut isucondition-1 isucondition-2")?;
-            let cut_at = Instant::now();
-            // A push already answered when the cut came may still be counted: count from 1 s on.
-            std::thread::sleep(Duration::from_secs(1));
-            let lag_before = metric("isucondition-2", "latest_push_lag_seconds_count")?;
-            std::thread::sleep(Duration::from_secs(9));
-            let posted_at_heal = metric("isucondition-2", "conditions_stored_total")?;
-            let pushes_during_cut = metric("isucondition-2", "latest_push_lag_seconds_count")? - lag_before;
-            hosts.net("heal isucondition-1 isucondition-2")?;
-            checks.say(&format!(
-                "  cut isucondition-1 <-> isucondition-2 for {} s",
-                cut_at.elapsed().as_secs()
-            ));
-            std::thread::sleep(Duration::from_secs(3));
-            let slow = metrics::slow_pushes(&hosts.metrics_text("isucondition-2")?) - slow_before;
-            let _ = bench.join().expect("the bench thread does not panic");
-            summary(&checks, "bench with a partition", &state_dir.join("partition.out"));
-            let stored_during_cut = posted_at_heal - posted_before;
-            checks.check(
-                format!("conditions stored by cell a during the cut ({stored_during_cut})"),
-                stored_during_cut > 100.0,
-            );
-            if args.coordinators == 1 {
-                checks.check(
-                    format!("no latest-condition push reached the coordinator during the cut ({pushes_during_cut})"),
-                    pushes_during_cut == 0.0,
-                );
-            } else {
-                checks.say(&format!(
-                    "  cell a pushed to the replicas it still reached during the cut ({pushes_during_cut} batches)"
-                ));
-            }
-            checks.check(
-                format!(
-                    "after the heal, cell a's held-back latest conditions reached it (pushes that waited > 2.5 s: {slow})"
-                ),
-                slow >= 1.0,
-            );
-            read_json(&state_dir.join("partition.json"))
-        })?
+    let bench_args = BenchArgs {
+        pin: false,
+        bench_args: bench_options(
+            seconds + 12,
+            &["--no-growth", "--keep-going"],
+            &state_dir.join("partition.json"),
+        ),
     };
+    let output = state_dir.join("partition.out");
+    let cut = std::thread::scope(|scope| -> anyhow::Result<Partitioned> {
+        let launched = Instant::now();
+        let bench = scope.spawn(|| hosts.bench(&bench_args, Some(&output)));
+        let cut = cut_cell_a(hosts, checks, launched);
+        let _ = bench.join().expect("the bench thread does not panic");
+        cut
+    })?;
+    summary(checks, "bench with a partition", &output);
+    checks.check(
+        format!("conditions stored by cell a during the cut ({})", cut.stored_during_cut),
+        cut.stored_during_cut > 100.0,
+    );
+    if shape.coordinators == 1 {
+        checks.check(
+            format!(
+                "no latest-condition push reached the coordinator during the cut ({})",
+                cut.pushes_during_cut
+            ),
+            cut.pushes_during_cut == 0.0,
+        );
+    } else {
+        checks.say(&format!(
+            "  cell a pushed to the replicas it still reached during the cut ({} batches)",
+            cut.pushes_during_cut
+        ));
+    }
+    checks.check(
+        format!(
+            "after the heal, cell a's held-back latest conditions reached it (pushes that waited > 2.5 s: {})",
+            cut.slow
+        ),
+        cut.slow >= 1.0,
+    );
+    let report = read_json(&state_dir.join("partition.json"))?;
+    judge_partition(checks, &report, shape)?;
+    std::thread::sleep(Duration::from_secs(1));
+    nothing_acknowledged_lost(checks, "", stored_total()? - stored_before, &report);
+    Ok(())
+}
+
+/// Once cell a stores device posts (the bench's load) and the bench, `launched` then, has run
+/// [`REGISTERED_BY`], cuts the coordinator host off from worker host a for [`PARTITION`],
+/// heals, and waits for the held-back pushes.
+fn cut_cell_a(hosts: &Hosts, checks: &Checks, launched: Instant) -> anyhow::Result<Partitioned> {
+    let a = "isucondition-2";
+    let metric = |prefix: &str| -> anyhow::Result<f64> { Ok(metrics::sum(&nodes::metrics_text(hosts, a)?, prefix)) };
+    let slow = || -> anyhow::Result<f64> { Ok(metrics::slow_pushes(&nodes::metrics_text(hosts, a)?)) };
+    wait_for_load(hosts, a)?;
+    std::thread::sleep(REGISTERED_BY.saturating_sub(launched.elapsed()));
+    let posted_before = metric("conditions_stored_total")?;
+    let slow_before = slow()?;
+    hosts.net(&format!("cut isucondition-1 {a}"))?;
+    let cut_at = Instant::now();
+    std::thread::sleep(PARTITION_GRACE);
+    let lag_before = metric("latest_push_lag_seconds_count")?;
+    std::thread::sleep(PARTITION.saturating_sub(cut_at.elapsed()));
+    let posted_at_heal = metric("conditions_stored_total")?;
+    let pushes_during_cut = metric("latest_push_lag_seconds_count")? - lag_before;
+    hosts.net(&format!("heal isucondition-1 {a}"))?;
+    checks.say(&format!(
+        "  cut isucondition-1 <-> {a} for {} s",
+        cut_at.elapsed().as_secs()
+    ));
+    let healed = Instant::now();
+    let mut slow_after = slow()? - slow_before;
+    while slow_after < 1.0 && healed.elapsed() < DELIVERY_LIMIT {
+        std::thread::sleep(Duration::from_millis(200));
+        slow_after = slow()? - slow_before;
+    }
+    Ok(Partitioned {
+        stored_during_cut: posted_at_heal - posted_before,
+        pushes_during_cut,
+        slow: slow_after,
+    })
+}
+
+/// The partition's bench run, by cell: with one coordinator the other cells' ISUs see no
+/// failure and no data is wrong; with replicas their failures are printed (see the module's
+/// doc) and no error but the trend going back is allowed.
+fn judge_partition(checks: &mut Checks, report: &Value, shape: Shape) -> anyhow::Result<()> {
     let by_digit: BTreeMap<String, u64> =
-        serde_json::from_value(partition["failures_by_isu_digit"].clone()).unwrap_or_default();
-    let (a_failures, other_failures, none) = metrics::failures_by_cell(&by_digit, u32::from(args.workers), 0)?;
-    if args.coordinators == 1 {
+        serde_json::from_value(report["failures_by_isu_digit"].clone()).unwrap_or_default();
+    let (a_failures, other_failures, none) = metrics::failures_by_cell(&by_digit, u32::from(shape.workers), 0)?;
+    if shape.coordinators == 1 {
         checks.check(
             format!("the other cells' ISUs saw no failed request (cell a's: {a_failures}; naming no ISU: {none})"),
-            other_failures == 0 && partition["failures_by_isu_digit"].is_object(),
+            other_failures == 0 && report["failures_by_isu_digit"].is_object(),
         );
         checks.check(
-            format!("no wrong data ({})", partition["errors_by_kind"]),
-            partition["errors_by_kind"]
+            format!("no wrong data ({})", report["errors_by_kind"]),
+            report["errors_by_kind"]
                 .get("data")
                 .map_or(0, |data| data.as_u64().unwrap_or(1))
                 == 0
-                && partition["errors_by_kind"].is_object(),
+                && report["errors_by_kind"].is_object(),
         );
     } else {
         checks.say(&format!(
             "  failed requests of the other cells' ISUs {other_failures} (cell a's: {a_failures}; naming no ISU: {none}; {} timeouts)",
-            partition["timeouts"]
+            report["timeouts"]
         ));
-        no_error_but_trend_regressions(&mut checks, &partition);
+        no_error_but_trend_regressions(checks, report);
     }
-    std::thread::sleep(Duration::from_secs(1));
-    nothing_acknowledged_lost(&mut checks, "", stored_total()? - stored_before, &partition);
+    Ok(())
+}
 
-    // 4. The replicas' leader's host cut off under load.
-    if args.coordinators > 1 {
-        leader_cut(hosts, &mut checks, &cluster, seconds)?;
-    }
-
-    // 5. Latency and loss between every pair of hosts.
+/// 5. Latency and loss between every pair of hosts; its cost against the run over TLS.
+fn impaired(hosts: &Hosts, checks: &mut Checks, seconds: u64, tls: &Value) -> anyhow::Result<()> {
     hosts.net("impair all delay=50ms loss=1%")?;
     let impaired = bench(hosts, seconds, &["--no-growth"], "impaired");
     hosts.net("clear")?;
     let impaired = impaired?;
-    summary(&checks, "bench with 50 ms + 1 % loss", &state_dir.join("impaired.out"));
+    summary(
+        checks,
+        "bench with 50 ms + 1 % loss",
+        &hosts.paths.state.join("impaired.out"),
+    );
     checks.check(
         "with 50 ms latency and 1 % loss the bench still passes",
         impaired["passed"] == Value::Bool(true),
@@ -321,40 +396,14 @@ pub(super) fn run(hosts: &Hosts, args: &TestArgs, format: Format, leader_cut: Le
         ("device posts without answer", &["device_posts", "failed"]),
     ] {
         let at = |value: &Value| path.iter().fold(value.clone(), |value, key| value[key].clone());
-        checks.say(&format!("  cost: {label} {} -> {}", at(&tls), at(&impaired)));
-    }
-
-    drop(_down);
-    let failures = checks.checks.iter().filter(|check| !check.ok).count();
-    let report = Report {
-        workers: args.workers,
-        coordinators: args.coordinators,
-        failures,
-        seconds: started.elapsed().as_secs(),
-        checks: checks.checks,
-        state_dir: state_dir.clone(),
-    };
-    output::emit(format, &report, |report| {
-        if report.failures == 0 {
-            format!("hosts test: every check holds ({} s)", report.seconds)
-        } else {
-            format!(
-                "hosts test: {} check(s) failed in {} s (files in {})",
-                report.failures,
-                report.seconds,
-                report.state_dir.display()
-            )
-        }
-    })?;
-    if failures > 0 {
-        std::process::exit(1);
+        checks.say(&format!("  cost: {label} {} -> {}", at(tls), at(&impaired)));
     }
     Ok(())
 }
 
 /// The workers stored at least as many conditions over a bench run (`stored`, from their
 /// metrics) as its devices had acknowledged (a count, not a re-read of every condition).
-pub(super) fn nothing_acknowledged_lost(checks: &mut Checks, label: &str, stored: f64, report: &Value) {
+pub fn nothing_acknowledged_lost(checks: &mut Checks, label: &str, stored: f64, report: &Value) {
     let acknowledged = report["device_posts_whole_run"]["stored_conditions"]
         .as_f64()
         .unwrap_or(f64::INFINITY);
@@ -368,7 +417,7 @@ pub(super) fn nothing_acknowledged_lost(checks: &mut Checks, label: &str, stored
 /// client nginx moves to a replica that lacks a cut worker's newest conditions). The report
 /// keeps 20 error samples: with more errors, every one must be of kind `data` and every
 /// sample kept a trend going back (the others are judged by those).
-pub(super) fn no_error_but_trend_regressions(checks: &mut Checks, report: &Value) {
+pub fn no_error_but_trend_regressions(checks: &mut Checks, report: &Value) {
     let errors = report["errors"].as_u64().unwrap_or(u64::MAX);
     let data_errors = report["errors_by_kind"]["data"].as_u64().unwrap_or(0);
     let samples: Vec<&str> = report["error_samples"]
@@ -398,7 +447,7 @@ pub(super) fn no_error_but_trend_regressions(checks: &mut Checks, report: &Value
 }
 
 /// The bench's options for a run of `seconds` writing its JSON report to `json`.
-pub(super) fn bench_options(seconds: u64, extra: &[&str], json: &Path) -> Vec<String> {
+pub fn bench_options(seconds: u64, extra: &[&str], json: &Path) -> Vec<String> {
     let mut options = vec!["--duration".to_owned(), format!("{seconds}s")];
     options.extend(extra.iter().map(|option| option.to_string()));
     options.push("--json".to_owned());
@@ -420,7 +469,7 @@ fn bench(hosts: &Hosts, seconds: u64, extra: &[&str], name: &str) -> anyhow::Res
 }
 
 /// The bench's JSON report (Null when it wrote none: every check on it then fails).
-pub(super) fn read_json(path: &Path) -> anyhow::Result<Value> {
+pub fn read_json(path: &Path) -> anyhow::Result<Value> {
     match std::fs::read_to_string(path) {
         Ok(text) => serde_json::from_str(&text).with_context(|| format!("reading {}", path.display())),
         Err(_) => Ok(Value::Null),
@@ -428,8 +477,8 @@ pub(super) fn read_json(path: &Path) -> anyhow::Result<Value> {
 }
 
 /// The bench's `result:` and `score:` lines, under a label.
-pub(super) fn summary(checks: &Checks, label: &str, output: &Path) {
-    for line in super::lines_starting(output, &["result:", "score:"]) {
+pub fn summary(checks: &Checks, label: &str, output: &Path) {
+    for line in isuctl::hosts::lines_starting(output, &["result:", "score:"]) {
         checks.say(&format!("  {label}: {line}"));
     }
 }
@@ -438,12 +487,11 @@ pub(super) fn summary(checks: &Checks, label: &str, output: &Path) {
 fn stop_on_signals(hosts: &Hosts) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
-    let paths = hosts.paths.clone();
-    let repo = hosts.repo.clone();
+    let hosts = hosts.clone();
     std::thread::spawn(move || {
         if let Some(signal) = signals.forever().next() {
             eprintln!("hosts: signal {signal}: taking the hosts down");
-            let _ = Hosts { paths, repo }.down();
+            let _ = hosts.down();
             std::process::exit(1);
         }
     });
