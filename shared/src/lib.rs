@@ -3,6 +3,7 @@
 //! Layout:
 //! - [`backoff`]: exponential back-off with sparse logging for background senders;
 //! - [`domain`]: condition strings, flags and levels (pure functions);
+//! - [`duration`]: durations as command lines take them (`60s`, `1500ms`, `2m`);
 //! - [`graph`]: the hourly graph data-point maths;
 //! - [`ingest`]: device condition batches: decoding, validation and their limits;
 //! - [`migration`]: the clone → flip → redirect → forget state machine of a live migration;
@@ -19,6 +20,7 @@
 pub mod backoff;
 pub mod dataset;
 pub mod domain;
+pub mod duration;
 pub mod error;
 pub mod graph;
 pub mod ingest;
