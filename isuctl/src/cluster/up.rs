@@ -442,7 +442,7 @@ fn start_all(
                 "--data-dir".to_owned(),
                 run_dir.join("data").join(name).display().to_string(),
                 "--fsync".to_owned(),
-                options.fsync.clone(),
+                options.fsync.to_string(),
             ]
         } else {
             Vec::new()
