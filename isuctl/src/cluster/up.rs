@@ -4,7 +4,7 @@
 //! of what was started.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -15,7 +15,7 @@ use super::{cluster_file, log, started, Cluster, Devices, Worker};
 use crate::exit::Exit;
 use crate::local::{self, ClusterFile};
 use crate::output::{self, Format};
-use crate::{http, render};
+use crate::{external, http, render};
 
 /// The binaries `up` runs.
 struct Binaries {
@@ -157,41 +157,14 @@ fn show_log_tails(cluster: &Cluster) {
 /// missing (as root, or through sudo).
 fn ensure_nginx() -> anyhow::Result<()> {
     const PACKAGES: [&str; 2] = ["nginx-light", "libnginx-mod-http-lua"];
-    let has_nginx = deploy::nginx::default_nginx_bin().is_file();
-    if has_nginx && deploy::nginx::has_lua_module(&deploy::nginx::default_nginx_bin()) {
+    let nginx = deploy::nginx::default_nginx_bin();
+    let has_nginx = nginx.is_file();
+    if has_nginx && deploy::nginx::has_lua_module(&nginx) {
         return Ok(());
     }
-    log(format!(
-        "{} missing: installing {}",
-        if has_nginx { "nginx's Lua module" } else { "nginx" },
-        PACKAGES.join(" ")
-    ));
-    let root = nix::unistd::Uid::effective().is_root();
-    let apt = |args: &[&str]| -> bool {
-        let mut command = if root {
-            Command::new("apt-get")
-        } else {
-            Command::new("sudo")
-        };
-        if !root {
-            command.arg("apt-get");
-        }
-        command
-            .args(args)
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .is_ok_and(|status| status.success())
-    };
-    if !root && Command::new("sudo").arg("--version").output().is_err() {
-        bail!(
-            "nginx or its Lua module is missing and installing them needs root (apt-get install -y {})",
-            PACKAGES.join(" ")
-        );
-    }
-    if !(apt(&["update"]) && apt(&[&["install", "-y"][..], &PACKAGES[..]].concat())) {
-        bail!("apt-get install {} failed", PACKAGES.join(" "));
-    }
-    Ok(())
+    let missing = if has_nginx { "nginx's Lua module" } else { "nginx" };
+    log(format!("{missing} missing: installing {}", PACKAGES.join(" ")));
+    external::install_packages(&PACKAGES).with_context(|| format!("{missing} is missing"))
 }
 
 fn absolute(path: &Path) -> PathBuf {
@@ -252,14 +225,7 @@ fn inputs(cluster: &Cluster) -> anyhow::Result<Inputs> {
             );
         }
         log("building the front end (scripts/web build)");
-        let status = Command::new(local::repo_root().join("scripts/web"))
-            .arg("build")
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .context("running scripts/web build")?;
-        if !status.success() {
-            bail!("scripts/web build failed");
-        }
+        external::run_to_stderr(Command::new(local::repo_root().join("scripts/web")).arg("build"))?;
     }
     if !static_dir.is_dir() {
         bail!("static dir not found: {}", static_dir.display());
@@ -323,14 +289,7 @@ fn build(cluster: &Cluster) -> anyhow::Result<Binaries> {
         if options.jia {
             packages.push("bench");
         }
-        let mut cargo = crate::external::cargo_build(&repo, !options.debug, &packages);
-        let status = cargo
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .context("running cargo build")?;
-        if !status.success() {
-            bail!("cargo build failed");
-        }
+        external::run_to_stderr(&mut external::cargo_build(&repo, !options.debug, &packages))?;
     }
     let binary = |variable: &str, name: &str| {
         std::env::var_os(variable).map_or_else(|| target_dir.join(profile).join(name), PathBuf::from)
