@@ -13,6 +13,8 @@ use jia_sim::clock::{VirtualClock, DEFAULT_VIRTUAL_START};
 use jia_sim::jwt::JwtSigner;
 use jia_sim::signin::SignIn;
 use jia_sim::{JiaConfig, UrlPolicy};
+// The flags' durations (`60s`, `1500ms`, `2m`, a bare number of seconds): shared with isuctl.
+use shared::duration::parse as parse_duration;
 
 /// The ISUCONDITION bench: verifying load runs against a cluster, and a standalone JIA simulator.
 #[derive(Debug, Parser)]
@@ -327,42 +329,9 @@ pub fn parse_resolve(text: &str) -> Result<(String, SocketAddr), String> {
     Ok((host.to_owned(), addr))
 }
 
-/// Parses `20s`, `1500ms`, `2m` or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit_millis) = if let Some(number) = text.strip_suffix("ms") {
-        (number, 1)
-    } else if let Some(number) = text.strip_suffix('s') {
-        (number, 1000)
-    } else if let Some(number) = text.strip_suffix('m') {
-        (number, 60_000)
-    } else {
-        (text, 1000)
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}"))?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("invalid duration {text:?}"));
-    }
-    Ok(Duration::from_millis((value * unit_millis as f64) as u64))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
-        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("15"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("-1s").is_err());
-    }
 
     #[test]
     fn resolve_overrides_parse() {

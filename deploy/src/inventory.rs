@@ -15,6 +15,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use shared::wal::FsyncPolicy;
 
 /// A parsed and checked inventory.
 #[derive(Debug, Clone, Deserialize)]
@@ -279,13 +280,9 @@ impl Inventory {
                 }
             }
         }
-        let fsync = &self.fsync;
-        let fsync_ok = fsync == "always"
-            || fsync == "never"
-            || fsync
-                .strip_suffix("ms")
-                .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 0));
-        if !fsync_ok {
+        // The nodes' own reading of `--fsync` (`ISU_FSYNC`): what passes here, they take.
+        if self.fsync.parse::<FsyncPolicy>().is_err() {
+            let fsync = &self.fsync;
             return invalid(format!("fsync {fsync:?}: use \"always\", \"<N>ms\" or \"never\""));
         }
         if let Some(url) = &self.jia_service_url {

@@ -2,14 +2,15 @@
 //! hosts`, `isuctl cluster`) runs.
 //!
 //! Layout: `inventory` (the TOML file, checked as a whole), `render` (every host's files as
-//! they will lie on the host), `nginx` (the nginx front's configuration, for the local cluster
-//! or another host, with the placement include from `shared::router`), `deployment` (an
-//! inventory file rendered into a directory and applied: the secret, the output directory,
-//! which hosts), `apply` (one host over SSH, only what changed restarted), `supervise` (starts,
-//! records, finds and stops detached processes: the local cluster's nodes, `run-host`'s
-//! services), `assets` (the front end's precompressed `.gz` files, for nginx's
-//! `gzip_static`), `host` (`run-host`: one rendered host's units without systemd, for the
-//! network-namespace hosts of `isuctl hosts`).
+//! they will lie on the host), `node_args` (a node's settings as its command line or its
+//! environment: for the units here, the local cluster and the e2e sandbox), `nginx` (the
+//! nginx front's configuration, for the local cluster or another host, with the placement
+//! include from `shared::router`), `deployment` (an inventory file rendered into a directory
+//! and applied: the secret, the output directory, which hosts), `apply` (one host over SSH,
+//! only what changed restarted), `supervise` (starts, records, finds and stops detached
+//! processes: the local cluster's nodes, `run-host`'s services), `assets` (the front end's
+//! precompressed `.gz` files, for nginx's `gzip_static`), `host` (`run-host`: one rendered
+//! host's units without systemd, for the network-namespace hosts of `isuctl hosts`).
 
 pub mod apply;
 pub mod assets;
@@ -17,5 +18,6 @@ pub mod deployment;
 pub mod host;
 pub mod inventory;
 pub mod nginx;
+pub mod node_args;
 pub mod render;
 pub mod supervise;

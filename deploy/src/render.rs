@@ -27,7 +27,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
 
+use shared::wal::FsyncPolicy;
+
 use crate::inventory::{Host, Inventory, Role};
+use crate::node_args::{self, CellEndpoint, CoordinatorArgs, ReplicaGroup, Setting, WorkerArgs};
 
 /// One rendered file.
 #[derive(Debug, Clone)]
@@ -319,68 +322,58 @@ WantedBy=multi-user.target
 /// The coordinator's environment file and unit on `host`: the one coordinator, or replica N
 /// (its own state directory, every member in its flags; beside a worker, no front end).
 fn coordinator_node(inventory: &Inventory, host: &Host, context: &Context, files: &mut HostFiles) {
-    let cells: Vec<String> = inventory
+    let workers = inventory
         .workers()
-        .map(|worker| {
-            format!(
-                "{}=http://{},{}",
-                worker.cell.as_deref().expect("checked"),
-                internal(inventory, worker),
-                inventory.public_url(&worker.server_name)
-            )
+        .map(|worker| CellEndpoint {
+            cell: worker.cell.clone().expect("checked"),
+            url: format!("http://{}", internal(inventory, worker)),
+            device_url: inventory.public_url(&worker.server_name),
         })
         .collect();
-    let mut env = vec![
-        ("ISU_LISTEN", inventory.coordinator_listen(host).to_string()),
-        ("ISU_WORKERS", cells.join(" ")),
-        ("ISU_CLUSTER_SECRET", context.secret.to_owned()),
-        ("ISU_FSYNC", inventory.fsync.clone()),
-    ];
-    if host.role == Role::Coordinator {
-        // nginx serves the front end; the coordinator's own copy is on nginx's host only.
-        env.push(("ISU_STATIC_DIR", inventory.web_dir.display().to_string()));
-    }
-    env.extend([
-        (
-            "ISU_ROUTER_MAP",
-            coordinator_placement_file(inventory, host).display().to_string(),
-        ),
-        ("ISU_ROUTER_URL", format!("http://{}", router_control(inventory))),
-        ("NO_COLOR", "1".to_owned()),
-    ]);
-    if let Some(url) = &inventory.jia_service_url {
-        env.push(("ISU_JIA_SERVICE_URL", url.clone()));
-    }
-    let (description, state) = match host.coordinator_replica {
+    let group = host.coordinator_replica.map(|id| ReplicaGroup {
+        id,
+        members: inventory
+            .replicas()
+            .iter()
+            .map(|member| {
+                (
+                    member.coordinator_replica.expect("a replica"),
+                    format!("http://{}", inventory.coordinator_listen(member)),
+                )
+            })
+            .collect(),
+    });
+    let (description, state) = match &group {
         None => (
             "ISUCONDITION coordinator (auth, registration, latest conditions, placement map)".to_owned(),
             state_directory(inventory, "coordinator"),
         ),
-        Some(id) => {
-            let members: Vec<String> = inventory
-                .replicas()
-                .iter()
-                .map(|member| {
-                    format!(
-                        "{}=http://{}",
-                        member.coordinator_replica.expect("a replica"),
-                        inventory.coordinator_listen(member)
-                    )
-                })
-                .collect();
-            env.extend([("ISU_REPLICA_ID", id.to_string()), ("ISU_REPLICAS", members.join(" "))]);
-            if let Some(heartbeat) = inventory.raft_heartbeat_ms {
-                env.push(("ISU_RAFT_HEARTBEAT_MS", heartbeat.to_string()));
-            }
-            (
-                format!(
-                    "ISUCONDITION coordinator replica {id} of {} (auth, registration, latest conditions, placement map)",
-                    members.len()
-                ),
-                state_directory(inventory, &replica_node(id)),
-            )
-        }
+        Some(group) => (
+            format!(
+                "ISUCONDITION coordinator replica {} of {} (auth, registration, latest conditions, placement map)",
+                group.id,
+                group.members.len()
+            ),
+            state_directory(inventory, &replica_node(group.id)),
+        ),
     };
+    let args = CoordinatorArgs {
+        listen: inventory.coordinator_listen(host).to_string(),
+        workers,
+        cluster_secret: Some(context.secret.to_owned()),
+        fsync: Some(fsync(inventory)),
+        // nginx serves the front end; the coordinator's own copy is on nginx's host only.
+        static_dir: (host.role == Role::Coordinator).then(|| inventory.web_dir.clone()),
+        router_map: Some(coordinator_placement_file(inventory, host)),
+        router_url: Some(format!("http://{}", router_control(inventory))),
+        no_color: true,
+        jia_service_url: inventory.jia_service_url.clone(),
+        raft_heartbeat_ms: inventory.raft_heartbeat_ms.filter(|_| group.is_some()),
+        group,
+        data_dir: Some(PathBuf::from(STATE_DIRECTORY)),
+        ..CoordinatorArgs::default()
+    };
+    let (flags, env) = for_systemd(args.settings());
     files.text("etc/isucondition/coordinator.env", 0o600, env_file(&env));
     files.text(
         "etc/systemd/system/isu-coordinator.service",
@@ -388,15 +381,33 @@ fn coordinator_node(inventory: &Inventory, host: &Host, context: &Context, files
         node_unit(NodeUnit {
             description: &description,
             environment_file: "/etc/isucondition/coordinator.env",
-            exec_start: format!(
-                "{}/coordinator --data-dir ${{STATE_DIRECTORY}}",
-                inventory.bin_dir.display()
-            ),
+            exec_start: format!("{}/coordinator {flags}", inventory.bin_dir.display()),
             state,
             credentials: String::new(),
             capabilities: "CapabilityBoundingSet=\n",
         }),
     );
+}
+
+/// A node's durable log: its unit's state directory, which systemd names on `ExecStart=`.
+const STATE_DIRECTORY: &str = "${STATE_DIRECTORY}";
+
+/// The inventory's fsync policy (checked: `Inventory::check` parses it the same way).
+fn fsync(inventory: &Inventory) -> FsyncPolicy {
+    inventory.fsync.parse().expect("checked: Inventory::check")
+}
+
+/// A node's settings as its unit takes them: those naming a systemd variable
+/// (`${STATE_DIRECTORY}`, `${CREDENTIALS_DIRECTORY}`), which systemd expands on `ExecStart=`
+/// and not in an environment file, as flags for `ExecStart=`; the rest for its environment file.
+fn for_systemd(settings: Vec<Setting>) -> (String, Vec<(&'static str, String)>) {
+    let (flags, variables): (Vec<Setting>, Vec<Setting>) = settings
+        .into_iter()
+        .partition(|setting| setting.values.iter().any(|value| value.contains("${")));
+    (
+        node_args::command_line(&flags).join(" "),
+        node_args::environment(&variables),
+    )
 }
 
 /// What a change of the coordinator's files needs.
@@ -421,36 +432,39 @@ pub fn replica_node(id: u64) -> String {
 
 fn worker_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow::Result<HostFiles> {
     let mut files = HostFiles::default();
-    // Every replica gets the latest conditions.
-    let coordinators: Vec<String> = inventory
-        .coordinator_listeners()
-        .iter()
-        .map(|listen| format!("http://{listen}"))
-        .collect();
-    let env = vec![
-        ("ISU_CELL", host.cell.clone().expect("checked")),
-        ("ISU_LISTEN", internal(inventory, host)),
-        (
-            "ISU_DEVICE_LISTEN",
-            socket(host.public_address, inventory.public_port()),
+    let credentials = match &inventory.tls {
+        Some(tls) => format!(
+            "LoadCredential=tls-cert:{}\nLoadCredential=tls-key:{}\n",
+            tls.cert.display(),
+            tls.key.display()
         ),
-        ("ISU_COORDINATOR_URL", coordinators.join(" ")),
-        ("ISU_CLUSTER_SECRET", context.secret.to_owned()),
-        ("ISU_FSYNC", inventory.fsync.clone()),
-        ("NO_COLOR", "1".to_owned()),
-    ];
-    files.text("etc/isucondition/worker.env", 0o600, env_file(&env));
-    let (tls_args, credentials) = match &inventory.tls {
-        Some(tls) => (
-            " --device-tls-cert ${CREDENTIALS_DIRECTORY}/tls-cert --device-tls-key ${CREDENTIALS_DIRECTORY}/tls-key",
-            format!(
-                "LoadCredential=tls-cert:{}\nLoadCredential=tls-key:{}\n",
-                tls.cert.display(),
-                tls.key.display()
-            ),
-        ),
-        None => ("", String::new()),
+        None => String::new(),
     };
+    let args = WorkerArgs {
+        cell: host.cell.clone().expect("checked"),
+        listen: internal(inventory, host),
+        device_listen: Some(socket(host.public_address, inventory.public_port())),
+        // Every replica gets the latest conditions.
+        coordinators: inventory
+            .coordinator_listeners()
+            .iter()
+            .map(|listen| format!("http://{listen}"))
+            .collect(),
+        cluster_secret: Some(context.secret.to_owned()),
+        fsync: Some(fsync(inventory)),
+        no_color: true,
+        data_dir: Some(PathBuf::from(STATE_DIRECTORY)),
+        // The key stays root-only: systemd hands the unit a copy (`LoadCredential=`).
+        device_tls: inventory.tls.as_ref().map(|_| {
+            (
+                PathBuf::from("${CREDENTIALS_DIRECTORY}/tls-cert"),
+                PathBuf::from("${CREDENTIALS_DIRECTORY}/tls-key"),
+            )
+        }),
+        ..WorkerArgs::default()
+    };
+    let (flags, env) = for_systemd(args.settings());
+    files.text("etc/isucondition/worker.env", 0o600, env_file(&env));
     let capabilities = if inventory.public_port() < 1024 {
         "CapabilityBoundingSet=CAP_NET_BIND_SERVICE\nAmbientCapabilities=CAP_NET_BIND_SERVICE\n"
     } else {
@@ -465,10 +479,7 @@ fn worker_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow:
                 host.cell.as_deref().expect("checked")
             ),
             environment_file: "/etc/isucondition/worker.env",
-            exec_start: format!(
-                "{}/worker --data-dir ${{STATE_DIRECTORY}}{tls_args}",
-                inventory.bin_dir.display()
-            ),
+            exec_start: format!("{}/worker {flags}", inventory.bin_dir.display()),
             state: state_directory(inventory, &host.node_name()),
             credentials,
             capabilities,

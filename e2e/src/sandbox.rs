@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use deploy::node_args::{CellEndpoint, CoordinatorArgs, NodeArgs, ReplicaGroup, WorkerArgs};
 use jia_sim::condition::SentCondition;
 use jia_sim::jwt::JwtSigner;
 use jia_sim::{JiaConfig, JiaHandle, JiaSimulator, UrlPolicy};
@@ -104,8 +105,8 @@ pub struct Cluster {
     pub signer: JwtSigner,
     /// Declared before `scratch`: the processes die before their log directory goes.
     processes: Vec<NodeProcess>,
-    /// Flags of every worker and then the coordinator(s), to start them again.
-    node_args: Vec<Vec<String>>,
+    /// Settings of every worker and then the coordinator(s), to start them again.
+    node_args: Vec<NodeArgs>,
     /// Node names in the same order (`worker-a`, ..., `coordinator`).
     names: Vec<&'static str>,
     /// `FAILPOINTS` of nodes (re)started from now on.
@@ -198,9 +199,9 @@ async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
 
     let mut names: Vec<&'static str> = WORKER_NAMES[..count].to_vec();
     names.extend(&COORDINATOR_NAMES[..replicas]);
-    let mut node_args: Vec<Vec<String>> = (0..count)
+    let mut node_args: Vec<NodeArgs> = (0..count)
         .map(|index| {
-            worker_node_args(
+            NodeArgs::Worker(worker_args(
                 &options,
                 &scratch,
                 index,
@@ -208,55 +209,41 @@ async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
                 device_ports[index],
                 &coordinators,
                 &secret,
-            )
+            ))
         })
         .collect();
     for (replica, port) in coordinator_ports.iter().enumerate() {
-        let mut args = vec!["--listen".to_owned(), format!("127.0.0.1:{port}")];
-        for index in 0..count {
-            args.extend([
-                "--worker".into(),
-                format!("{}={},{}", CELL_NAMES[index], workers[index], device_urls[index]),
-            ]);
-        }
-        args.extend([
-            "--cluster-secret".into(),
-            secret.clone(),
-            "--jia-service-url".into(),
-            jia.url(),
-        ]);
+        let mut args = CoordinatorArgs {
+            listen: format!("127.0.0.1:{port}"),
+            workers: (0..count)
+                .map(|index| CellEndpoint {
+                    cell: CELL_NAMES[index].to_owned(),
+                    url: workers[index].clone(),
+                    device_url: device_urls[index].clone(),
+                })
+                .collect(),
+            cluster_secret: Some(secret.clone()),
+            jia_service_url: Some(jia.url()),
+            extra: options.coordinator_args.clone(),
+            ..CoordinatorArgs::default()
+        };
         if replicas > 1 {
-            args.extend([
-                "--replica-id".into(),
-                (replica + 1).to_string(),
-                "--data-dir".into(),
-                scratch
-                    .path
-                    .join("data")
-                    .join(COORDINATOR_NAMES[replica])
-                    .display()
-                    .to_string(),
-            ]);
-            for (other, url) in coordinators.iter().enumerate() {
-                args.extend(["--replica".into(), format!("{}={url}", other + 1)]);
-            }
+            args.group = Some(ReplicaGroup {
+                id: replica as u64 + 1,
+                members: (1..).zip(coordinators.iter().cloned()).collect(),
+            });
+            args.data_dir = Some(scratch.path.join("data").join(COORDINATOR_NAMES[replica]));
         } else {
-            args.extend(data_dir_args(&options, &scratch, "coordinator"));
+            args.data_dir = durable_data_dir(&options, &scratch, "coordinator");
         }
-        args.extend(options.coordinator_args.iter().cloned());
-        node_args.push(args);
+        node_args.push(NodeArgs::Coordinator(args));
     }
     let fail_points = options.fail_points.clone();
     let processes = (0..count + replicas)
         .map(|index| {
             NodeProcess::spawn(
                 names[index],
-                node_command(
-                    index >= count,
-                    &node_args[index],
-                    fail_points.as_deref(),
-                    options.proxy.as_deref(),
-                ),
+                node_command(&node_args[index], fail_points.as_deref(), options.proxy.as_deref()),
                 &scratch.path,
             )
         })
@@ -437,7 +424,6 @@ impl Cluster {
         self.processes[index] = NodeProcess::spawn_appending(
             name,
             node_command(
-                is_coordinator,
                 &self.node_args[index],
                 self.fail_points.as_deref(),
                 self.options.proxy.as_deref(),
@@ -475,7 +461,7 @@ impl Cluster {
         let index = self.workers.len();
         assert!(index < CELL_NAMES.len(), "test clusters have at most 6 workers");
         let [port, device_port] = free_ports::<2>();
-        let args = worker_node_args(
+        let args = worker_args(
             &self.options,
             &self.scratch,
             index,
@@ -488,12 +474,15 @@ impl Cluster {
         let device_server = format!("http://127.0.0.1:{device_port}");
         // The coordinator is node `index` now; it moves one place on, behind the new worker.
         self.kill_node(index);
-        let coordinator_args = &mut self.node_args[index];
-        coordinator_args.extend([
-            "--worker".into(),
-            format!("{}={worker},{device_server}", CELL_NAMES[index]),
-        ]);
-        self.node_args.insert(index, args);
+        let NodeArgs::Coordinator(coordinator) = &mut self.node_args[index] else {
+            unreachable!("node {index} is the coordinator")
+        };
+        coordinator.workers.push(CellEndpoint {
+            cell: CELL_NAMES[index].to_owned(),
+            url: worker.clone(),
+            device_url: device_server.clone(),
+        });
+        self.node_args.insert(index, NodeArgs::Worker(args));
         self.names.insert(index, WORKER_NAMES[index]);
         let placeholder = NodeProcess::spawn(WORKER_NAMES[index], Command::new("true"), &self.scratch.path);
         self.processes.insert(index, placeholder);
@@ -588,9 +577,9 @@ pub fn test_uuid(first_digit: char, serial: u32) -> String {
 }
 
 /// The command of a worker or the coordinator with its flags.
-fn node_command(coordinator: bool, args: &[String], fail_points: Option<&str>, proxy: Option<&str>) -> Command {
-    let mut command = Command::new(node_binary(if coordinator { "coordinator" } else { "worker" }));
-    command.args(args);
+fn node_command(node: &NodeArgs, fail_points: Option<&str>, proxy: Option<&str>) -> Command {
+    let mut command = Command::new(node_binary(node.program()));
+    command.args(node.args());
     command.env_remove("FAILPOINTS");
     if let Some(fail_points) = fail_points {
         command.env("FAILPOINTS", fail_points);
@@ -615,19 +604,13 @@ fn node_command(coordinator: bool, args: &[String], fail_points: Option<&str>, p
     command
 }
 
-/// `--data-dir <scratch>/data/<node>` for durable clusters.
-fn data_dir_args(options: &ClusterOptions, scratch: &ScratchDir, node: &str) -> Vec<String> {
-    match options.durable {
-        true => vec![
-            "--data-dir".into(),
-            scratch.path.join("data").join(node).display().to_string(),
-        ],
-        false => Vec::new(),
-    }
+/// `<scratch>/data/<node>` for durable clusters.
+fn durable_data_dir(options: &ClusterOptions, scratch: &ScratchDir, node: &str) -> Option<PathBuf> {
+    options.durable.then(|| scratch.path.join("data").join(node))
 }
 
-/// The flags of worker `index` (cell `CELL_NAMES[index]`).
-fn worker_node_args(
+/// The settings of worker `index` (cell `CELL_NAMES[index]`).
+fn worker_args(
     options: &ClusterOptions,
     scratch: &ScratchDir,
     index: usize,
@@ -635,21 +618,15 @@ fn worker_node_args(
     device_port: u16,
     coordinators: &[String],
     secret: &str,
-) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "--cell".into(),
-        CELL_NAMES[index].into(),
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-        "--device-listen".into(),
-        format!("127.0.0.1:{device_port}"),
-        "--cluster-secret".into(),
-        secret.into(),
-    ];
-    for coordinator in coordinators {
-        args.extend(["--coordinator-url".into(), coordinator.clone()]);
+) -> WorkerArgs {
+    WorkerArgs {
+        cell: CELL_NAMES[index].to_owned(),
+        listen: format!("127.0.0.1:{port}"),
+        device_listen: Some(format!("127.0.0.1:{device_port}")),
+        cluster_secret: Some(secret.to_owned()),
+        coordinators: coordinators.to_vec(),
+        data_dir: durable_data_dir(options, scratch, WORKER_NAMES[index]),
+        extra: options.worker_args.clone(),
+        ..WorkerArgs::default()
     }
-    args.extend(data_dir_args(options, scratch, WORKER_NAMES[index]));
-    args.extend(options.worker_args.iter().cloned());
-    args
 }

@@ -265,22 +265,8 @@ fn default_profile_seconds(duration: Option<&str>) -> anyhow::Result<u64> {
     let Some(text) = duration else {
         return Ok(10);
     };
-    let (number, unit) = if let Some(number) = text.strip_suffix("ms") {
-        (number, 0.001)
-    } else if let Some(number) = text.strip_suffix('s') {
-        (number, 1.0)
-    } else if let Some(number) = text.strip_suffix('m') {
-        (number, 60.0)
-    } else {
-        (text, 1.0)
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .ok()
-        .filter(|value: &f64| value.is_finite() && *value >= 0.0)
-        .with_context(|| format!("--duration {text:?} is not a duration such as 60s, 1500ms or 2m"))?;
-    Ok(((value * unit) as u64 / 6).clamp(3, 30))
+    let load = shared::duration::parse(text).map_err(|error| anyhow::anyhow!("--duration: {error}"))?;
+    Ok((load.as_secs() / 6).clamp(3, 30))
 }
 
 /// The live migrations of one run, as `RUN/migrations.log` lists them.

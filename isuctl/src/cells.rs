@@ -262,7 +262,7 @@ fn watch(api: &CellsApi, seconds: f64, every: f64, format: Format) -> anyhow::Re
             Format::Human => writeln!(
                 stdout,
                 "\x1b[H\x1b[2J{}  (every {every}s; Ctrl-C to stop)\n{shown}",
-                clock_of_day()
+                shared::clock::clock_of_day()
             ),
         };
         if written.and_then(|()| stdout.flush()).is_err() {
@@ -272,19 +272,6 @@ fn watch(api: &CellsApi, seconds: f64, every: f64, format: Format) -> anyhow::Re
         drop(stdout);
         std::thread::sleep(std::time::Duration::from_secs_f64(every));
     }
-}
-
-/// `HH:MM:SS` (UTC) for the watch's header.
-fn clock_of_day() -> String {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    format!(
-        "{:02}:{:02}:{:02}",
-        seconds / 3600 % 24,
-        seconds / 60 % 60,
-        seconds % 60
-    )
 }
 
 /// A slot chosen uniformly and a cell to take it, chosen uniformly among the cells that do

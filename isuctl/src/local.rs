@@ -213,35 +213,9 @@ pub fn cells_command() -> std::process::Command {
     command
 }
 
-/// A folder name for one run, `YYYYMMDD-HHMMSS` in UTC (`run/bench/<it>`, `run/profiles/<it>`).
-pub fn timestamp() -> String {
-    timestamp_of(time::OffsetDateTime::now_utc())
-}
-
-/// `HH:MM:SS.nnnnnnnnn` of now, UTC (a line of a run's log).
-pub fn clock_time() -> String {
-    let at = time::OffsetDateTime::now_utc();
-    format!(
-        "{:02}:{:02}:{:02}.{:09}",
-        at.hour(),
-        at.minute(),
-        at.second(),
-        at.nanosecond()
-    )
-}
-
-/// [`timestamp`] of one instant.
-fn timestamp_of(at: time::OffsetDateTime) -> String {
-    format!(
-        "{:04}{:02}{:02}-{:02}{:02}{:02}",
-        at.year(),
-        u8::from(at.month()),
-        at.day(),
-        at.hour(),
-        at.minute(),
-        at.second()
-    )
-}
+// The run folders' and log lines' times (`run/bench/<timestamp>`, a takeover's log): kept
+// here under their old names for the modules that read them from here.
+pub use shared::clock::{clock_time, timestamp};
 
 /// The checkout this tool was built from (where `scripts/`, `nginx/` and `web/` are).
 pub fn repo_root() -> PathBuf {
@@ -285,13 +259,5 @@ mod tests {
         assert_eq!(cell_name(15), "p");
         assert_eq!(cell_index("c"), Some(2));
         assert_eq!(cell_index("q"), None);
-    }
-
-    #[test]
-    fn timestamps_are_utc_dates_and_times() {
-        let at = |unix: i64| time::OffsetDateTime::from_unix_timestamp(unix).unwrap();
-        assert_eq!(timestamp_of(at(0)), "19700101-000000");
-        assert_eq!(timestamp_of(at(951_782_400)), "20000229-000000");
-        assert_eq!(timestamp_of(at(1_796_270_399)), "20261203-035959");
     }
 }

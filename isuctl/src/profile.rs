@@ -74,7 +74,7 @@ pub fn run_in(run_dir: &RunDir, args: Args, format: Format) -> anyhow::Result<()
     let out = args.out.unwrap_or_else(|| {
         crate::local::repo_root()
             .join("run/profiles")
-            .join(crate::local::timestamp())
+            .join(shared::clock::timestamp())
     });
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let nodes = cluster.nodes();

@@ -403,17 +403,12 @@ impl LocalCluster {
     }
 
     fn cluster(&self, args: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
-        let status = cluster_command()
-            .env("ISU_RUN_DIR", &self.run_dir.path)
-            .args(args)
-            .stdout(Stdio::null())
-            .status()
-            .context("running the cluster command")?;
-        let shown: Vec<_> = args.iter().map(|arg| arg.to_string_lossy()).collect();
-        match status.success() {
-            true => Ok(()),
-            false => anyhow::bail!("cluster {} failed ({status})", shown.join(" ")),
-        }
+        crate::external::run_checked(
+            cluster_command()
+                .env("ISU_RUN_DIR", &self.run_dir.path)
+                .args(args)
+                .stdout(Stdio::null()),
+        )
     }
 }
 

@@ -2,14 +2,14 @@
 //! uPlot, built by Vite): build it, run its unit tests, and run its browser tests in headless
 //! Debian Chromium against a local cluster of their own.
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use serde::Serialize;
 
+use crate::external::{self, run_checked, run_to_stderr};
 use crate::local::{self, RunDir};
 use crate::output::{self, Format};
 
@@ -21,8 +21,6 @@ const E2E_HOSTS: [(&str, &str); 3] = [
     ("ISU_WORKER_A_HOST", "127.0.0.53"),
     ("ISU_WORKER_B_HOST", "127.0.0.54"),
 ];
-/// Grace between SIGTERM and SIGKILL for a bounded command (as `timeout --kill-after=10`).
-const KILL_AFTER: Duration = Duration::from_secs(10);
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Environment:\n  \
@@ -121,7 +119,10 @@ impl Web {
 
     /// `npm ci` when node_modules is missing or stale.
     fn ensure_dependencies(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(local_program("npm"), "web: npm not found: install Node.js 20+ and npm");
+        anyhow::ensure!(
+            external::on_path("npm"),
+            "web: npm not found: install Node.js 20+ and npm"
+        );
         let installed = modified(&self.dir.join("node_modules/.package-lock.json"));
         let inputs = [
             modified(&self.dir.join("package-lock.json")),
@@ -132,7 +133,7 @@ impl Web {
             let mut npm = Command::new("npm");
             npm.args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
                 .current_dir(&self.dir);
-            run_to_stderr(npm, "npm ci")?;
+            run_to_stderr(&mut npm)?;
         }
         Ok(())
     }
@@ -140,8 +141,8 @@ impl Web {
     fn build(&self) -> anyhow::Result<Build> {
         self.ensure_dependencies()?;
         eprintln!("web: building web/dist");
-        run_to_stderr(self.npx(&["tsc", "--noEmit"]), "tsc --noEmit")?;
-        run_to_stderr(self.npx(&["vite", "build", "--logLevel", "warn"]), "vite build")?;
+        run_to_stderr(&mut self.npx(&["tsc", "--noEmit"]))?;
+        run_to_stderr(&mut self.npx(&["vite", "build", "--logLevel", "warn"]))?;
         let dist = self.dir.join("dist");
         let done = deploy::assets::precompress(&dist)?;
         eprintln!(
@@ -153,8 +154,8 @@ impl Web {
 
     fn test(&self) -> anyhow::Result<()> {
         self.ensure_dependencies()?;
-        run_command(self.npx(&["tsc", "--noEmit"]), "tsc --noEmit")?;
-        run_command(self.npx(&["vitest", "run"]), "vitest run")
+        run_checked(&mut self.npx(&["tsc", "--noEmit"]))?;
+        run_checked(&mut self.npx(&["vitest", "run"]))
     }
 
     fn e2e(&self, then: Then) -> anyhow::Result<E2e> {
@@ -171,9 +172,9 @@ impl Web {
             command
         };
         // A cluster left over from an interrupted run would hold the addresses.
-        let _ = run_to_stderr(cluster(&["down"]), "cluster down");
+        let _ = run_to_stderr(&mut cluster(&["down"]));
         let _down = Finally(|| {
-            let _ = run_to_stderr(cluster(&["down"]), "cluster down");
+            let _ = run_to_stderr(&mut cluster(&["down"]));
         });
         let screenshots = run_dir.path.join("screenshots");
         if screenshots.exists() {
@@ -181,11 +182,9 @@ impl Web {
         }
         std::fs::create_dir_all(&screenshots).with_context(|| format!("creating {}", screenshots.display()))?;
         let static_dir = dist.display().to_string();
-        let up = cluster(&["up", "--static-dir", &static_dir, "--jia"])
-            .stderr(Stdio::inherit())
-            .output()
-            .context("running cluster up")?;
-        anyhow::ensure!(up.status.success(), "web: cluster up failed ({})", up.status);
+        let up =
+            external::output_checked(cluster(&["up", "--static-dir", &static_dir, "--jia"]).stderr(Stdio::inherit()))
+                .context("web: starting the browser tests' cluster")?;
         let base_url = String::from_utf8_lossy(&up.stdout)
             .lines()
             .last()
@@ -212,7 +211,7 @@ impl Web {
                 .map_err(|_| anyhow::anyhow!("web: ISU_WEB_E2E_TIMEOUT={text:?} is not a number of seconds"))?,
             Err(_) => Duration::from_secs(600),
         };
-        run_bounded(tests, "the browser tests", limit)?;
+        external::run_bounded(&mut tests, limit).context("web: the browser tests")?;
         let screenshot_count = std::fs::read_dir(&screenshots)
             .map(|entries| {
                 entries
@@ -312,76 +311,9 @@ fn ensure_chromium() -> anyhow::Result<()> {
         return Ok(());
     }
     eprintln!("web: installing Debian's chromium (apt-get)");
-    anyhow::ensure!(
-        local_program("apt-get"),
-        "web: /usr/bin/chromium is missing and apt-get is not available"
-    );
-    let as_root = nix::unistd::Uid::effective().is_root();
-    let apt = |args: &[&str]| {
-        let mut command = if as_root {
-            Command::new("apt-get")
-        } else {
-            Command::new("sudo")
-        };
-        if !as_root {
-            command.arg("apt-get");
-        }
-        command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-        command
-    };
-    run_bounded(apt(&["update", "-qq"]), "apt-get update", Duration::from_secs(600))?;
-    let mut install = apt(&["install", "-y", "-qq", "chromium"]);
-    install.stdout(Stdio::null());
-    run_bounded(install, "apt-get install chromium", Duration::from_secs(900))?;
+    external::install_packages(&["chromium"]).context("web: /usr/bin/chromium is missing")?;
     anyhow::ensure!(chromium.is_file(), "web: chromium did not install to /usr/bin/chromium");
     Ok(())
-}
-
-fn local_program(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
-}
-
-/// Runs `command` with its output on this process's stderr (stdout stays for the result).
-fn run_to_stderr(mut command: Command, what: &str) -> anyhow::Result<()> {
-    let errors = std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned()?;
-    command.stdout(Stdio::from(errors));
-    run_command(command, what)
-}
-
-fn run_command(mut command: Command, what: &str) -> anyhow::Result<()> {
-    let status = command.status().with_context(|| format!("web: running {what}"))?;
-    anyhow::ensure!(status.success(), "web: {what} failed ({status})");
-    Ok(())
-}
-
-/// Runs `command` in a process group of its own and ends the whole group (SIGTERM, then
-/// SIGKILL after [`KILL_AFTER`]) when it outlives `limit`: npx's node children go with it.
-fn run_bounded(mut command: Command, what: &str, limit: Duration) -> anyhow::Result<()> {
-    let mut child = command
-        .process_group(0)
-        .spawn()
-        .with_context(|| format!("web: running {what}"))?;
-    let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
-    let started = Instant::now();
-    let mut terminated: Option<Instant> = None;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            anyhow::ensure!(terminated.is_none(), "web: {what} took more than {} s", limit.as_secs());
-            anyhow::ensure!(status.success(), "web: {what} failed ({status})");
-            return Ok(());
-        }
-        match terminated {
-            None if started.elapsed() > limit => {
-                let _ = nix::sys::signal::kill(group, nix::sys::signal::SIGTERM);
-                terminated = Some(Instant::now());
-            }
-            Some(at) if at.elapsed() > KILL_AFTER => {
-                let _ = nix::sys::signal::kill(group, nix::sys::signal::SIGKILL);
-            }
-            _ => {}
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[cfg(test)]
@@ -412,15 +344,5 @@ mod tests {
         assert!(build.files[1].gzip_bytes < 100, "{:?}", build.files[1]);
         assert_eq!(build.total_bytes, 601);
         assert!(render_build(&build).ends_with(&format!("{:>10} {:>10}", 601, build.total_gzip_bytes)));
-    }
-
-    #[test]
-    fn a_command_past_its_limit_is_ended_with_its_children() {
-        let mut sleeper = Command::new("sh");
-        sleeper.args(["-c", "sleep 30 & sleep 30"]);
-        let started = Instant::now();
-        let error = run_bounded(sleeper, "the sleeper", Duration::from_millis(300)).unwrap_err();
-        assert!(error.to_string().contains("took more than"), "{error}");
-        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

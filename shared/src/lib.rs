@@ -2,7 +2,9 @@
 //!
 //! Layout:
 //! - [`backoff`]: exponential back-off with sparse logging for background senders;
+//! - [`clock`]: wall-clock times as the tools write them (run folders, log lines, Unix ms);
 //! - [`domain`]: condition strings, flags and levels (pure functions);
+//! - [`duration`]: durations as command lines take them (`60s`, `1500ms`, `2m`);
 //! - [`graph`]: the hourly graph data-point maths;
 //! - [`ingest`]: device condition batches: decoding, validation and their limits;
 //! - [`migration`]: the clone → flip → redirect → forget state machine of a live migration;
@@ -17,8 +19,10 @@
 //! - [`wal`]: the checksummed append-only log with group commit and snapshots.
 
 pub mod backoff;
+pub mod clock;
 pub mod dataset;
 pub mod domain;
+pub mod duration;
 pub mod error;
 pub mod graph;
 pub mod ingest;

@@ -60,15 +60,17 @@ pub enum FsyncPolicy {
 impl FromStr for FsyncPolicy {
     type Err = String;
 
-    /// `always`, `never`, or `<N>ms` (for example `10ms`).
+    /// `always`, `never`, or `<N>ms` (for example `10ms`): N a whole number from 1, in plain
+    /// digits (no sign, no leading zero, no spaces). The one syntax: the nodes' `--fsync`,
+    /// isuctl's and a deployment inventory's `fsync` are all read here.
     fn from_str(text: &str) -> Result<FsyncPolicy, String> {
         match text {
             "always" => Ok(FsyncPolicy::Always),
             "never" => Ok(FsyncPolicy::Never),
             other => other
                 .strip_suffix("ms")
+                .filter(|millis| millis.bytes().all(|byte| byte.is_ascii_digit()) && !millis.starts_with('0'))
                 .and_then(|millis| millis.parse::<u64>().ok())
-                .filter(|millis| *millis > 0)
                 .map(|millis| FsyncPolicy::Interval(Duration::from_millis(millis)))
                 .ok_or_else(|| format!("unknown fsync policy {text:?}: expected always, never or <N>ms")),
         }
@@ -588,6 +590,22 @@ mod tests {
         assert!("0ms".parse::<FsyncPolicy>().is_err());
         assert!("sometimes".parse::<FsyncPolicy>().is_err());
         assert_eq!(FsyncPolicy::Interval(Duration::from_millis(25)).to_string(), "25ms");
+    }
+
+    /// The agreed syntax, as every reader of a policy (the nodes, isuctl, an inventory) takes
+    /// it: what it accepts prints back the same.
+    #[test]
+    fn only_always_never_and_plain_positive_milliseconds_are_policies() {
+        for good in ["always", "never", "1ms", "250ms", "10ms"] {
+            let policy: FsyncPolicy = good.parse().unwrap_or_else(|error| panic!("{good}: {error}"));
+            assert_eq!(policy.to_string(), good);
+        }
+        for bad in [
+            "", "0ms", "ms", "10", "10s", "05ms", "+5ms", "-5ms", " 5ms", "5 ms", "always ", "Always",
+        ] {
+            let error = bad.parse::<FsyncPolicy>().unwrap_err();
+            assert!(error.contains("expected always, never or <N>ms"), "{bad}: {error}");
+        }
     }
 
     #[tokio::test]

@@ -4,18 +4,19 @@
 //! of what was started.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::Parser as _;
+use deploy::node_args::{CellEndpoint, CoordinatorArgs, ReplicaGroup, WorkerArgs};
 use deploy::supervise::Spawn;
 
 use super::{cluster_file, log, started, Cluster, Devices, Worker};
 use crate::exit::Exit;
 use crate::local::{self, ClusterFile};
 use crate::output::{self, Format};
-use crate::{http, render};
+use crate::{external, http, render};
 
 /// The binaries `up` runs.
 struct Binaries {
@@ -157,41 +158,14 @@ fn show_log_tails(cluster: &Cluster) {
 /// missing (as root, or through sudo).
 fn ensure_nginx() -> anyhow::Result<()> {
     const PACKAGES: [&str; 2] = ["nginx-light", "libnginx-mod-http-lua"];
-    let has_nginx = deploy::nginx::default_nginx_bin().is_file();
-    if has_nginx && deploy::nginx::has_lua_module(&deploy::nginx::default_nginx_bin()) {
+    let nginx = deploy::nginx::default_nginx_bin();
+    let has_nginx = nginx.is_file();
+    if has_nginx && deploy::nginx::has_lua_module(&nginx) {
         return Ok(());
     }
-    log(format!(
-        "{} missing: installing {}",
-        if has_nginx { "nginx's Lua module" } else { "nginx" },
-        PACKAGES.join(" ")
-    ));
-    let root = nix::unistd::Uid::effective().is_root();
-    let apt = |args: &[&str]| -> bool {
-        let mut command = if root {
-            Command::new("apt-get")
-        } else {
-            Command::new("sudo")
-        };
-        if !root {
-            command.arg("apt-get");
-        }
-        command
-            .args(args)
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .is_ok_and(|status| status.success())
-    };
-    if !root && Command::new("sudo").arg("--version").output().is_err() {
-        bail!(
-            "nginx or its Lua module is missing and installing them needs root (apt-get install -y {})",
-            PACKAGES.join(" ")
-        );
-    }
-    if !(apt(&["update"]) && apt(&[&["install", "-y"][..], &PACKAGES[..]].concat())) {
-        bail!("apt-get install {} failed", PACKAGES.join(" "));
-    }
-    Ok(())
+    let missing = if has_nginx { "nginx's Lua module" } else { "nginx" };
+    log(format!("{missing} missing: installing {}", PACKAGES.join(" ")));
+    external::install_packages(&PACKAGES).with_context(|| format!("{missing} is missing"))
 }
 
 fn absolute(path: &Path) -> PathBuf {
@@ -252,14 +226,7 @@ fn inputs(cluster: &Cluster) -> anyhow::Result<Inputs> {
             );
         }
         log("building the front end (scripts/web build)");
-        let status = Command::new(local::repo_root().join("scripts/web"))
-            .arg("build")
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .context("running scripts/web build")?;
-        if !status.success() {
-            bail!("scripts/web build failed");
-        }
+        external::run_to_stderr(Command::new(local::repo_root().join("scripts/web")).arg("build"))?;
     }
     if !static_dir.is_dir() {
         bail!("static dir not found: {}", static_dir.display());
@@ -323,14 +290,7 @@ fn build(cluster: &Cluster) -> anyhow::Result<Binaries> {
         if options.jia {
             packages.push("bench");
         }
-        let mut cargo = crate::external::cargo_build(&repo, !options.debug, &packages);
-        let status = cargo
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .context("running cargo build")?;
-        if !status.success() {
-            bail!("cargo build failed");
-        }
+        external::run_to_stderr(&mut external::cargo_build(&repo, !options.debug, &packages))?;
     }
     let binary = |variable: &str, name: &str| {
         std::env::var_os(variable).map_or_else(|| target_dir.join(profile).join(name), PathBuf::from)
@@ -436,97 +396,14 @@ fn start_all(
         started(name, process);
         Ok(())
     };
-    let durable_args = |name: &str| -> Vec<String> {
-        if options.durable {
-            vec![
-                "--data-dir".to_owned(),
-                run_dir.join("data").join(name).display().to_string(),
-                "--fsync".to_owned(),
-                options.fsync.clone(),
-            ]
-        } else {
-            Vec::new()
-        }
-    };
     let replicas = cluster.coordinators();
-    let mut worker_args = Vec::new();
     for worker in workers {
-        let mut command = vec![
-            binaries.worker.display().to_string(),
-            "--cell".to_owned(),
-            worker.cell.to_owned(),
-            "--listen".to_owned(),
-            worker.listen.clone(),
-        ];
-        // Every replica gets the latest conditions.
-        for (_, listen) in &replicas {
-            command.extend(["--coordinator-url".to_owned(), format!("http://{listen}")]);
-        }
-        if options.devices == Devices::Direct {
-            command.extend(["--device-listen".to_owned(), worker.device_listen.clone()]);
-        }
-        command.extend(durable_args(&worker.name));
-        start(&worker.name, command)?;
-        worker_args.extend([
-            "--worker".to_owned(),
-            format!("{}=http://{},{}", worker.cell, worker.listen, worker.device_url),
-        ]);
+        let args = worker_args(cluster, run_dir, worker);
+        start(&worker.name, command_line(&binaries.worker, args.args()))?;
     }
-
-    let mut common = worker_args;
-    common.extend([
-        "--static-dir".to_owned(),
-        inputs.static_dir.display().to_string(),
-        "--router-map".to_owned(),
-        run_dir.join("placement.map").display().to_string(),
-        // The coordinator (a group's leader) hands nginx each new map there: no reload.
-        "--router-url".to_owned(),
-        format!("http://{}", cluster.router_control()),
-    ]);
-    let optional = [
-        ("--dataset", inputs.dataset.clone()),
-        (
-            "--jwt-public-key",
-            inputs.jwt_public_key.as_ref().map(|path| path.display().to_string()),
-        ),
-        (
-            "--default-icon",
-            inputs.default_icon.as_ref().map(|path| path.display().to_string()),
-        ),
-        ("--jia-service-url", inputs.jia_service_url.clone()),
-    ];
-    for (flag, value) in optional {
-        if let Some(value) = value {
-            common.extend([flag.to_owned(), value]);
-        }
-    }
-    for (replica, (name, listen)) in replicas.iter().enumerate() {
-        let mut command = vec![
-            binaries.coordinator.display().to_string(),
-            "--listen".to_owned(),
-            listen.clone(),
-        ];
-        command.extend(common.iter().cloned());
-        if replicas.len() > 1 {
-            // A group: each replica's raft log in its own directory, started empty unless
-            // the cluster is durable.
-            let data_dir = run_dir.join("data").join(name);
-            if !options.durable && data_dir.exists() {
-                std::fs::remove_dir_all(&data_dir).with_context(|| format!("emptying {}", data_dir.display()))?;
-            }
-            command.extend([
-                "--replica-id".to_owned(),
-                (replica + 1).to_string(),
-                "--data-dir".to_owned(),
-                data_dir.display().to_string(),
-            ]);
-            for (other, (_, listen)) in replicas.iter().enumerate() {
-                command.extend(["--replica".to_owned(), format!("{}=http://{listen}", other + 1)]);
-            }
-        } else {
-            command.extend(durable_args(name));
-        }
-        start(name, command)?;
+    for (replica, (name, _)) in replicas.iter().enumerate() {
+        let args = coordinator_args(cluster, run_dir, inputs, workers, replica)?;
+        start(name, command_line(&binaries.coordinator, args.args()))?;
     }
     // nginx starts once the coordinator (a group's leader) has written its placement map
     // (before it is healthy), so it loads that map at start: a reload right after the start
@@ -612,6 +489,86 @@ fn start_all(
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// `binary` and its arguments.
+fn command_line(binary: &Path, args: Vec<String>) -> Vec<String> {
+    std::iter::once(binary.display().to_string()).chain(args).collect()
+}
+
+/// A worker's settings: its cell and addresses, every replica to push to, its own device
+/// server (devices direct), its durable log (--durable). The secret is in the environment.
+fn worker_args(cluster: &Cluster, run_dir: &Path, worker: &Worker) -> WorkerArgs {
+    let options = &cluster.options;
+    WorkerArgs {
+        cell: worker.cell.to_owned(),
+        listen: worker.listen.clone(),
+        // Every replica gets the latest conditions.
+        coordinators: cluster
+            .coordinators()
+            .into_iter()
+            .map(|(_, listen)| format!("http://{listen}"))
+            .collect(),
+        device_listen: (options.devices == Devices::Direct).then(|| worker.device_listen.clone()),
+        data_dir: options.durable.then(|| run_dir.join("data").join(&worker.name)),
+        fsync: options.durable.then_some(options.fsync),
+        ..WorkerArgs::default()
+    }
+}
+
+/// Coordinator replica `replica`'s settings (from 0; the one coordinator's without a group):
+/// every cell, the front end, the router's map and control server, the inputs given; in a
+/// group, its raft log in a directory of its own (emptied first unless the cluster is
+/// durable) and every member; alone, a durable log with --durable. The secret is in the
+/// environment.
+fn coordinator_args(
+    cluster: &Cluster,
+    run_dir: &Path,
+    inputs: &Inputs,
+    workers: &[Worker],
+    replica: usize,
+) -> anyhow::Result<CoordinatorArgs> {
+    let options = &cluster.options;
+    let replicas = cluster.coordinators();
+    let (name, listen) = &replicas[replica];
+    let data_dir = run_dir.join("data").join(name);
+    let mut args = CoordinatorArgs {
+        listen: listen.clone(),
+        workers: workers
+            .iter()
+            .map(|worker| CellEndpoint {
+                cell: worker.cell.to_owned(),
+                url: format!("http://{}", worker.listen),
+                device_url: worker.device_url.clone(),
+            })
+            .collect(),
+        static_dir: Some(inputs.static_dir.clone()),
+        router_map: Some(run_dir.join("placement.map")),
+        // The coordinator (a group's leader) hands nginx each new map there: no reload.
+        router_url: Some(format!("http://{}", cluster.router_control())),
+        dataset: inputs.dataset.clone(),
+        jwt_public_key: inputs.jwt_public_key.clone(),
+        default_icon: inputs.default_icon.clone(),
+        jia_service_url: inputs.jia_service_url.clone(),
+        ..CoordinatorArgs::default()
+    };
+    if replicas.len() > 1 {
+        if !options.durable && data_dir.exists() {
+            std::fs::remove_dir_all(&data_dir).with_context(|| format!("emptying {}", data_dir.display()))?;
+        }
+        args.group = Some(ReplicaGroup {
+            id: replica as u64 + 1,
+            members: (1..)
+                .zip(&replicas)
+                .map(|(id, (_, listen))| (id, format!("http://{listen}")))
+                .collect(),
+        });
+        args.data_dir = Some(data_dir);
+    } else if options.durable {
+        args.data_dir = Some(data_dir);
+        args.fsync = Some(options.fsync);
+    }
+    Ok(args)
 }
 
 /// `cluster.json`, and `cluster.env` with the same URLs for the scripts that source it.
