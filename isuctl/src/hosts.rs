@@ -603,7 +603,7 @@ impl Hosts {
             }
             command.args(["taskset", "-c", "1"]);
         }
-        let out = self.paths.state.join("bench").join(crate::local::timestamp());
+        let out = self.paths.state.join("bench").join(shared::clock::timestamp());
         std::fs::create_dir_all(&out)?;
         command
             .arg(self.paths.release.join("bench"))
@@ -707,9 +707,7 @@ fn require_root() -> anyhow::Result<()> {
 
 /// An error unless `program` is on the PATH.
 pub(crate) fn which(program: &str) -> anyhow::Result<()> {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()));
-    anyhow::ensure!(found, "needs {program}");
+    anyhow::ensure!(crate::external::on_path(program), "needs {program}");
     Ok(())
 }
 
