@@ -2,7 +2,7 @@
 //! cluster, its cells, a rollout, a deployment or a benchmark, typed and tested in Rust.
 //!
 //! Layout: one module per command (`cluster`, `cells`, `rollout`, `render`, `deploy`,
-//! `hosts`, `profile`, `bench`, `web`); `local` is the loopback cluster's run directory and
+//! `hosts`, `profile`, `bench`; the front end's build and tests are `xtask`'s); `local` is the loopback cluster's run directory and
 //! its description file (`cluster.json`), which every command that talks to a running local
 //! cluster reads; `output` renders a command's result as JSON (`--json`) or as a table made
 //! from the same data.
@@ -25,7 +25,6 @@ pub mod profile;
 pub mod render;
 pub mod rollout;
 pub mod takeover;
-pub mod web;
 
 use clap::{Parser, Subcommand};
 
@@ -64,8 +63,6 @@ pub enum Command {
     Profile(profile::Args),
     /// The main job: a cluster up, the bench against it, the report and the score.
     Bench(bench::Args),
-    /// The front end: build, unit tests, browser tests.
-    Web(web::Args),
 }
 
 /// Runs one parsed command line.
@@ -80,6 +77,5 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hosts(args) => hosts::run(args, format),
         Command::Profile(args) => profile::run(args, format),
         Command::Bench(args) => bench::run(args, format),
-        Command::Web(args) => web::run(args, format),
     }
 }

@@ -1,4 +1,4 @@
-//! `isuctl web` (`scripts/web`): the project's own front end in `web/` (TypeScript, Preact,
+//! `xtask web` (`scripts/web`): the project's own front end in `web/` (TypeScript, Preact,
 //! uPlot, built by Vite): build it, run its unit tests, and run its browser tests in headless
 //! Debian Chromium against a local cluster of their own.
 
@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::external::{self, run_checked, run_to_stderr};
-use crate::local::{self, RunDir};
-use crate::output::{self, Format};
+use isuctl::external::{self, run_checked, run_to_stderr};
+use isuctl::local::{self, RunDir};
+use isuctl::output::{self, Format};
 
 /// Where the browser tests' cluster runs, on addresses of its own so it never meets the
 /// cluster of `scripts/bench` or of a person.
