@@ -349,31 +349,59 @@ impl Hosts {
             .join(plan::WEB_DIR.trim_start_matches('/'));
         make_world_readable(&web)?;
 
-        let etc_hosts = plan::etc_hosts(&hosts);
-        for host in &hosts {
+        self.make_namespaces(&hosts, &mut state)?;
+        self.start_netlab(&hosts, &mut state)?;
+        for host in hosts.iter().filter(|host| host.is_cluster_host()) {
+            let pid = self.start_host(host, &self.isuctl)?;
+            state.processes.push(Started {
+                name: host.name.clone(),
+                pid,
+                exe: self.isuctl.clone(),
+            });
+            self.save(&state)?;
+        }
+        let url = self.wait_until_serving(&hosts, args.tls)?;
+        Ok(UpReport {
+            workers: args.workers,
+            coordinators: args.coordinators,
+            tls: args.tls,
+            url,
+            hosts: hosts.iter().map(|host| host.name.clone()).collect(),
+        })
+    }
+
+    /// One network namespace per host, with its /etc/netns hosts file, and the directories
+    /// the hosts' mounts need; each recorded in `state` as it is made.
+    fn make_namespaces(&self, hosts: &[HostPlan], state: &mut State) -> anyhow::Result<()> {
+        let etc_hosts = plan::etc_hosts(hosts);
+        for host in hosts {
             run_checked(Command::new("ip").args(["netns", "add", &host.netns]))?;
             state.netns.push(host.netns.clone());
-            self.save(&state)?;
+            self.save(state)?;
             run_checked(Command::new("ip").args(["netns", "exec", &host.netns, "ip", "link", "set", "lo", "up"]))?;
             let dir = Path::new("/etc/netns").join(&host.netns);
             std::fs::create_dir_all(&dir)?;
             std::fs::write(dir.join("hosts"), &etc_hosts)?;
         }
-        for point in plan::mount_points(&hosts, paths) {
+        for point in plan::mount_points(hosts, &self.paths) {
             for dir in plan::missing_directories(&point, Path::exists) {
                 std::fs::create_dir(&dir).with_context(|| format!("making {}", dir.display()))?;
                 state.made.push(dir);
-                self.save(&state)?;
+                self.save(state)?;
             }
         }
+        Ok(())
+    }
 
-        let netlab = paths.release.join("netlab");
+    /// netlab, the network between the hosts, once it says it is ready.
+    fn start_netlab(&self, hosts: &[HostPlan], state: &mut State) -> anyhow::Result<()> {
+        let netlab = self.paths.release.join("netlab");
         let mut command = Command::new(&netlab);
         command.arg("run").arg("--control").arg(self.socket());
-        for port in plan::netlab_ports(&hosts) {
+        for port in plan::netlab_ports(hosts) {
             command.arg("--port").arg(port.to_string());
         }
-        let logs = paths.state.join("logs");
+        let logs = self.paths.state.join("logs");
         let child = command
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(logs.join("netlab.out"))?)
@@ -385,21 +413,16 @@ impl Hosts {
             pid: child.id(),
             exe: netlab.clone(),
         });
-        self.save(&state)?;
-        wait_for("netlab", 10, &paths.state, || {
+        self.save(state)?;
+        wait_for("netlab", 10, &self.paths.state, || {
             std::fs::read_to_string(logs.join("netlab.out")).is_ok_and(|text| text.lines().any(|l| l == "ready"))
-        })?;
+        })
+    }
 
-        for host in hosts.iter().filter(|host| host.is_cluster_host()) {
-            let pid = self.start_host(host, &self.isuctl)?;
-            state.processes.push(Started {
-                name: host.name.clone(),
-                pid,
-                exe: self.isuctl.clone(),
-            });
-            self.save(&state)?;
-        }
-        let scheme = if args.tls == Tls::On { "https" } else { "http" };
+    /// Waits until every node, replica, device server and nginx answers; the site's URL.
+    fn wait_until_serving(&self, hosts: &[HostPlan], tls: Tls) -> anyhow::Result<String> {
+        let paths = &self.paths;
+        let scheme = if tls == Tls::On { "https" } else { "http" };
         for host in hosts.iter().filter(|host| host.is_cluster_host()) {
             let internal = host.internal_address.expect("a cluster host has one");
             wait_for(&format!("node on {}", host.name), 60, &paths.state, || {
@@ -425,13 +448,7 @@ impl Hosts {
         wait_for("nginx on isucondition-1", 30, &paths.state, || {
             self.curl_status("isu-hb", &format!("{url}/"), &[]) == "200"
         })?;
-        Ok(UpReport {
-            workers: args.workers,
-            coordinators: args.coordinators,
-            tls: args.tls,
-            url,
-            hosts: hosts.iter().map(|host| host.name.clone()).collect(),
-        })
+        Ok(url)
     }
 
     /// Without a built front end (`scripts/web build`), the site serves the source
