@@ -6,21 +6,6 @@ use std::process::{Command, Output};
 
 use anyhow::Context as _;
 
-/// Runs `command` with its output appended to `log`; whether it succeeded.
-pub fn run_logged(mut command: Command, log: &std::path::Path) -> bool {
-    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(log) else {
-        return false;
-    };
-    let Ok(errors) = file.try_clone() else {
-        return false;
-    };
-    command
-        .stdout(file)
-        .stderr(errors)
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
 /// The command line as a person would type it, for messages.
 pub fn describe(command: &Command) -> String {
     std::iter::once(command.get_program())

@@ -206,6 +206,21 @@ pub struct ControlPlane {
     pub log: PathBuf,
 }
 
+impl ControlPlane {
+    /// Whether the control plane held (`isuctl bench` fails the run otherwise): every kill or
+    /// pause taken over and the old leader back, no failed request outside the takeovers,
+    /// the replicas in the same state, every acknowledged registration held by every replica
+    /// and activated once by JIA.
+    pub fn held(&self) -> bool {
+        self.failed_kills == 0
+            && self.failed_outside_takeovers == 0
+            && self.replicas_differing == 0
+            && self.lost_acknowledged == 0
+            && self.repeated_activations == 0
+            && self.unactivated_acknowledged == 0
+    }
+}
+
 /// From a kill or pause until the takeover, in milliseconds since the Unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TakeoverWindow {

@@ -497,7 +497,8 @@ pub struct Stall {
     pub to_unix_ms: u64,
 }
 
-fn unix_ms(time: SystemTime) -> u64 {
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn unix_ms(time: SystemTime) -> u64 {
     time.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64)
 }

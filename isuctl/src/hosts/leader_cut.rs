@@ -37,7 +37,7 @@ use super::checks::{
 use super::plan::{HostPlan, Role};
 use super::probe::Probe;
 use super::{metrics, BenchArgs, Hosts};
-use crate::takeover::{role, settled_hashes_of, single_leader, term, wait_for_takeover};
+use bench::takeover::{role, settled_hashes_of, single_leader, term, wait_for_takeover};
 
 /// How long the leader's host stays cut off.
 const CUT: Duration = Duration::from_secs(10);
