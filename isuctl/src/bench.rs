@@ -10,7 +10,10 @@
 //!
 //! The live migrations and the leader kills beside the load are the bench library's
 //! (`bench::migrator`, `bench::takeover`; [`crate::takeover`] gives it the local group), and
-//! so is the report's type (`bench::report::ReportFile`).
+//! so is the report's type (`bench::report::ReportFile`), which `isuctl bench check` ([`check`])
+//! reads to fail a run CI expects more of.
+
+mod check;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -38,11 +41,25 @@ const LOGS: &str = "coordinator coordinator-2 coordinator-3 coordinator-4 coordi
                     worker-i worker-j worker-k worker-l worker-m worker-n worker-o worker-p nginx nginx-error";
 
 #[derive(Debug, clap::Args)]
-#[command(disable_help_flag = true)]
+#[command(
+    disable_help_flag = true,
+    disable_help_subcommand = true,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
     /// The options below and the bench binary's, in any order (`isuctl bench --help`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "OPTIONS")]
     pub args: Vec<String>,
+}
+
+/// `isuctl bench` without a subcommand runs the bench; these do something else.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Check a bench run's report.json for what a run must also show beyond passing (CI's
+    /// checks): exits non-zero with one line naming each problem.
+    Check(check::CheckArgs),
 }
 
 /// `isuctl bench`'s own options; any other option goes to the bench binary unchanged.
@@ -59,7 +76,9 @@ pub struct Args {
                   --duration 60s   length of the load (default 60 s)\n  \
                   --users N, --max-isus-per-user N, --no-growth, --keep-going\n\
                   Through scripts/bench, --json PATH is the bench's report path; with isuctl \
-                  itself, write it --report PATH (isuctl's --json prints the run as JSON)."
+                  itself, write it --report PATH (isuctl's --json prints the run as JSON).\n\n\
+                  A run's report checked for what CI expects beyond passing: isuctl bench check \
+                  REPORT [--no-errors] [--control-plane leader_kills|leader_pauses]."
 )]
 pub struct Options {
     /// The contest's data: dump, JWT key pair and default icon from
@@ -309,6 +328,9 @@ pub struct BenchRun {
 }
 
 pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
+    if let Some(BenchCommand::Check(check)) = args.command {
+        return check::run(check, format);
+    }
     let (options, plan, repo) = prepare(args.args)?;
     let interrupt = Interrupt::install()?;
     let run_dir = RunDir::from_env();
