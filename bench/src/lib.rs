@@ -6,14 +6,20 @@
 //! - [`model`]: the bench's own model (characters, levels, graph maths), independent of the
 //!   nodes' `shared` maths;
 //! - [`scenario`]: initialize, users, registration, the read/verify loop, scoring;
-//! - [`capacity`], [`migration_cost`]: the measuring modes, with [`nodes`] (the nodes' CPU)
-//!   and [`report`];
+//! - [`report`]: a run's report, one type (`report.json`) that the table is printed from and
+//!   that `isuctl` and CI read back;
+//! - [`capacity`], [`migration_cost`]: the measuring modes, with [`nodes`] (the nodes' CPU);
+//! - what `isuctl bench` runs beside the load, step by step on a thread ([`periodic`]):
+//!   [`migrator`] (live migrations) and [`takeover`] (leader kills and pauses, timed);
 //! - [`cli`]: the command line of the `bench` binary.
 
 pub mod capacity;
 pub mod cli;
 pub mod migration_cost;
+pub mod migrator;
 pub mod model;
 pub mod nodes;
+pub mod periodic;
 pub mod report;
 pub mod scenario;
+pub mod takeover;

@@ -72,12 +72,13 @@ async fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let report = report.to_report_file();
     println!("{report}");
     if let Some(path) = json_path {
-        write_json(&path, &report.to_json());
+        said_written(&path, report.write(&path));
     }
-    println!("score: {}", report.final_score());
-    if report.passed() {
+    println!("score: {}", report.score);
+    if report.passed {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -135,11 +136,16 @@ fn finish_measuring_mode<R: std::fmt::Display>(
     }
 }
 
-/// Writes the report's JSON (a failure to write is said, not fatal: the report was printed).
+/// Writes a measuring mode's JSON report.
 fn write_json(path: &std::path::Path, report: &serde_json::Value) {
     let written = serde_json::to_vec_pretty(report)
         .map_err(anyhow::Error::from)
         .and_then(|json| std::fs::write(path, json).map_err(anyhow::Error::from));
+    said_written(path, written);
+}
+
+/// Says where the report was written, or why it was not (not fatal: it was printed).
+fn said_written(path: &std::path::Path, written: anyhow::Result<()>) {
     match written {
         Ok(()) => println!("report: {}", path.display()),
         Err(error) => eprintln!("bench: cannot write {}: {error:#}", path.display()),

@@ -1,12 +1,19 @@
-//! The outcome of a bench run: printed as tables for people, written as JSON for tools.
+//! The outcome of a bench run: what it counted ([`Report`]), turned into the one typed
+//! report ([`ReportFile`], `report.json`) that tools read and that the table people read is
+//! printed from (`table`).
 
+mod file;
+mod table;
+
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
-use crate::scenario::stats::{ErrorKind, Score, Snapshot};
+pub use self::file::{ConditionsRead, ControlPlane, FrontEndServed, PostsWholeRun, ReportFile, TakeoverWindow};
+use crate::scenario::stats::{Score, Snapshot};
 
 /// CPU seconds one process used during the load phase (`None`: could not be read).
 #[derive(Debug, Clone)]
@@ -30,7 +37,7 @@ impl CpuUse {
 }
 
 /// The devices' posts during the load (the malformed batches of the error poster apart).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DevicePosts {
     pub sent: u64,
     /// Answered 202.
@@ -57,11 +64,11 @@ impl DevicePosts {
     }
 }
 
-/// Everything a run found out.
 /// What one node (a cell's worker, or the coordinator) served during the load, from its
 /// own `/metrics` before and after: public API requests, 5xx answers and latency
-/// percentiles (upper bounds of the nodes' histogram buckets).
-#[derive(Debug, Clone, PartialEq)]
+/// percentiles (upper bounds of the nodes' histogram buckets; an infinite bound, beyond the
+/// last bucket, is written `null`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CellFigures {
     pub cell: String,
     pub node: String,
@@ -119,23 +126,9 @@ impl CellFigures {
             })
             .collect()
     }
-
-    fn to_json(&self) -> Value {
-        // An infinite bound (beyond the last bucket) is not JSON: null.
-        let finite = |value: Option<f64>| value.filter(|ms| ms.is_finite());
-        json!({
-            "cell": self.cell,
-            "node": self.node,
-            "restarted": self.restarted,
-            "requests": self.requests,
-            "errors": self.errors,
-            "p50_ms": finite(self.p50_ms),
-            "p90_ms": finite(self.p90_ms),
-            "p99_ms": finite(self.p99_ms),
-        })
-    }
 }
 
+/// Everything a run found out.
 #[derive(Debug, Clone)]
 pub struct Report {
     pub target: String,
@@ -218,372 +211,109 @@ impl Report {
             .collect()
     }
 
-    /// The whole report as JSON: `score`, `passed`, `errors`, `timeouts`, `breakdown`
-    /// (tag → count), `profiles` (paths), and the details.
-    pub fn to_json(&self) -> Value {
-        let breakdown: serde_json::Map<String, Value> = self
-            .score
-            .breakdown
-            .iter()
-            .map(|(tag, (count, _))| ((*tag).to_owned(), json!(count)))
-            .collect();
-        let points: serde_json::Map<String, Value> = self
-            .score
-            .breakdown
-            .iter()
-            .map(|(tag, (_, points))| ((*tag).to_owned(), json!(points)))
-            .collect();
-        let errors_by_kind: serde_json::Map<String, Value> = self
-            .stats
-            .errors
-            .iter()
-            .map(|(kind, count)| (kind.name().to_owned(), json!(count)))
-            .collect();
-        // Requests that failed (error or timeout), by the first hex digit of the ISU in
-        // their path ("none": no ISU in it): which cells' ISUs were hurt.
-        let failures_by_isu_digit: serde_json::Map<String, Value> = self
-            .stats
-            .failures_by_isu_digit
-            .iter()
-            .enumerate()
-            .map(|(slot, count)| {
-                let key = if slot < 16 {
-                    format!("{slot:x}")
-                } else {
-                    "none".to_owned()
-                };
-                (key, json!(count))
-            })
-            .collect();
-        let cpu: serde_json::Map<String, Value> = self
-            .cpu
-            .iter()
-            .map(|usage| (usage.name.clone(), json!(usage.seconds)))
-            .collect();
-        let mut report = json!({
-            "score": self.final_score(),
-            "passed": self.passed(),
-            "errors": self.stats.error_count(),
-            "timeouts": self.stats.timeouts,
-            "idle_close_retries": self.stats.idle_close_retries,
-            "connection_errors": self.stats.connection_errors,
-            "router_reloads": self.router_reloads,
-            "breakdown": breakdown,
-            "breakdown_points": points,
-            "profiles": self.profiles.iter().map(|path| path.display().to_string()).collect::<Vec<_>>(),
-            "target": self.target,
-            "language": self.language,
-            "failed_phase": self.failed_phase,
-            "fail_reasons": self.score.fail_reasons,
-            "points": self.score.points,
-            "deductions": self.score.deductions,
-            "load_seconds": self.load_time.as_secs_f64(),
-            "requests": self.stats.requests,
-            "errors_by_kind": errors_by_kind,
-            "failures_by_isu_digit": failures_by_isu_digit,
-            "error_samples": self.stats.error_samples,
-            "conditions_read": {
-                "info": self.stats.read[0],
-                "warning": self.stats.read[1],
-                "critical": self.stats.read[2],
+    /// The report as `report.json` holds it and as the table prints it.
+    pub fn to_report_file(&self) -> ReportFile {
+        let (stats, score) = (&self.stats, &self.score);
+        ReportFile {
+            score: self.final_score(),
+            passed: self.passed(),
+            errors: stats.error_count(),
+            timeouts: stats.timeouts,
+            idle_close_retries: stats.idle_close_retries,
+            connection_errors: owned_keys(stats.connection_errors.iter().map(|(cause, count)| (*cause, *count))),
+            router_reloads: self.router_reloads,
+            breakdown: owned_keys(score.breakdown.iter().map(|(tag, (count, _))| (*tag, *count))),
+            breakdown_points: owned_keys(score.breakdown.iter().map(|(tag, (_, points))| (*tag, *points))),
+            profiles: self.profiles.iter().map(|path| path.display().to_string()).collect(),
+            target: self.target.clone(),
+            language: self.language.clone(),
+            failed_phase: self.failed_phase.clone(),
+            fail_reasons: score.fail_reasons.clone(),
+            points: score.points,
+            deductions: score.deductions,
+            load_seconds: self.load_time.as_secs_f64(),
+            requests: stats.requests,
+            errors_by_kind: owned_keys(stats.errors.iter().map(|(kind, count)| (kind.name(), *count))),
+            failures_by_isu_digit: failures_by_isu_digit(&stats.failures_by_isu_digit),
+            error_samples: stats.error_samples.clone(),
+            conditions_read: ConditionsRead {
+                info: stats.read[0],
+                warning: stats.read[1],
+                critical: stats.read[2],
             },
-            "users": self.users,
-            "viewers": self.viewers,
-            "activations": self.activations,
-            "repeated_activations": self.repeated_activations.by_service,
-            "repeated_activation_isus": self.repeated_activations.isus,
-            "activations_on_resend": self.repeated_activations.on_resend,
-            "unactivated_acknowledged": self.unactivated_acknowledged,
-            "acknowledged_registrations": self.acknowledged_registrations,
-            "sent_conditions": self.sent_conditions,
-            "latency_ms": self.stats.latencies,
-            "cpu_seconds": cpu,
-            "bench_cpus": self.bench_cpus,
-            "device_posts_whole_run": {
-                "accepted": self.device_posts_whole_run.accepted,
-                "stored_conditions": self.device_posts_whole_run.stored_conditions,
-                "failed": self.device_posts_whole_run.failed,
+            users: self.users,
+            viewers: self.viewers,
+            activations: self.activations,
+            repeated_activations: self.repeated_activations.by_service,
+            repeated_activation_isus: self.repeated_activations.isus.clone(),
+            activations_on_resend: self.repeated_activations.on_resend,
+            unactivated_acknowledged: self.unactivated_acknowledged,
+            acknowledged_registrations: self.acknowledged_registrations.clone(),
+            sent_conditions: self.sent_conditions,
+            latency_ms: stats.latencies.clone(),
+            cpu_seconds: self
+                .cpu
+                .iter()
+                .map(|usage| (usage.name.clone(), usage.seconds))
+                .collect(),
+            bench_cpus: self.bench_cpus.clone(),
+            device_posts_whole_run: PostsWholeRun {
+                accepted: self.device_posts_whole_run.accepted,
+                stored_conditions: self.device_posts_whole_run.stored_conditions,
+                failed: self.device_posts_whole_run.failed,
             },
-            "device_posts": {
-                "sent": self.device_posts.sent,
-                "accepted": self.device_posts.accepted,
-                "stored_conditions": self.device_posts.stored_conditions,
-                "refused": self.device_posts.refused,
-                "failed": self.device_posts.failed,
+            device_posts: self.device_posts,
+            cluster_requests: self.cluster_requests(),
+            cluster_cpu_per_1000_requests: self.cluster_cpu_per(self.cluster_requests(), 1000.0),
+            cluster_cpu_per_1000_conditions: self.cluster_cpu_per(self.device_posts.stored_conditions, 1000.0),
+            cells: self.cells.clone(),
+            front_end: FrontEndServed {
+                traffic: stats.front_end.clone(),
+                nginx_cpu_seconds: self.cpu_seconds_of("nginx"),
             },
-            "cluster_requests": self.cluster_requests(),
-            "cluster_cpu_per_1000_requests": as_object(self.cluster_cpu_per(self.cluster_requests(), 1000.0)),
-            "cluster_cpu_per_1000_conditions":
-                as_object(self.cluster_cpu_per(self.device_posts.stored_conditions, 1000.0)),
-            "cells": self.cells.iter().map(CellFigures::to_json).collect::<Vec<_>>(),
-            "front_end": self.front_end_json(),
-        });
-        // When each failed request was sent and failed (isuctl tells those inside a
-        // takeover from the others).
-        report["failure_spans"] = json!(self.stats.failure_spans);
-        report["failure_spans_dropped"] = json!(self.stats.failure_spans_dropped);
-        // When the bench itself fell behind (a request failing then may be the bench's).
-        report["bench_stalls"] = json!(self.stats.stalls);
-        report["growth_held_for_bench_lag"] = json!(self.stats.growth_held);
-        report
-    }
-
-    /// The front end's files the browsers fetched during the load (requests, body bytes per
-    /// `Content-Encoding`), beside nginx's CPU seconds, which serve them.
-    fn front_end_json(&self) -> Value {
-        let nginx = self
-            .cpu
-            .iter()
-            .find(|usage| usage.name == "nginx")
-            .and_then(|usage| usage.seconds);
-        json!({
-            "assets": self.stats.front_end.assets,
-            "pages": self.stats.front_end.pages,
-            "nginx_cpu_seconds": nginx,
-        })
-    }
-
-    /// The front-end lines of the summary, after nginx's CPU.
-    fn write_front_end(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let front_end = &self.stats.front_end;
-        if front_end.assets.requests == 0 && front_end.pages.requests == 0 {
-            return Ok(());
+            failure_spans: stats.failure_spans.clone(),
+            failure_spans_dropped: stats.failure_spans_dropped,
+            bench_stalls: stats.stalls.clone(),
+            growth_held_for_bench_lag: stats.growth_held,
+            control_plane: None,
         }
-        writeln!(
-            out,
-            "  front end (served by nginx): {} asset requests ({}); {} page loads ({})",
-            front_end.assets.requests,
-            front_end.assets.summary(),
-            front_end.pages.requests,
-            front_end.pages.summary()
-        )
+    }
+
+    /// The CPU seconds of the process named `name`, if read.
+    fn cpu_seconds_of(&self, name: &str) -> Option<f64> {
+        self.cpu
+            .iter()
+            .find(|usage| usage.name == name)
+            .and_then(|usage| usage.seconds)
     }
 }
 
-fn as_object(pairs: Vec<(String, f64)>) -> Value {
-    Value::Object(pairs.into_iter().map(|(name, value)| (name, json!(value))).collect())
+/// A map of `&str` keys with owned keys.
+fn owned_keys<'a, V>(pairs: impl Iterator<Item = (&'a str, V)>) -> BTreeMap<String, V> {
+    pairs.map(|(key, value)| (key.to_owned(), value)).collect()
 }
 
+/// Failed requests by the first hex digit of the ISU in their path, keyed `0`..`f`, and
+/// `none` for requests that name no ISU.
+fn failures_by_isu_digit(counts: &[u64; 17]) -> BTreeMap<String, u64> {
+    counts
+        .iter()
+        .enumerate()
+        .map(|(slot, count)| {
+            let key = if slot < 16 {
+                format!("{slot:x}")
+            } else {
+                "none".to_owned()
+            };
+            (key, *count)
+        })
+        .collect()
+}
+
+/// The table (see [`ReportFile`]'s `Display`).
 impl fmt::Display for Report {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(out, "target {}  language {}", self.target, self.language)?;
-        if let Some(phase) = &self.failed_phase {
-            writeln!(out, "FAILED before load: {phase}")?;
-        }
-        writeln!(
-            out,
-            "load {:.1} s  users {}  viewers {}  ISUs activated {}  conditions sent {}  requests {}",
-            self.load_time.as_secs_f64(),
-            self.users,
-            self.viewers,
-            self.activations,
-            self.sent_conditions,
-            self.stats.requests,
-        )?;
-        if self.repeated_activations.by_service > 0 || self.unactivated_acknowledged > 0 {
-            writeln!(
-                out,
-                "JIA: {} activations repeated for an ISU already activated, {} registrations answered 201 never activated",
-                self.repeated_activations.by_service, self.unactivated_acknowledged
-            )?;
-        }
-        if self.repeated_activations.on_resend > 0 {
-            writeln!(
-                out,
-                "JIA: {} activations asked again by a registration the bench re-sent after a timeout",
-                self.repeated_activations.on_resend
-            )?;
-        }
-
-        writeln!(out, "\nscore breakdown")?;
-        writeln!(out, "  {:<24} {:>9} {:>9}", "tag", "count", "points")?;
-        for (tag, (count, points)) in &self.score.breakdown {
-            if *count > 0 || *points > 0 {
-                writeln!(out, "  {tag:<24} {count:>9} {points:>9}")?;
-            }
-        }
-        writeln!(out, "  {:<24} {:>9} {:>9}", "sum of points", "", self.score.points)?;
-        let by_kind: Vec<String> = ErrorKind::ALL
-            .iter()
-            .filter_map(|kind| {
-                let count = self.stats.errors.get(kind).copied().unwrap_or_default();
-                (count > 0).then(|| format!("{} {count}", kind.name()))
-            })
-            .collect();
-        writeln!(out, "  {:<24} {:>9} {:>9}", "deductions", "", -self.score.deductions)?;
-        writeln!(
-            out,
-            "  errors {}{}  timeouts {}  GETs retried after an idle connection closed {}",
-            self.stats.error_count(),
-            if by_kind.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", by_kind.join(", "))
-            },
-            self.stats.timeouts,
-            self.stats.idle_close_retries
-        )?;
-        if let Some(longest) = self
-            .stats
-            .stalls
-            .iter()
-            .map(|stall| stall.to_unix_ms - stall.from_unix_ms)
-            .max()
-        {
-            writeln!(
-                out,
-                "  the bench itself fell behind {} times (longest {longest} ms): a request in flight then may time out in the bench",
-                self.stats.stalls.len()
-            )?;
-        }
-        if self.stats.growth_held > 0 {
-            writeln!(
-                out,
-                "  load growth held {} times because the bench itself fell behind (it shares the host)",
-                self.stats.growth_held
-            )?;
-        }
-        let causes: Vec<String> = self
-            .stats
-            .connection_errors
-            .iter()
-            .filter(|(_, count)| **count > 0)
-            .map(|(cause, count)| format!("{cause} {count}"))
-            .collect();
-        if !causes.is_empty() {
-            writeln!(out, "  connection errors by cause: {}", causes.join(", "))?;
-        }
-        if let Some(reloads) = self.router_reloads {
-            writeln!(out, "  router (nginx) reloads during the load: {reloads}")?;
-        }
-        for (number, sample) in self.stats.error_samples.iter().enumerate() {
-            writeln!(out, "  error #{}: {sample}", number + 1)?;
-        }
-
-        if !self.stats.latencies.is_empty() {
-            writeln!(out, "\nlatency by endpoint (ms)")?;
-            writeln!(
-                out,
-                "  {:<34} {:>8} {:>8} {:>8} {:>8} {:>8}",
-                "endpoint", "count", "p50", "p90", "p99", "max"
-            )?;
-            for (label, latency) in &self.stats.latencies {
-                writeln!(
-                    out,
-                    "  {label:<34} {:>8} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
-                    latency.count, latency.p50_ms, latency.p90_ms, latency.p99_ms, latency.max_ms
-                )?;
-            }
-        }
-
-        if !self.cells.is_empty() {
-            writeln!(out, "\nPer cell (public API requests, as each node measured them)")?;
-            writeln!(
-                out,
-                "  {:<12} {:<12} {:>9} {:>7} {:>9} {:>9} {:>9}",
-                "cell", "node", "requests", "errors", "p50 ms", "p90 ms", "p99 ms"
-            )?;
-            let ms = |value: Option<f64>| match value {
-                Some(ms) if ms.is_finite() => format!("{ms:.2}"),
-                Some(_) => ">2500".to_owned(),
-                None => "-".to_owned(),
-            };
-            for cell in &self.cells {
-                let node = match cell.restarted {
-                    true => format!("{}*", cell.node),
-                    false => cell.node.clone(),
-                };
-                writeln!(
-                    out,
-                    "  {:<12} {:<12} {:>9} {:>7} {:>9} {:>9} {:>9}",
-                    cell.cell,
-                    node,
-                    cell.requests,
-                    cell.errors,
-                    ms(cell.p50_ms),
-                    ms(cell.p90_ms),
-                    ms(cell.p99_ms)
-                )?;
-            }
-            if self.cells.iter().any(|cell| cell.restarted) {
-                writeln!(out, "  * restarted during the load: counted from its last start only")?;
-            }
-        }
-        if !self.cpu.is_empty() {
-            writeln!(out, "\nCPU seconds during load")?;
-            for usage in &self.cpu {
-                match usage.seconds {
-                    Some(seconds) => writeln!(out, "  {:<12} {seconds:>8.2}", usage.name)?,
-                    None => writeln!(out, "  {:<12} {:>8}", usage.name, "n/a")?,
-                }
-            }
-            let cluster: f64 = self
-                .cpu
-                .iter()
-                .filter(|usage| usage.name != "bench")
-                .filter_map(|usage| usage.seconds)
-                .sum();
-            let bench = self
-                .cpu
-                .iter()
-                .find(|usage| usage.name == "bench")
-                .and_then(|usage| usage.seconds);
-            if let (Some(bench), true) = (bench, cluster > 0.0) {
-                writeln!(
-                    out,
-                    "  {:<12} {cluster:>8.2}  (bench/cluster = {:.2})",
-                    "cluster",
-                    bench / cluster
-                )?;
-            }
-        }
-        self.write_front_end(out)?;
-        let per_request = self.cluster_cpu_per(self.cluster_requests(), 1000.0);
-        let per_condition = self.cluster_cpu_per(self.device_posts.stored_conditions, 1000.0);
-        if !per_request.is_empty() {
-            writeln!(
-                out,
-                "\ncluster CPU (ms) per 1,000 requests ({} requests, {} of them device posts) \
-                 and per 1,000 stored conditions ({})",
-                self.cluster_requests(),
-                self.device_posts.sent,
-                self.device_posts.stored_conditions
-            )?;
-            for ((name, request), (_, condition)) in per_request.iter().zip(&per_condition) {
-                writeln!(
-                    out,
-                    "  {name:<12} {:>8.1} {:>8.1}",
-                    request * 1000.0,
-                    condition * 1000.0
-                )?;
-            }
-        }
-        writeln!(
-            out,
-            "  device posts: {} sent, {} accepted, {} refused, {} without answer; bench on CPUs {}",
-            self.device_posts.sent,
-            self.device_posts.accepted,
-            self.device_posts.refused,
-            self.device_posts.failed,
-            self.bench_cpus.as_deref().unwrap_or("?")
-        )?;
-        if !self.profiles.is_empty() {
-            writeln!(out, "\nprofiles taken under load")?;
-            for path in &self.profiles {
-                writeln!(out, "  {}", path.display())?;
-            }
-        }
-        write!(
-            out,
-            "\nresult: {}  score {}{}",
-            if self.passed() { "PASSED" } else { "FAILED" },
-            self.final_score(),
-            if self.score.fail_reasons.is_empty() {
-                String::new()
-            } else {
-                format!("  ({})", self.score.fail_reasons.join("; "))
-            }
-        )
+        fmt::Display::fmt(&self.to_report_file(), out)
     }
 }
 
@@ -624,7 +354,10 @@ impl JiaRepeats {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::scenario::stats::ErrorKind;
 
     #[test]
     fn repeats_a_resent_registration_explains_are_told_apart() {
@@ -717,7 +450,7 @@ mod tests {
             posts,
         );
         assert_eq!(report.cluster_requests(), 4_000);
-        let json = report.to_json();
+        let json = json!(report.to_report_file());
         let per_request = &json["cluster_cpu_per_1000_requests"];
         assert_eq!(per_request["coordinator"], json!(0.25));
         assert_eq!(per_request["worker-a"], json!(0.75));
@@ -731,7 +464,82 @@ mod tests {
             10,
             DevicePosts::default(),
         );
-        assert_eq!(unread.to_json()["cluster_cpu_per_1000_requests"], json!({}));
+        assert_eq!(
+            json!(unread.to_report_file())["cluster_cpu_per_1000_requests"],
+            json!({})
+        );
+    }
+
+    #[test]
+    fn a_written_report_reads_back_the_same_and_prints_the_same_table() {
+        use crate::scenario::stats::{FailureSpan, Latency, Stall};
+        // Figures exact in binary: serde_json (without its `float_roundtrip` feature) may
+        // read a float back a last bit off, as it did the hand-written JSON.
+        let posts = DevicePosts::between([0; 5], [1_000, 990, 8_000, 4, 6]);
+        let mut report = report_of(
+            &[
+                ("worker-a", Some(3.0)),
+                ("coordinator", Some(1.0)),
+                ("nginx", None),
+                ("bench", Some(2.0)),
+            ],
+            3_000,
+            posts,
+        );
+        report.stats.errors.insert(ErrorKind::Data, 2);
+        report.stats.connection_errors.insert("reset", 3);
+        report.stats.failures_by_isu_digit[0xb] = 4;
+        report
+            .stats
+            .error_samples
+            .push("GET /api/trend: wrong order".to_owned());
+        report.stats.latencies.insert(
+            "GET /api/isu".to_owned(),
+            Latency {
+                count: 9,
+                p50_ms: 1.5,
+                p90_ms: 2.25,
+                p99_ms: 4.0,
+                max_ms: 8.5,
+            },
+        );
+        report.stats.failure_spans.push(FailureSpan {
+            label: "POST /api/isu".to_owned(),
+            sent_unix_ms: 1_000,
+            failed_unix_ms: 2_000,
+        });
+        report.stats.stalls.push(Stall {
+            from_unix_ms: 1_500,
+            to_unix_ms: 1_650,
+        });
+        report.score.breakdown.insert("IsuInit", (3, 30));
+        report.repeated_activations.isus.push("isu-1".to_owned());
+        report.profiles.push(PathBuf::from("run/bench/x/profiles/worker-a.svg"));
+        report.acknowledged_registrations.push(shared::protocol::HeldIsu {
+            uuid: "isu-1".to_owned(),
+            owner: "bench000".to_owned(),
+            icon_sha256: None,
+        });
+        report.cells = vec![CellFigures {
+            cell: "a".to_owned(),
+            node: "worker-a".to_owned(),
+            restarted: true,
+            requests: 10,
+            errors: 1,
+            p50_ms: Some(0.5),
+            p90_ms: None,
+            p99_ms: Some(2.5),
+        }];
+        let file = report.to_report_file();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.json");
+        file.write(&path).unwrap();
+        let read = ReportFile::read(&path).unwrap();
+        assert_eq!(read, file);
+        assert_eq!(read.to_string(), report.to_string());
+        assert_eq!(read.failed_requests(), 2 + 3);
+        let names: Vec<&str> = read.cpu_seconds.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["worker-a", "coordinator", "nginx", "bench"]);
     }
 
     #[test]
@@ -749,7 +557,7 @@ mod tests {
             DevicePosts::default(),
         );
         report.stats.front_end = stats.snapshot().front_end;
-        let json = report.to_json();
+        let json = json!(report.to_report_file());
         let front_end = &json["front_end"];
         assert_eq!(front_end["nginx_cpu_seconds"], json!(2.5));
         assert_eq!(front_end["assets"]["requests"], json!(4));
@@ -803,7 +611,7 @@ mod tests {
         );
         assert_eq!(a.p50_ms, Some(1.0));
         assert_eq!(a.p99_ms, Some(100.0));
-        assert_eq!(a.to_json()["p99_ms"], json!(100.0));
+        assert_eq!(json!(a)["p99_ms"], json!(100.0));
         assert!(!a.restarted);
 
         // Replaced during the load (a rollout): the new process counts from zero, so the
@@ -815,7 +623,7 @@ mod tests {
         let a = &CellFigures::between(&before, &after)[0];
         assert!(a.restarted);
         assert_eq!((a.requests, a.errors), (42, 2), "the restarted node's own counts");
-        assert_eq!(a.to_json()["restarted"], json!(true));
+        assert_eq!(json!(a)["restarted"], json!(true));
         let same = vec![("worker-a".to_owned(), Some(started(1000, scrape(600, 9, 600, 600))))];
         let a = &CellFigures::between(&before, &same)[0];
         assert!(!a.restarted);

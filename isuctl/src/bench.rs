@@ -7,6 +7,13 @@
 //! Its own options and the bench binary's come mixed on one command line (`scripts/bench
 //! --workers 3 --duration 12s --users 3`): [`split_args`] takes out the ones [`Options`]
 //! declares, by clap's own description of them, and passes every other one to the bench.
+//!
+//! The live migrations and the leader kills beside the load are the bench library's
+//! (`bench::migrator`, `bench::takeover`; [`crate::takeover`] gives it the local group), and
+//! so is the report's type (`bench::report::ReportFile`), which `isuctl bench check` ([`check`])
+//! reads to fail a run CI expects more of.
+
+mod check;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -16,13 +23,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use bench::migrator::{Migrations, Migrator};
+use bench::report::{ControlPlane, ReportFile};
+use bench::takeover::{Disruption, LeaderKiller};
 use clap::{CommandFactory, Parser};
 use serde::Serialize;
 
 use crate::local::{self, ClusterFile, RunDir};
 use crate::output::{self, Format};
-use crate::periodic::{append_line, Periodic};
-use crate::takeover::Disruption;
+use crate::takeover::LocalGroup;
 
 /// Wait after the bench starts before the first live migration: its initialize and first
 /// users come first.
@@ -32,11 +41,25 @@ const LOGS: &str = "coordinator coordinator-2 coordinator-3 coordinator-4 coordi
                     worker-i worker-j worker-k worker-l worker-m worker-n worker-o worker-p nginx nginx-error";
 
 #[derive(Debug, clap::Args)]
-#[command(disable_help_flag = true)]
+#[command(
+    disable_help_flag = true,
+    disable_help_subcommand = true,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
     /// The options below and the bench binary's, in any order (`isuctl bench --help`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "OPTIONS")]
     pub args: Vec<String>,
+}
+
+/// `isuctl bench` without a subcommand runs the bench; these do something else.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Check a bench run's report.json for what a run must also show beyond passing (CI's
+    /// checks): exits non-zero with one line naming each problem.
+    Check(check::CheckArgs),
 }
 
 /// `isuctl bench`'s own options; any other option goes to the bench binary unchanged.
@@ -53,7 +76,9 @@ pub struct Args {
                   --duration 60s   length of the load (default 60 s)\n  \
                   --users N, --max-isus-per-user N, --no-growth, --keep-going\n\
                   Through scripts/bench, --json PATH is the bench's report path; with isuctl \
-                  itself, write it --report PATH (isuctl's --json prints the run as JSON)."
+                  itself, write it --report PATH (isuctl's --json prints the run as JSON).\n\n\
+                  A run's report checked for what CI expects beyond passing: isuctl bench check \
+                  REPORT [--no-errors] [--control-plane leader_kills|leader_pauses]."
 )]
 pub struct Options {
     /// The contest's data: dump, JWT key pair and default icon from
@@ -269,14 +294,6 @@ fn default_profile_seconds(duration: Option<&str>) -> anyhow::Result<u64> {
     Ok((load.as_secs() / 6).clamp(3, 30))
 }
 
-/// The live migrations of one run, as `RUN/migrations.log` lists them.
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct Migrations {
-    pub done: u32,
-    pub failed: u32,
-    pub log: PathBuf,
-}
-
 /// One bench run, as `--json` prints it.
 #[derive(Debug, Serialize)]
 pub struct BenchRun {
@@ -289,7 +306,7 @@ pub struct BenchRun {
     pub report: PathBuf,
     pub migrations: Option<Migrations>,
     /// With --kill-leader-every: the leader kills and what they cost.
-    pub control_plane: Option<crate::takeover::ControlPlane>,
+    pub control_plane: Option<ControlPlane>,
     pub public_url: String,
     /// Whether this command started the cluster, and whether it is left running.
     pub cluster_started: bool,
@@ -297,7 +314,65 @@ pub struct BenchRun {
 }
 
 pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
-    let (ours, passthrough) = split_args(args.args);
+    if let Some(BenchCommand::Check(check)) = args.command {
+        return check::run(check, format);
+    }
+    let (options, plan, repo) = prepare(args.args)?;
+    let interrupt = Interrupt::install()?;
+    let run_dir = RunDir::from_env();
+    let (cluster, running) = ensure_cluster(&options, &plan, &run_dir)?;
+    anyhow::ensure!(!interrupt.happened(), "bench: interrupted");
+    let description = run_dir.cluster()?;
+
+    let out = repo.join("run/bench").join(local::timestamp());
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let report = plan.report.clone().unwrap_or_else(|| out.join("report.json"));
+    let mut bench = bench_command(&plan, &repo, &run_dir, &description, &out)?;
+    bench.args(["--json".as_ref(), report.as_os_str()]);
+
+    let killer = start_leader_killer(&options, &run_dir, &description, &out)?;
+    let migrator = start_migrator(&options, &run_dir, &out);
+    let (status, score) = run_teeing(bench, format, &interrupt)?;
+    let migrations = migrator.map(Migrator::stop);
+    let control_plane = killer.map(|killer| finish_control_plane(killer, &report));
+    keep_logs(&run_dir, &out.join("logs"));
+
+    let passed = status.success()
+        && migrations.as_ref().is_none_or(|migrations| migrations.failed == 0)
+        && control_plane.as_ref().is_none_or(ControlPlane::held);
+    let result = BenchRun {
+        passed,
+        score,
+        bench_exit_code: status.code(),
+        run_folder: out,
+        report,
+        migrations,
+        control_plane,
+        public_url: description.public_url,
+        cluster_started: !running,
+        cluster_left_running: running || options.keep,
+    };
+    let said = summary(&result);
+    match format {
+        Format::Human => {
+            print!("{said}");
+            if let Some(score) = result.score {
+                println!("score: {score}");
+            }
+        }
+        Format::Json => {
+            eprint!("{said}");
+            output::emit(format, &result, |_| String::new())?;
+        }
+    }
+    drop(cluster);
+    anyhow::ensure!(result.passed, "the run did not pass");
+    Ok(())
+}
+
+/// The options parsed and checked, the run's plan, the checkout; the bench binary built.
+fn prepare(args: Vec<String>) -> anyhow::Result<(Options, Plan, PathBuf)> {
+    let (ours, passthrough) = split_args(args);
     let options = Options::try_parse_from(std::iter::once("isuctl bench".to_owned()).chain(ours))
         .unwrap_or_else(|error| error.exit());
     let repo = local::repo_root();
@@ -317,9 +392,13 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         .status()
         .context("running cargo build")?;
     anyhow::ensure!(built.success(), "bench: cargo build --release -p bench failed");
+    Ok((options, plan, repo))
+}
 
-    let interrupt = Interrupt::install()?;
-    let run_dir = RunDir::from_env();
+/// The cluster of `run_dir`: the one running (with a note on the options it ignores), or
+/// one `cluster up` starts, stopped when the guard drops unless `--keep`; and whether it was
+/// running already.
+fn ensure_cluster(options: &Options, plan: &Plan, run_dir: &RunDir) -> anyhow::Result<(ClusterGuard, bool)> {
     let mut cluster = ClusterGuard {
         run_dir: run_dir.clone(),
         stop_on_drop: false,
@@ -355,77 +434,75 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         anyhow::ensure!(up.success(), "bench: cluster up failed ({up})");
         cluster.stop_on_drop = !options.keep;
     }
-    anyhow::ensure!(!interrupt.happened(), "bench: interrupted");
-    let description = run_dir.cluster()?;
+    Ok((cluster, running))
+}
 
-    let out = repo.join("run/bench").join(local::timestamp());
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let report = plan.report.clone().unwrap_or_else(|| out.join("report.json"));
-    let mut bench = bench_command(&plan, &repo, &run_dir, &description, &out)?;
-    bench.args(["--json".as_ref(), report.as_os_str()]);
-
-    let migrator = options.migrate_every.map(|seconds| {
-        let cluster = run_dir.clone();
-        let random_move = move || {
-            let mut command = local::cells_command();
-            command.arg("random").env("ISU_RUN_DIR", &cluster.path);
-            command
-        };
-        Migrator::start(
-            random_move,
-            out.join("migrations.log"),
-            FIRST_MIGRATION_AFTER,
-            Duration::from_secs_f64(seconds),
-        )
-    });
-    let disruption = match (options.kill_leader_every, options.pause_leader_every) {
-        (Some(seconds), _) => Some(("--kill-leader-every", Disruption::Kill, seconds)),
-        (None, Some(seconds)) => Some(("--pause-leader-every", Disruption::Pause, seconds)),
-        (None, None) => None,
+/// With `--migrate-every S`: a random slot moved every S seconds (`cells random`) from
+/// [`FIRST_MIGRATION_AFTER`] on, listed in `out/migrations.log`.
+fn start_migrator(options: &Options, run_dir: &RunDir, out: &Path) -> Option<Migrator> {
+    let seconds = options.migrate_every?;
+    let cluster = run_dir.clone();
+    let random_move = move || {
+        let mut command = local::cells_command();
+        command.arg("random").env("ISU_RUN_DIR", &cluster.path);
+        command
     };
-    let killer = match disruption {
-        Some((option, disruption, seconds)) => {
-            anyhow::ensure!(
-                description.replicas.len() >= 3,
-                "bench: {option} needs a group of at least 3 coordinators (--coordinators 3)"
-            );
-            Some(crate::takeover::LeaderKiller::start(
-                run_dir.clone(),
-                description.replicas.clone(),
-                out.join("leader-kills.log"),
-                disruption,
-                FIRST_MIGRATION_AFTER,
-                Duration::from_secs_f64(seconds),
-            ))
-        }
-        None => None,
-    };
-    let (status, score) = run_teeing(bench, format, &interrupt)?;
-    let migrations = migrator.map(Migrator::stop);
-    let control_plane = killer.map(|killer| {
-        let mut plane = killer.stop(&run_dir, &description.replicas);
-        let mut read = read_report(&report);
-        let count = |key: &str| read[key].as_u64().unwrap_or(0);
-        plane.failed_requests = failed_requests(&read);
-        plane.repeated_activations = count("repeated_activations");
-        plane.activations_on_resend = count("activations_on_resend");
-        plane.unactivated_acknowledged = count("unactivated_acknowledged");
-        let spans: Vec<crate::takeover::FailureSpan> =
-            serde_json::from_value(read["failure_spans"].take()).unwrap_or_default();
-        plane.failed_outside_takeovers =
-            crate::takeover::failed_outside(&plane.takeover_windows, &spans, plane.failed_requests);
-        let acknowledged: Vec<shared::protocol::HeldIsu> =
-            serde_json::from_value(read["acknowledged_registrations"].take()).unwrap_or_default();
-        plane.lost_acknowledged =
-            crate::takeover::lost_acknowledged(&run_dir, &description.replicas, &acknowledged, &plane.log);
-        if let Err(error) = add_to_report(&report, "control_plane", &plane) {
-            eprintln!("bench: control_plane not added to the report: {error:#}");
-        }
-        plane
-    });
+    Some(Migrator::start(
+        random_move,
+        out.join("migrations.log"),
+        FIRST_MIGRATION_AFTER,
+        Duration::from_secs_f64(seconds),
+    ))
+}
 
+/// With `--kill-leader-every S` or `--pause-leader-every S` (a group of 3 or more
+/// replicas): the leader disrupted every S seconds, listed in `out/leader-kills.log`.
+fn start_leader_killer(
+    options: &Options,
+    run_dir: &RunDir,
+    cluster: &ClusterFile,
+    out: &Path,
+) -> anyhow::Result<Option<LeaderKiller<LocalGroup>>> {
+    let (option, disruption, seconds) = match (options.kill_leader_every, options.pause_leader_every) {
+        (Some(seconds), _) => ("--kill-leader-every", Disruption::Kill, seconds),
+        (None, Some(seconds)) => ("--pause-leader-every", Disruption::Pause, seconds),
+        (None, None) => return Ok(None),
+    };
+    anyhow::ensure!(
+        cluster.replicas.len() >= 3,
+        "bench: {option} needs a group of at least 3 coordinators (--coordinators 3)"
+    );
+    let group =
+        LocalGroup::new(run_dir.clone(), cluster.replicas.clone()).with_context(|| format!("bench: {option}"))?;
+    Ok(Some(LeaderKiller::start(
+        Arc::new(group),
+        out.join("leader-kills.log"),
+        disruption,
+        FIRST_MIGRATION_AFTER,
+        Duration::from_secs_f64(seconds),
+    )))
+}
+
+/// Stops the leader killer, counts the bench's report of the run against the takeovers
+/// and adds the result to the report as `control_plane`.
+fn finish_control_plane(killer: LeaderKiller<LocalGroup>, report_path: &Path) -> ControlPlane {
+    let report = ReportFile::read(report_path);
+    let plane = killer.stop(report.as_ref().ok());
+    let added = report.and_then(|mut report| {
+        report.control_plane = Some(plane.clone());
+        report.write(report_path)
+    });
+    if let Err(error) = added {
+        eprintln!("bench: control_plane not added to the report: {error:#}");
+    }
+    plane
+}
+
+/// What the run did beside the bench's own report: the migrations, the leader kills, the
+/// run folder, a cluster left running.
+fn summary(run: &BenchRun) -> String {
     let mut said = String::new();
-    if let Some(migrations) = &migrations {
+    if let Some(migrations) = &run.migrations {
         said.push_str(&format!(
             "live migrations during the run: {} done, {} failed (details: {})\n",
             migrations.done,
@@ -433,7 +510,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             migrations.log.display()
         ));
     }
-    if let Some(plane) = &control_plane {
+    if let Some(plane) = &run.control_plane {
         said.push_str(&format!(
             "leader kills during the run: {}, pauses {} ({} failed), takeover median {} ms ({:?}), failed requests {} ({} outside the takeovers), replicas differing after the run {}, acknowledged registrations lost {}, JIA activations repeated {} and missing {}, asked again by a re-sent registration {} (details: {})\n",
             plane.leader_kills,
@@ -451,52 +528,14 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             plane.log.display()
         ));
     }
-    keep_logs(&run_dir, &out.join("logs"));
-    said.push_str(&format!("run folder: {}\n", out.display()));
-    let left_running = running || options.keep;
-    if !running && options.keep {
+    said.push_str(&format!("run folder: {}\n", run.run_folder.display()));
+    if run.cluster_started && run.cluster_left_running {
         said.push_str(&format!(
             "cluster left running at {} (stop it: scripts/cluster down)\n",
-            description.public_url
+            run.public_url
         ));
     }
-    let passed = status.success()
-        && migrations.as_ref().is_none_or(|migrations| migrations.failed == 0)
-        && control_plane.as_ref().is_none_or(|plane| {
-            plane.failed_kills == 0
-                && plane.failed_outside_takeovers == 0
-                && plane.replicas_differing == 0
-                && plane.lost_acknowledged == 0
-                && plane.repeated_activations == 0
-                && plane.unactivated_acknowledged == 0
-        });
-    let result = BenchRun {
-        passed,
-        score,
-        bench_exit_code: status.code(),
-        run_folder: out,
-        report,
-        migrations,
-        control_plane,
-        public_url: description.public_url,
-        cluster_started: !running,
-        cluster_left_running: left_running,
-    };
-    match format {
-        Format::Human => {
-            print!("{said}");
-            if let Some(score) = result.score {
-                println!("score: {score}");
-            }
-        }
-        Format::Json => {
-            eprint!("{said}");
-            output::emit(format, &result, |_| String::new())?;
-        }
-    }
-    drop(cluster);
-    anyhow::ensure!(result.passed, "the run did not pass");
-    Ok(())
+    said
 }
 
 /// The bench binary's command line against the running cluster: its public URL, a JIA
@@ -509,7 +548,7 @@ fn bench_command(
     cluster: &ClusterFile,
     out: &Path,
 ) -> anyhow::Result<Command> {
-    let binary = repo.join("target/release/bench");
+    let binary = release_binary(repo, std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from), "bench");
     let mut command = match plan.bench_prefix.split_first() {
         Some((program, prefix)) => {
             let mut command = Command::new(program);
@@ -535,6 +574,13 @@ fn bench_command(
     }
     command.arg("--out").arg(out).args(&plan.bench_args);
     Ok(command)
+}
+
+/// Where `cargo build --release` in `repo` puts the binary `name`: under `target_dir`
+/// (`CARGO_TARGET_DIR`, relative to the checkout when relative) or the checkout's `target`.
+fn release_binary(repo: &Path, target_dir: Option<PathBuf>, name: &str) -> PathBuf {
+    let target_dir = target_dir.map_or_else(|| repo.join("target"), |dir| repo.join(dir));
+    target_dir.join("release").join(name)
 }
 
 /// `http://127.0.0.2:3000` → `127.0.0.2`.
@@ -650,66 +696,6 @@ impl Interrupt {
     }
 }
 
-/// Moves a random slot every few seconds through `cells random` until stopped; each outcome
-/// is a line of the log (`ok <time>` or `FAILED <time>`, after the command's own output).
-struct Migrator(Periodic<Migrations>);
-
-impl Migrator {
-    /// `migrate` is the command of one migration (`cells random` against the cluster).
-    fn start(
-        migrate: impl Fn() -> Command + Send + 'static,
-        log: PathBuf,
-        first_after: Duration,
-        every: Duration,
-    ) -> Migrator {
-        let migrations = Migrations {
-            log: log.clone(),
-            ..Migrations::default()
-        };
-        Migrator(Periodic::start(first_after, every, migrations, move |migrations| {
-            let moved = crate::external::run_logged(migrate(), &log);
-            if moved {
-                migrations.done += 1;
-            } else {
-                migrations.failed += 1;
-            }
-            let line = if moved { "ok" } else { "FAILED" };
-            append_line(&log, &format!("{line} {}", local::clock_time()));
-        }))
-    }
-
-    /// Stops after the migration in progress, if any, and returns the count.
-    fn stop(self) -> Migrations {
-        self.0.stop()
-    }
-}
-
-/// The bench's JSON report (`Null` when it is missing or unreadable: every count reads 0).
-fn read_report(report: &Path) -> serde_json::Value {
-    std::fs::read_to_string(report)
-        .ok()
-        .and_then(|text| serde_json::from_str(&text).ok())
-        .unwrap_or_default()
-}
-
-/// The run's failed requests as the bench's report counts them: errors, connection errors of
-/// every cause, timeouts.
-fn failed_requests(value: &serde_json::Value) -> u64 {
-    let connection: u64 = value["connection_errors"]
-        .as_object()
-        .map_or(0, |causes| causes.values().filter_map(serde_json::Value::as_u64).sum());
-    value["errors"].as_u64().unwrap_or(0) + connection + value["timeouts"].as_u64().unwrap_or(0)
-}
-
-/// Adds `key: value` to the bench's JSON report.
-fn add_to_report(report: &Path, key: &str, value: &impl Serialize) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(report).with_context(|| format!("reading {}", report.display()))?;
-    let mut json: serde_json::Value = serde_json::from_str(&text)?;
-    json[key] = serde_json::to_value(value)?;
-    std::fs::write(report, serde_json::to_string_pretty(&json)? + "\n")?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -815,39 +801,20 @@ mod tests {
     }
 
     #[test]
-    fn the_migrator_counts_and_logs_each_move_until_stopped() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("migrations.log");
-        let flag = dir.path().join("fail-now");
-        let script = format!("echo moving; test ! -e {}", flag.display());
-        let migrator = Migrator::start(
-            move || {
-                let mut command = Command::new("sh");
-                command.args(["-c", &script]);
-                command
-            },
-            log.clone(),
-            Duration::ZERO,
-            Duration::from_millis(20),
-        );
-        std::thread::sleep(Duration::from_millis(150));
-        std::fs::write(&flag, "").unwrap();
-        std::thread::sleep(Duration::from_millis(150));
-        let migrations = migrator.stop();
-
-        assert!(migrations.done >= 2 && migrations.failed >= 2, "{migrations:?}");
-        let text = std::fs::read_to_string(&log).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len() as u32, 2 * (migrations.done + migrations.failed), "{text}");
+    fn the_bench_binary_is_found_where_cargo_builds_it() {
+        let repo = Path::new("/r");
         assert_eq!(
-            lines.iter().filter(|line| line.starts_with("ok ")).count() as u32,
-            migrations.done
+            release_binary(repo, None, "bench"),
+            Path::new("/r/target/release/bench")
         );
         assert_eq!(
-            lines.iter().filter(|line| line.starts_with("FAILED ")).count() as u32,
-            migrations.failed
+            release_binary(repo, Some("/shared/target".into()), "bench"),
+            Path::new("/shared/target/release/bench")
         );
-        assert!(lines.iter().step_by(2).all(|line| *line == "moving"), "{text}");
+        assert_eq!(
+            release_binary(repo, Some("out".into()), "bench"),
+            Path::new("/r/out/release/bench")
+        );
     }
 
     #[test]

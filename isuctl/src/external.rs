@@ -17,21 +17,6 @@ const APT_UPDATE_LIMIT: Duration = Duration::from_secs(600);
 /// How long `apt-get install` may take.
 const APT_INSTALL_LIMIT: Duration = Duration::from_secs(900);
 
-/// Runs `command` with its output appended to `log`; whether it succeeded.
-pub fn run_logged(mut command: Command, log: &std::path::Path) -> bool {
-    let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(log) else {
-        return false;
-    };
-    let Ok(errors) = file.try_clone() else {
-        return false;
-    };
-    command
-        .stdout(file)
-        .stderr(errors)
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
 /// The command line as a person would type it, for messages.
 pub fn describe(command: &Command) -> String {
     std::iter::once(command.get_program())

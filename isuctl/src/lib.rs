@@ -20,7 +20,6 @@ pub mod http;
 pub mod local;
 pub mod mounts;
 pub mod output;
-pub mod periodic;
 pub mod profile;
 pub mod render;
 pub mod rollout;

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// A response's `Content-Encoding`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,14 +115,37 @@ impl FrontEndTraffic {
 /// Responses and body bytes of one encoding.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EncodedBytes {
+    /// [`Encoding::name`].
     pub encoding: &'static str,
     pub responses: u64,
     pub bytes: u64,
 }
 
+/// [`EncodedBytes`] as a report read back names them.
+#[derive(Deserialize)]
+struct NamedEncodedBytes {
+    encoding: String,
+    responses: u64,
+    bytes: u64,
+}
+
+/// Through [`NamedEncodedBytes`] (derived, `&'static str` would ask the text to outlive the
+/// program); a name this bench does not know reads as `other`.
+impl<'de> Deserialize<'de> for EncodedBytes {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<EncodedBytes, D::Error> {
+        let named = NamedEncodedBytes::deserialize(deserializer)?;
+        let known = Encoding::ALL.iter().find(|encoding| encoding.name() == named.encoding);
+        Ok(EncodedBytes {
+            encoding: known.unwrap_or(&Encoding::Other).name(),
+            responses: named.responses,
+            bytes: named.bytes,
+        })
+    }
+}
+
 /// Requests of one kind of front-end file, and what came back per encoding (only the
 /// encodings seen).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transfer {
     pub requests: u64,
     pub by_encoding: Vec<EncodedBytes>,
@@ -159,7 +182,7 @@ fn human_bytes(bytes: u64) -> String {
 }
 
 /// The front-end traffic at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrontEnd {
     pub assets: Transfer,
     pub pages: Transfer,

@@ -228,13 +228,32 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
             return Err(error);
         }
     };
+    let outcome = compatibility_check(&config, &jia, &setup_stats, &expected).await;
+    if !outcome.passed {
+        let problem = format!(
+            "compatibility check: {} errors, {} timeouts",
+            outcome.errors, outcome.timeouts
+        );
+        return Ok(failed_before_load(&config, &jia, setup_stats, problem).await);
+    }
+    tracing::info!("compatibility check passed; load starts");
+    Ok(load(&config, &jia, language, &expected, &outcome).await)
+}
+
+/// The compatibility check (§13.7), or a passing outcome without it when it is turned off.
+async fn compatibility_check(
+    config: &ScenarioConfig,
+    jia: &JiaHandle,
+    setup_stats: &Arc<Stats>,
+    expected: &Arc<ExpectedData>,
+) -> PrepareOutcome {
     let prepare_context = PrepareContext {
         timeout: config.prepare_timeout,
         signer: config.signer.clone(),
         ..PrepareContext::new(&config.target, jia.clone(), setup_stats.clone(), expected.clone())
     };
     tracing::info!("compatibility check");
-    let outcome = if config.compatibility_check {
+    if config.compatibility_check {
         prepare::compatibility_check(&prepare_context).await
     } else {
         PrepareOutcome {
@@ -244,20 +263,83 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
             registered: Vec::new(),
             no_isu_user: None,
         }
-    };
-    if !outcome.passed {
-        let problem = format!(
-            "compatibility check: {} errors, {} timeouts",
-            outcome.errors, outcome.timeouts
-        );
-        return Ok(failed_before_load(&config, &jia, setup_stats, problem).await);
     }
-    tracing::info!("compatibility check passed; load starts");
+}
 
+/// What is read of the cluster and JIA just before and just after the load.
+struct Readings {
+    cpu: Vec<(String, Option<f64>)>,
+    metrics: Vec<(String, Option<String>)>,
+    device_posts: [u64; 5],
+}
+
+impl Readings {
+    async fn take(config: &ScenarioConfig, jia: &JiaHandle) -> Readings {
+        Readings {
+            cpu: cpu_readings(config.nodes.as_ref(), &config.processes).await,
+            metrics: scrape_nodes(config.nodes.as_ref()).await,
+            device_posts: jia.device_posts(),
+        }
+    }
+}
+
+/// The timed load, from its first user to the deadline, and its report; JIA is shut down
+/// at the end.
+async fn load(
+    config: &ScenarioConfig,
+    jia: &JiaHandle,
+    language: String,
+    expected: &ExpectedData,
+    outcome: &PrepareOutcome,
+) -> Report {
     let stats = Arc::new(Stats::default());
     let started = Instant::now();
-    // The ISUs the check registered have devices whose sent log the validator can read;
-    // the initial ISUs have none and are only checked for structure and regression.
+    let ctx = run_context(config, jia, &stats, expected, outcome, started);
+    let before = Readings::take(config, jia).await;
+    let reload_watch = config
+        .processes
+        .iter()
+        .find(|process| process.name == "nginx")
+        .map(|nginx| crate::nodes::ReloadWatch::start(nginx.pid));
+    start_load(config, &ctx, jia);
+    let profiles = tokio::spawn(take_profiles(config.clone(), config.duration));
+    let load_time = drive_load(config, &ctx, started).await;
+    let after = Readings::take(config, jia).await;
+    let router_reloads = match reload_watch {
+        Some(watch) => watch.stop().await,
+        None => None,
+    };
+    let measured = Measured {
+        load_time,
+        before,
+        after,
+        router_reloads,
+        profiles: profiles.await.unwrap_or_default(),
+    };
+    jia.shutdown().await;
+    report_of_load(config, jia, &ctx, language, measured)
+}
+
+/// What the load measured beside its shared state.
+struct Measured {
+    load_time: Duration,
+    before: Readings,
+    after: Readings,
+    router_reloads: Option<u64>,
+    profiles: Vec<PathBuf>,
+}
+
+/// The load's shared state: the ISUs the compatibility check registered have devices whose
+/// sent log the validator can read; the initial ISUs have none and are only checked for
+/// structure and regression.
+fn run_context(
+    config: &ScenarioConfig,
+    jia: &JiaHandle,
+    stats: &Arc<Stats>,
+    expected: &ExpectedData,
+    outcome: &PrepareOutcome,
+    started: Instant,
+) -> Arc<RunContext> {
     let registered: HashMap<i64, TrendIsu> = outcome
         .registered
         .iter()
@@ -269,8 +351,8 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
             (isu.isu.id, trend_isu)
         })
         .collect();
-    let first_checked_user = initial_error_check_user(&expected, &outcome);
-    let ctx = Arc::new(RunContext {
+    let first_checked_user = initial_error_check_user(expected, outcome);
+    Arc::new(RunContext {
         target: config.target.clone(),
         request_timeout: config.request_timeout,
         max_isus_per_user: config.max_isus_per_user.max(1),
@@ -291,16 +373,13 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         tasks: Mutex::new(JoinSet::new()),
         deadline: started + config.duration,
         keep_going: config.keep_going,
-    });
-    let cpu_before = cpu_readings(config.nodes.as_ref(), &config.processes).await;
-    let metrics_before = scrape_nodes(config.nodes.as_ref()).await;
-    let posts_before = jia.device_posts();
-    let reload_watch = config
-        .processes
-        .iter()
-        .find(|process| process.name == "nginx")
-        .map(|nginx| crate::nodes::ReloadWatch::start(nginx.pid));
-    stats.add(Tag::StartBenchmark);
+    })
+}
+
+/// Starts the load: JIA's malformed posts, the first users, the periodic error checks (on
+/// a user ready for them) and the bench's own lag watch.
+fn start_load(config: &ScenarioConfig, ctx: &Arc<RunContext>, jia: &JiaHandle) {
+    ctx.stats.add(Tag::StartBenchmark);
     jia.start_error_poster(ERROR_POST_INTERVAL);
     for _ in 0..config.users {
         ctx.start_user();
@@ -310,7 +389,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         timeout: prepare::LOAD_ERROR_CHECK_TIMEOUT,
         signer: config.signer.clone(),
         clock: jia.clock(),
-        stats: stats.clone(),
+        stats: ctx.stats.clone(),
     };
     let picker = ctx.clone();
     let mut pick_rng = rand::rngs::StdRng::from_entropy();
@@ -323,34 +402,44 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         prepare::ERROR_CHECK_INTERVAL,
     ));
     ctx.spawn(watch_lag(ctx.clone()));
-    let profiles = tokio::spawn(take_profiles(config.clone(), config.duration));
-    let progress = progress_bar(&config);
+}
+
+/// Grows the load and shows progress until the deadline, then abandons what is in flight,
+/// as the official bench does; how long the load ran.
+async fn drive_load(config: &ScenarioConfig, ctx: &Arc<RunContext>, started: Instant) -> Duration {
+    let progress = progress_bar(config);
     let mut growth = tokio::time::interval_at(started + GROWTH_INTERVAL, GROWTH_INTERVAL);
     let mut redraw = tokio::time::interval(Duration::from_millis(250));
     while !ctx.over() {
         tokio::select! {
-            _ = growth.tick() => grow(&ctx, config.grow),
-            _ = redraw.tick() => show_progress(&progress, &ctx, started),
+            _ = growth.tick() => grow(ctx, config.grow),
+            _ = redraw.tick() => show_progress(&progress, ctx, started),
         }
     }
     progress.finish_and_clear();
     let load_time = started.elapsed();
-    // Abandon what is in flight, as the official bench does at the deadline.
     let mut tasks = std::mem::take(&mut *ctx.tasks.lock().expect("tasks poisoned"));
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
-    let cpu_after = cpu_readings(config.nodes.as_ref(), &config.processes).await;
-    let metrics_after = scrape_nodes(config.nodes.as_ref()).await;
-    let posts_after = jia.device_posts();
-    let router_reloads = match reload_watch {
-        Some(watch) => watch.stop().await,
-        None => None,
-    };
-    let profiles = profiles.await.unwrap_or_default();
-    jia.shutdown().await;
-    let posts_whole_run = DevicePosts::between([0; 5], jia.device_posts());
+    load_time
+}
 
-    let snapshot = stats.snapshot();
+/// The report of a load that ran, from its shared state, JIA's counts and what it measured.
+fn report_of_load(
+    config: &ScenarioConfig,
+    jia: &JiaHandle,
+    ctx: &RunContext,
+    language: String,
+    measured: Measured,
+) -> Report {
+    let Measured {
+        load_time,
+        before,
+        after,
+        router_reloads,
+        profiles,
+    } = measured;
+    let snapshot = ctx.stats.snapshot();
     let acknowledged_registrations = std::mem::take(&mut *ctx.acknowledged.lock().expect("acknowledged poisoned"));
     let activated: std::collections::HashSet<String> = jia
         .activations()
@@ -363,7 +452,7 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         .count();
     let resent = std::mem::take(&mut *ctx.resent_registrations.lock().expect("resent poisoned"));
     let repeated_activations = JiaRepeats::split(&jia.repeated_activations_by_isu(), &resent);
-    Ok(Report {
+    Report {
         target: config.target.clone(),
         language,
         failed_phase: None,
@@ -376,15 +465,15 @@ pub async fn run(config: ScenarioConfig) -> anyhow::Result<Report> {
         repeated_activations,
         unactivated_acknowledged,
         sent_conditions: jia.sent_total(),
-        cpu: CpuUse::between(&cpu_before, &cpu_after),
-        device_posts: DevicePosts::between(posts_before, posts_after),
-        device_posts_whole_run: posts_whole_run,
+        cpu: CpuUse::between(&before.cpu, &after.cpu),
+        device_posts: DevicePosts::between(before.device_posts, after.device_posts),
+        device_posts_whole_run: DevicePosts::between([0; 5], jia.device_posts()),
         bench_cpus: crate::nodes::own_cpus_allowed(),
         profiles,
-        cells: crate::report::CellFigures::between(&metrics_before, &metrics_after),
+        cells: crate::report::CellFigures::between(&before.metrics, &after.metrics),
         router_reloads,
         acknowledged_registrations,
-    })
+    }
 }
 
 /// Every node's `/metrics` (none without `--node`).

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::front_end::{Encoding, FrontEnd, FrontEndFile, FrontEndTraffic};
 use crate::model::Level;
@@ -483,7 +483,7 @@ impl Stats {
 }
 
 /// When one failed request was sent and when it failed (milliseconds since the Unix epoch).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailureSpan {
     pub label: String,
     pub sent_unix_ms: u64,
@@ -491,19 +491,20 @@ pub struct FailureSpan {
 }
 
 /// A time the bench's own runtime fell behind (milliseconds since the Unix epoch).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stall {
     pub from_unix_ms: u64,
     pub to_unix_ms: u64,
 }
 
-fn unix_ms(time: SystemTime) -> u64 {
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn unix_ms(time: SystemTime) -> u64 {
     time.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |since| since.as_millis() as u64)
 }
 
 /// Latency percentiles of one endpoint, in milliseconds.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     pub count: u64,
     pub p50_ms: f64,
