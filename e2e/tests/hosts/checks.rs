@@ -28,9 +28,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use bench::report::ReportFile;
 use isuctl::hosts::plan::{self, HostPlan, Role};
 use isuctl::hosts::{BenchArgs, Hosts, Tls, UpArgs};
-use serde_json::Value;
 
 use super::{leader_cut, metrics, nodes, Shape};
 
@@ -131,15 +131,18 @@ pub fn run(hosts: &Hosts, shape: Shape, build: bool) -> anyhow::Result<Vec<Strin
 }
 
 /// 1. The bench over TLS, from its own host; its report.
-fn bench_over_tls(hosts: &Hosts, checks: &mut Checks, seconds: u64) -> anyhow::Result<Value> {
+fn bench_over_tls(hosts: &Hosts, checks: &mut Checks, seconds: u64) -> anyhow::Result<Option<ReportFile>> {
     let tls = bench(hosts, seconds, &["--no-growth"], "tls")?;
     summary(checks, "bench over TLS", &hosts.paths.state.join("tls.out"));
-    checks.check("the bench over TLS passes", tls["passed"] == Value::Bool(true));
+    checks.check("the bench over TLS passes", tls.as_ref().is_some_and(|tls| tls.passed));
     checks.check(
-        format!("with 0 errors ({} errors, {} timeouts)", tls["errors"], tls["timeouts"]),
-        tls["errors"] == 0,
+        match &tls {
+            Some(tls) => format!("with 0 errors ({} errors, {} timeouts)", tls.errors, tls.timeouts),
+            None => "with 0 errors (no report)".to_owned(),
+        },
+        tls.as_ref().is_some_and(|tls| tls.errors == 0),
     );
-    let accepted = tls["device_posts"]["accepted"].as_u64().unwrap_or(0);
+    let accepted = tls.as_ref().map_or(0, |tls| tls.device_posts.accepted);
     checks.check(
         format!("devices posted over TLS to their workers ({accepted} accepted)"),
         accepted > 100,
@@ -300,10 +303,10 @@ fn partition(
         ),
         cut.slow >= 1.0,
     );
-    let report = read_json(&state_dir.join("partition.json"))?;
-    judge_partition(checks, &report, shape)?;
+    let report = read_report(&state_dir.join("partition.json"))?;
+    judge_partition(checks, report.as_ref(), shape)?;
     std::thread::sleep(Duration::from_secs(1));
-    nothing_acknowledged_lost(checks, "", stored_total()? - stored_before, &report);
+    nothing_acknowledged_lost(checks, "", stored_total()? - stored_before, report.as_ref());
     Ok(())
 }
 
@@ -346,27 +349,23 @@ fn cut_cell_a(hosts: &Hosts, checks: &Checks, launched: Instant) -> anyhow::Resu
 /// The partition's bench run, by cell: with one coordinator the other cells' ISUs see no
 /// failure and no data is wrong; with replicas their failures are printed (see the module's
 /// doc) and no error but the trend going back is allowed.
-fn judge_partition(checks: &mut Checks, report: &Value, shape: Shape) -> anyhow::Result<()> {
-    let by_digit: BTreeMap<String, u64> =
-        serde_json::from_value(report["failures_by_isu_digit"].clone()).unwrap_or_default();
-    let (a_failures, other_failures, none) = metrics::failures_by_cell(&by_digit, u32::from(shape.workers), 0)?;
+fn judge_partition(checks: &mut Checks, report: Option<&ReportFile>, shape: Shape) -> anyhow::Result<()> {
+    let no_failures = BTreeMap::new();
+    let by_digit = report.map_or(&no_failures, |report| &report.failures_by_isu_digit);
+    let (a_failures, other_failures, none) = metrics::failures_by_cell(by_digit, u32::from(shape.workers), 0)?;
     if shape.coordinators == 1 {
         checks.check(
             format!("the other cells' ISUs saw no failed request (cell a's: {a_failures}; naming no ISU: {none})"),
-            other_failures == 0 && report["failures_by_isu_digit"].is_object(),
+            other_failures == 0 && report.is_some(),
         );
         checks.check(
-            format!("no wrong data ({})", report["errors_by_kind"]),
-            report["errors_by_kind"]
-                .get("data")
-                .map_or(0, |data| data.as_u64().unwrap_or(1))
-                == 0
-                && report["errors_by_kind"].is_object(),
+            format!("no wrong data ({:?})", report.map(|report| &report.errors_by_kind)),
+            report.is_some_and(|report| report.errors_by_kind.get("data").copied().unwrap_or(0) == 0),
         );
     } else {
         checks.say(&format!(
-            "  failed requests of the other cells' ISUs {other_failures} (cell a's: {a_failures}; naming no ISU: {none}; {} timeouts)",
-            report["timeouts"]
+            "  failed requests of the other cells' ISUs {other_failures} (cell a's: {a_failures}; naming no ISU: {none}; {:?} timeouts)",
+            report.map(|report| report.timeouts)
         ));
         no_error_but_trend_regressions(checks, report);
     }
@@ -374,7 +373,7 @@ fn judge_partition(checks: &mut Checks, report: &Value, shape: Shape) -> anyhow:
 }
 
 /// 5. Latency and loss between every pair of hosts; its cost against the run over TLS.
-fn impaired(hosts: &Hosts, checks: &mut Checks, seconds: u64, tls: &Value) -> anyhow::Result<()> {
+fn impaired(hosts: &Hosts, checks: &mut Checks, seconds: u64, tls: &Option<ReportFile>) -> anyhow::Result<()> {
     hosts.net("impair all delay=50ms loss=1%")?;
     let impaired = bench(hosts, seconds, &["--no-growth"], "impaired");
     hosts.net("clear")?;
@@ -386,16 +385,24 @@ fn impaired(hosts: &Hosts, checks: &mut Checks, seconds: u64, tls: &Value) -> an
     );
     checks.check(
         "with 50 ms latency and 1 % loss the bench still passes",
-        impaired["passed"] == Value::Bool(true),
+        impaired.as_ref().is_some_and(|impaired| impaired.passed),
     );
-    for (label, path) in [
-        ("score", &["score"][..]),
-        ("requests", &["requests"]),
-        ("timeouts", &["timeouts"]),
-        ("device posts accepted", &["device_posts", "accepted"]),
-        ("device posts without answer", &["device_posts", "failed"]),
-    ] {
-        let at = |value: &Value| path.iter().fold(value.clone(), |value, key| value[key].clone());
+    type Figure = fn(&ReportFile) -> i64;
+    let figures: [(&str, Figure); 5] = [
+        ("score", |report| report.score),
+        ("requests", |report| report.requests as i64),
+        ("timeouts", |report| report.timeouts as i64),
+        ("device posts accepted", |report| report.device_posts.accepted as i64),
+        ("device posts without answer", |report| {
+            report.device_posts.failed as i64
+        }),
+    ];
+    for (label, figure) in figures {
+        let at = |report: &Option<ReportFile>| {
+            report
+                .as_ref()
+                .map_or("no report".to_owned(), |report| figure(report).to_string())
+        };
         checks.say(&format!("  cost: {label} {} -> {}", at(tls), at(&impaired)));
     }
     Ok(())
@@ -403,10 +410,10 @@ fn impaired(hosts: &Hosts, checks: &mut Checks, seconds: u64, tls: &Value) -> an
 
 /// The workers stored at least as many conditions over a bench run (`stored`, from their
 /// metrics) as its devices had acknowledged (a count, not a re-read of every condition).
-pub fn nothing_acknowledged_lost(checks: &mut Checks, label: &str, stored: f64, report: &Value) {
-    let acknowledged = report["device_posts_whole_run"]["stored_conditions"]
-        .as_f64()
-        .unwrap_or(f64::INFINITY);
+pub fn nothing_acknowledged_lost(checks: &mut Checks, label: &str, stored: f64, report: Option<&ReportFile>) {
+    let acknowledged = report.map_or(f64::INFINITY, |report| {
+        report.device_posts_whole_run.stored_conditions as f64
+    });
     checks.check(
         format!("{label}nothing acknowledged lost: stored {stored} >= acknowledged {acknowledged}"),
         stored >= acknowledged,
@@ -417,13 +424,12 @@ pub fn nothing_acknowledged_lost(checks: &mut Checks, label: &str, stored: f64, 
 /// client nginx moves to a replica that lacks a cut worker's newest conditions). The report
 /// keeps 20 error samples: with more errors, every one must be of kind `data` and every
 /// sample kept a trend going back (the others are judged by those).
-pub fn no_error_but_trend_regressions(checks: &mut Checks, report: &Value) {
-    let errors = report["errors"].as_u64().unwrap_or(u64::MAX);
-    let data_errors = report["errors_by_kind"]["data"].as_u64().unwrap_or(0);
-    let samples: Vec<&str> = report["error_samples"]
-        .as_array()
-        .map(|samples| samples.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+pub fn no_error_but_trend_regressions(checks: &mut Checks, report: Option<&ReportFile>) {
+    let errors = report.map_or(u64::MAX, |report| report.errors);
+    let data_errors = report.map_or(0, |report| report.errors_by_kind.get("data").copied().unwrap_or(0));
+    let samples: Vec<&str> = report.map_or_else(Vec::new, |report| {
+        report.error_samples.iter().map(String::as_str).collect()
+    });
     let others: Vec<&str> = samples
         .iter()
         .copied()
@@ -456,7 +462,7 @@ pub fn bench_options(seconds: u64, extra: &[&str], json: &Path) -> Vec<String> {
 }
 
 /// A bench run of `seconds` named `name` (its output in `<name>.out`), its JSON report.
-fn bench(hosts: &Hosts, seconds: u64, extra: &[&str], name: &str) -> anyhow::Result<Value> {
+fn bench(hosts: &Hosts, seconds: u64, extra: &[&str], name: &str) -> anyhow::Result<Option<ReportFile>> {
     let json = hosts.paths.state.join(format!("{name}.json"));
     let _ = std::fs::remove_file(&json);
     let args = BenchArgs {
@@ -465,14 +471,16 @@ fn bench(hosts: &Hosts, seconds: u64, extra: &[&str], name: &str) -> anyhow::Res
     };
     // A failing bench is a failed check, not an error: its report says why.
     hosts.bench(&args, Some(&hosts.paths.state.join(format!("{name}.out"))))?;
-    read_json(&json)
+    read_report(&json)
 }
 
-/// The bench's JSON report (Null when it wrote none: every check on it then fails).
-pub fn read_json(path: &Path) -> anyhow::Result<Value> {
+/// The bench's report (none when it wrote none: every check on it then fails).
+pub fn read_report(path: &Path) -> anyhow::Result<Option<ReportFile>> {
     match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text).with_context(|| format!("reading {}", path.display())),
-        Err(_) => Ok(Value::Null),
+        Ok(text) => Ok(Some(
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?,
+        )),
+        Err(_) => Ok(None),
     }
 }
 

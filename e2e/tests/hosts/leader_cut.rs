@@ -28,11 +28,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use serde_json::Value;
+use bench::report::ReportFile;
 use shared::protocol::ReplicaAnswer;
 
 use super::checks::{
-    bench_options, no_error_but_trend_regressions, nothing_acknowledged_lost, read_json, summary, wait_for_load,
+    bench_options, no_error_but_trend_regressions, nothing_acknowledged_lost, read_report, summary, wait_for_load,
     Checks, REGISTERED_BY,
 };
 use super::probe::Probe;
@@ -97,15 +97,15 @@ pub fn run(hosts: &Hosts, checks: &mut Checks, cluster: &[HostPlan], seconds: u6
         Ok(cut?.map(|cut| Cut { rounds, ..cut }))
     })?;
     summary(checks, "bench with the leader's host cut off", &output);
-    let report = read_json(&json)?;
+    let report = read_report(&json)?;
     let Some(cut) = outcome else {
         checks.check("the leader's host cut off (no single leader to cut: see above)", false);
         return Ok(());
     };
     judge_probe(checks, &cut);
-    judge_bench(checks, &report, &cut, workers.len())?;
+    judge_bench(checks, report.as_ref(), &cut, workers.len())?;
     std::thread::sleep(Duration::from_secs(1));
-    nothing_acknowledged_lost(checks, "leader cut: ", stored_total()? - stored_before, &report);
+    nothing_acknowledged_lost(checks, "leader cut: ", stored_total()? - stored_before, report.as_ref());
     Ok(())
 }
 
@@ -356,18 +356,20 @@ fn judge_probe(checks: &mut Checks, cut: &Cut) {
 }
 
 /// The bench's run: passed, no error but the trend going back; failures by cell printed.
-fn judge_bench(checks: &mut Checks, report: &Value, cut: &Cut, workers: usize) -> anyhow::Result<()> {
+fn judge_bench(checks: &mut Checks, report: Option<&ReportFile>, cut: &Cut, workers: usize) -> anyhow::Result<()> {
     checks.check(
         "the bench passes with the leader's host cut off",
-        report["passed"] == Value::Bool(true),
+        report.is_some_and(|report| report.passed),
     );
-    let by_digit: BTreeMap<String, u64> =
-        serde_json::from_value(report["failures_by_isu_digit"].clone()).unwrap_or_default();
+    let no_failures = BTreeMap::new();
+    let by_digit = report.map_or(&no_failures, |report| &report.failures_by_isu_digit);
     let cell_index = u32::from(cut.cell.as_bytes()[0] - b'a');
-    let (cut_cell, others, none) = metrics::failures_by_cell(&by_digit, workers as u32, cell_index)?;
+    let (cut_cell, others, none) = metrics::failures_by_cell(by_digit, workers as u32, cell_index)?;
     checks.say(&format!(
-        "  bench: {} errors, {} timeouts; failed requests of the cut cell {}'s ISUs {cut_cell}, of the other cells' {others}, naming no ISU {none}",
-        report["errors"], report["timeouts"], cut.cell
+        "  bench: {:?} errors, {:?} timeouts; failed requests of the cut cell {}'s ISUs {cut_cell}, of the other cells' {others}, naming no ISU {none}",
+        report.map(|report| report.errors),
+        report.map(|report| report.timeouts),
+        cut.cell
     ));
     no_error_but_trend_regressions(checks, report);
     Ok(())
