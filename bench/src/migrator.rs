@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::periodic::{append_line, clock_time, run_logged, Periodic};
+use crate::periodic::{append_line, run_logged, Periodic};
+use shared::clock::clock_time;
 
 /// The live migrations of one run, as its log lists them.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,14 +2,14 @@
 //! stopped, and hands back what its steps accumulated: the live migrations
 //! ([`crate::migrator`]) and leader kills ([`crate::takeover`]) run beside the load. Each
 //! step says what it did in a log of its own ([`append_line`], [`run_logged`],
-//! [`clock_time`]).
+//! [`shared::clock::clock_time`]).
 
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 pub struct Periodic<T> {
     stop: mpsc::Sender<()>,
@@ -66,33 +66,9 @@ pub fn run_logged(mut command: Command, log: &Path) -> bool {
         .is_ok_and(|status| status.success())
 }
 
-/// `HH:MM:SS.nnnnnnnnn` of now, UTC (the time of a line of a log).
-pub fn clock_time() -> String {
-    clock_time_of(SystemTime::now())
-}
-
-fn clock_time_of(at: SystemTime) -> String {
-    let since = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let seconds = since.as_secs() % 86_400;
-    format!(
-        "{:02}:{:02}:{:02}.{:09}",
-        seconds / 3600,
-        seconds / 60 % 60,
-        seconds % 60,
-        since.subsec_nanos()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_log_line_is_stamped_with_the_utc_time_of_day() {
-        // 2021-08-21 03:04:05.000000007 UTC.
-        let at = SystemTime::UNIX_EPOCH + Duration::new(1_629_515_045, 7);
-        assert_eq!(clock_time_of(at), "03:04:05.000000007");
-    }
 
     #[test]
     fn a_logged_command_appends_its_output_and_says_whether_it_succeeded() {

@@ -27,9 +27,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use shared::protocol::{HeldIsu, ReplicaAnswer};
 
-use crate::periodic::{append_line, clock_time, run_logged, Periodic};
+use crate::periodic::{append_line, run_logged, Periodic};
 use crate::report::{ControlPlane, ReportFile, TakeoverWindow};
-use crate::scenario::stats::{unix_ms, FailureSpan};
+use crate::scenario::stats::FailureSpan;
+use shared::clock::clock_time;
+use shared::clock::unix_ms;
 
 /// How long a takeover may take before the kill is counted as failed.
 const TAKEOVER_LIMIT: Duration = Duration::from_secs(15);

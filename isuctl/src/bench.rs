@@ -324,7 +324,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     anyhow::ensure!(!interrupt.happened(), "bench: interrupted");
     let description = run_dir.cluster()?;
 
-    let out = repo.join("run/bench").join(local::timestamp());
+    let out = repo.join("run/bench").join(shared::clock::timestamp());
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let report = plan.report.clone().unwrap_or_else(|| out.join("report.json"));
     let mut bench = bench_command(&plan, &repo, &run_dir, &description, &out)?;
@@ -548,7 +548,7 @@ fn bench_command(
     cluster: &ClusterFile,
     out: &Path,
 ) -> anyhow::Result<Command> {
-    let binary = release_binary(repo, std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from), "bench");
+    let binary = crate::external::target_dir(repo).join("release/bench");
     let mut command = match plan.bench_prefix.split_first() {
         Some((program, prefix)) => {
             let mut command = Command::new(program);
@@ -574,13 +574,6 @@ fn bench_command(
     }
     command.arg("--out").arg(out).args(&plan.bench_args);
     Ok(command)
-}
-
-/// Where `cargo build --release` in `repo` puts the binary `name`: under `target_dir`
-/// (`CARGO_TARGET_DIR`, relative to the checkout when relative) or the checkout's `target`.
-fn release_binary(repo: &Path, target_dir: Option<PathBuf>, name: &str) -> PathBuf {
-    let target_dir = target_dir.map_or_else(|| repo.join("target"), |dir| repo.join(dir));
-    target_dir.join("release").join(name)
 }
 
 /// `http://127.0.0.2:3000` → `127.0.0.2`.
@@ -798,23 +791,6 @@ mod tests {
         assert!(error.to_string().contains("2 CPUs"), "{error}");
         let error = Plan::new(&parse("--official").unwrap(), Vec::new(), 2, Path::new("/nonexistent")).unwrap_err();
         assert!(error.to_string().contains("initialize.json"), "{error}");
-    }
-
-    #[test]
-    fn the_bench_binary_is_found_where_cargo_builds_it() {
-        let repo = Path::new("/r");
-        assert_eq!(
-            release_binary(repo, None, "bench"),
-            Path::new("/r/target/release/bench")
-        );
-        assert_eq!(
-            release_binary(repo, Some("/shared/target".into()), "bench"),
-            Path::new("/shared/target/release/bench")
-        );
-        assert_eq!(
-            release_binary(repo, Some("out".into()), "bench"),
-            Path::new("/r/out/release/bench")
-        );
     }
 
     #[test]

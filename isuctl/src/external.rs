@@ -17,6 +17,17 @@ const APT_UPDATE_LIMIT: Duration = Duration::from_secs(600);
 /// How long `apt-get install` may take.
 const APT_INSTALL_LIMIT: Duration = Duration::from_secs(900);
 
+/// Where cargo builds in `repo`: `CARGO_TARGET_DIR` (relative to the checkout when
+/// relative), else the checkout's `target`.
+pub fn target_dir(repo: &std::path::Path) -> std::path::PathBuf {
+    target_dir_in(repo, std::env::var_os("CARGO_TARGET_DIR").map(std::path::PathBuf::from))
+}
+
+/// [`target_dir`] with `configured` for `CARGO_TARGET_DIR`.
+pub fn target_dir_in(repo: &std::path::Path, configured: Option<std::path::PathBuf>) -> std::path::PathBuf {
+    configured.map_or_else(|| repo.join("target"), |dir| repo.join(dir))
+}
+
 /// The command line as a person would type it, for messages.
 pub fn describe(command: &Command) -> String {
     std::iter::once(command.get_program())
@@ -191,6 +202,24 @@ fn is_set_by_cargo_run(key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn the_target_directory_is_where_cargo_builds() {
+        let repo = Path::new("/r");
+        assert_eq!(
+            target_dir_in(repo, None).join("release/bench"),
+            Path::new("/r/target/release/bench")
+        );
+        assert_eq!(
+            target_dir_in(repo, Some("/shared/target".into())).join("release/bench"),
+            Path::new("/shared/target/release/bench")
+        );
+        assert_eq!(
+            target_dir_in(repo, Some("out".into())).join("release/bench"),
+            Path::new("/r/out/release/bench")
+        );
+    }
 
     #[test]
     fn a_failed_command_is_named_with_its_status_and_what_it_said() {

@@ -213,10 +213,6 @@ pub fn cells_command() -> std::process::Command {
     command
 }
 
-// The run folders' and log lines' times (`run/bench/<timestamp>`, a takeover's log): kept
-// here under their old names for the modules that read them from here.
-pub use shared::clock::{clock_time, timestamp};
-
 /// The checkout this tool was built from (where `scripts/`, `nginx/` and `web/` are).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -62,6 +62,11 @@ mod tests {
         assert_eq!(format(instant, CLOCK_TIME), "03:59:59.005000007");
         assert_eq!(format(instant, CLOCK_OF_DAY), "03:59:59");
         assert_eq!(format(at(0), CLOCK_TIME), "00:00:00.000000000");
+        // 2021-08-21 03:04:05.000000007 UTC, a leader kill's log line.
+        assert_eq!(
+            format(at(1_629_515_045) + Duration::from_nanos(7), CLOCK_TIME),
+            "03:04:05.000000007"
+        );
         assert_eq!(clock_time().len(), "HH:MM:SS.nnnnnnnnn".len());
         assert_eq!(clock_of_day().len(), "HH:MM:SS".len());
         assert_eq!(timestamp().len(), "YYYYMMDD-HHMMSS".len());

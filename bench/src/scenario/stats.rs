@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
+use shared::clock::unix_ms;
+
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -495,12 +497,6 @@ pub struct FailureSpan {
 pub struct Stall {
     pub from_unix_ms: u64,
     pub to_unix_ms: u64,
-}
-
-/// Milliseconds since the Unix epoch (0 before it).
-pub fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |since| since.as_millis() as u64)
 }
 
 /// Latency percentiles of one endpoint, in milliseconds.

@@ -278,12 +278,7 @@ fn build(cluster: &Cluster) -> anyhow::Result<Binaries> {
     let options = &cluster.options;
     let profile = if options.debug { "debug" } else { "release" };
     let repo = local::repo_root();
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo.join("target"), PathBuf::from);
-    let target_dir = if target_dir.is_absolute() {
-        target_dir
-    } else {
-        repo.join(target_dir)
-    };
+    let target_dir = external::target_dir(&repo);
     if !options.no_build {
         log(format!("building coordinator and worker ({profile})"));
         let mut packages = vec!["coordinator", "worker"];
