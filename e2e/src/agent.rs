@@ -163,6 +163,22 @@ impl Agent {
 
     /// [`Agent::register`] with extra headers.
     pub async fn register_with(&self, uuid: &str, name: &str, image: Option<&[u8]>, headers: &[(&str, &str)]) -> Reply {
+        let mut request = self.registration(uuid, name, image);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        self.send(request).await
+    }
+
+    /// [`Agent::register`] as the bench's client sends it, giving up after `timeout`: the
+    /// transport error (a timeout) is returned, not a panic.
+    pub async fn try_register(&self, uuid: &str, name: &str, timeout: Duration) -> Result<Reply, reqwest::Error> {
+        let response = self.registration(uuid, name, None).timeout(timeout).send().await?;
+        Ok(read_reply(format!("POST /api/isu ({uuid})"), response).await)
+    }
+
+    /// `POST /api/isu`'s multipart form; no `image` part when `image` is `None`.
+    fn registration(&self, uuid: &str, name: &str, image: Option<&[u8]>) -> reqwest::RequestBuilder {
         let mut form = reqwest::multipart::Form::new()
             .text("jia_isu_uuid", uuid.to_owned())
             .text("isu_name", name.to_owned());
@@ -173,11 +189,7 @@ impl Agent {
                 .expect("a valid MIME type");
             form = form.part("image", part);
         }
-        let mut request = self.client.post(self.url("/api/isu")).multipart(form);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        self.send(request).await
+        self.client.post(self.url("/api/isu")).multipart(form)
     }
 
     pub async fn isu(&self, uuid: &str) -> Reply {

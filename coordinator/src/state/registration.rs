@@ -76,6 +76,16 @@ async fn hold_for_crash_test(step: &'static str, uuid: &str) {
     }
 }
 
+/// Crash tests only (a fail point, off in any deployment): `registration-publish-lost=return(UUID)`
+/// takes that ISU's publish by its registration (not the sweep's) as failed without sending it,
+/// as if its worker had been cut off before the call reached it.
+fn publish_lost_for_test(uuid: &str) -> bool {
+    node_http::fail_points_on()
+        && fail::eval("registration-publish-lost", |target| target)
+            .flatten()
+            .is_some_and(|target| target == uuid)
+}
+
 /// How long a registration of a UUID waits for a concurrent one of the same UUID.
 const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
 
@@ -255,11 +265,26 @@ impl State {
             id,
             character,
         };
-        if let Err(error) = self.workers.publish(cell, &publish).await {
-            if !self.remove_failed(generation, cell, &rollback, term).await {
-                return Err(ApiError::Unavailable(error.to_string()));
-            }
-            return Err(ApiError::Internal(error.to_string()));
+        let published = match publish_lost_for_test(&registration.uuid) {
+            true => Err("the publish was lost (fail point)".to_owned()),
+            false => self
+                .workers
+                .publish(cell, &publish)
+                .await
+                .map_err(|error| error.to_string()),
+        };
+        if let Err(error) = published {
+            // The registration is done once its record is committed: JIA activated the ISU,
+            // and from then on this coordinator shows it (`GET /api/isu/:uuid` answers 200, a
+            // registration sent again 409), so a client may have been told it exists already.
+            // Removing it now would take it back from under that client. It is answered 201
+            // and its worker (which holds it provisionally, or published it and the answer was
+            // lost) is published from the log by the leader's sweep once it answers again.
+            tracing::warn!(
+                %error,
+                uuid = %registration.uuid,
+                "publishing a registered ISU on its worker failed; the leader's sweep publishes it"
+            );
         }
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
             .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
@@ -599,22 +624,22 @@ impl State {
         }
     }
 
-    /// Ends a registration whose command may be committed (its commit or its
-    /// worker's publish failed): commits its removal (applying it removes the ISU here too),
-    /// then rolls its worker back. Only while this replica leads in `term`; otherwise, or
-    /// when the removal is not committed, the registration is left unfinished for the
-    /// leader's sweep, which publishes or rolls it back from the log. Whether it ended here.
-    async fn remove_failed(&self, generation: &Generation, cell: CellId, rollback: &RollbackIsu, term: u64) -> bool {
+    /// Ends a registration whose command may yet be committed (its commit failed: a timeout,
+    /// a lost leadership): commits its removal (applying it removes the ISU here too), then
+    /// rolls its worker back. Only while this replica leads in `term`; otherwise, or when the
+    /// removal is not committed, the registration is left unfinished for the leader's sweep,
+    /// which publishes or rolls it back from the log. (Once its command is committed, a
+    /// registration is never removed: see [`State::activate_and_publish`].)
+    async fn remove_failed(&self, generation: &Generation, cell: CellId, rollback: &RollbackIsu, term: u64) {
         if !self.leads_in(term) {
             tracing::warn!(uuid = %rollback.uuid, "a failed registration of an older term is left to the leader");
-            return false;
+            return;
         }
         if let Err(logging) = self.log.propose_as_leader(&removed(generation, &rollback.uuid)).await {
             tracing::warn!(%logging, uuid = %rollback.uuid, "a failed registration is left to the leader's sweep");
-            return false;
+            return;
         }
         self.rollback_worker(cell, rollback, term).await;
-        true
     }
 
     async fn rollback_worker(&self, cell: CellId, rollback: &RollbackIsu, term: u64) {

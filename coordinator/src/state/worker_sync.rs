@@ -87,6 +87,10 @@ impl State {
         let mut ticker = tokio::time::interval(WORKER_WATCH_INTERVAL);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut swept_at = tokio::time::Instant::now();
+        // Cells whose worker did not answer since their last sweep: swept as soon as it
+        // answers, so a publish it missed meanwhile (the ISU is registered already, see
+        // `State::activate_and_publish`) reaches it then, not up to a sweep interval later.
+        let mut unanswered = std::collections::BTreeSet::new();
         loop {
             ticker.tick().await;
             let sweep_due = swept_at.elapsed() >= REGISTRATION_SWEEP_EVERY;
@@ -97,7 +101,8 @@ impl State {
                 // Asked under the lock, so an `/initialize` in progress is not mistaken for a restart.
                 let _resetting = self.reset_lock.lock().await;
                 let Ok(health) = self.workers.health(cell).await else {
-                    continue; // down: it is reset when it answers again
+                    unanswered.insert(cell);
+                    continue; // down: it is reset (or swept) when it answers again
                 };
                 let map = self.placement.map();
                 if health.map_version < map.version() {
@@ -111,11 +116,12 @@ impl State {
                     // A worker that restarted forgot the newest term (a deposed leader's call
                     // would pass): the sweep's call raises it again, and ends what passed.
                     let unfenced = self.leading_term().is_some_and(|term| health.fence_term < term);
-                    if left || sweep_due || unfenced {
-                        // It did not answer when this replica took over, it forgot the
-                        // term, or it is its turn.
+                    if left || sweep_due || unfenced || unanswered.contains(&cell) {
+                        // It did not answer when this replica took over or since its last
+                        // sweep, it forgot the term, or it is its turn.
                         if let Ok(ended) = self.sweep_registrations(&generation, cell).await {
                             self.registrations_left.lock().remove(&cell);
+                            unanswered.remove(&cell);
                             if left || ended > 0 {
                                 tracing::info!(
                                     ended,
@@ -129,6 +135,7 @@ impl State {
                 }
                 // Reset: the registrations it held are gone.
                 self.registrations_left.lock().remove(&cell);
+                unanswered.remove(&cell);
                 tracing::warn!(
                     worker = self.workers.role(cell),
                     worker_generation = health.generation,

@@ -22,3 +22,4 @@ mod replicas;
 mod router;
 mod security;
 mod sessions;
+mod unfinished;
