@@ -364,8 +364,8 @@ fn judge_partition(checks: &mut Checks, report: Option<&ReportFile>, shape: Shap
         );
     } else {
         checks.say(&format!(
-            "  failed requests of the other cells' ISUs {other_failures} (cell a's: {a_failures}; naming no ISU: {none}; {:?} timeouts)",
-            report.map(|report| report.timeouts)
+            "  failed requests of the other cells' ISUs {other_failures} (cell a's: {a_failures}; naming no ISU: {none}; {} timeouts)",
+            figure(report, |report| report.timeouts)
         ));
         no_error_but_trend_regressions(checks, report);
     }
@@ -472,6 +472,11 @@ fn bench(hosts: &Hosts, seconds: u64, extra: &[&str], name: &str) -> anyhow::Res
     // A failing bench is a failed check, not an error: its report says why.
     hosts.bench(&args, Some(&hosts.paths.state.join(format!("{name}.out"))))?;
     read_report(&json)
+}
+
+/// A figure of the report, or "no report".
+pub fn figure(report: Option<&ReportFile>, of: impl Fn(&ReportFile) -> u64) -> String {
+    report.map_or_else(|| "no report".to_owned(), |report| of(report).to_string())
 }
 
 /// The bench's report (none when it wrote none: every check on it then fails).

@@ -32,8 +32,8 @@ use bench::report::ReportFile;
 use shared::protocol::ReplicaAnswer;
 
 use super::checks::{
-    bench_options, no_error_but_trend_regressions, nothing_acknowledged_lost, read_report, summary, wait_for_load,
-    Checks, REGISTERED_BY,
+    bench_options, figure, no_error_but_trend_regressions, nothing_acknowledged_lost, read_report, summary,
+    wait_for_load, Checks, REGISTERED_BY,
 };
 use super::probe::Probe;
 use super::{metrics, nodes};
@@ -366,9 +366,9 @@ fn judge_bench(checks: &mut Checks, report: Option<&ReportFile>, cut: &Cut, work
     let cell_index = u32::from(cut.cell.as_bytes()[0] - b'a');
     let (cut_cell, others, none) = metrics::failures_by_cell(by_digit, workers as u32, cell_index)?;
     checks.say(&format!(
-        "  bench: {:?} errors, {:?} timeouts; failed requests of the cut cell {}'s ISUs {cut_cell}, of the other cells' {others}, naming no ISU {none}",
-        report.map(|report| report.errors),
-        report.map(|report| report.timeouts),
+        "  bench: {} errors, {} timeouts; failed requests of the cut cell {}'s ISUs {cut_cell}, of the other cells' {others}, naming no ISU {none}",
+        figure(report, |report| report.errors),
+        figure(report, |report| report.timeouts),
         cut.cell
     ));
     no_error_but_trend_regressions(checks, report);
