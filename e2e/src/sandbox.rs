@@ -149,6 +149,24 @@ pub async fn spawn_cluster_with(options: ClusterOptions) -> Cluster {
     unreachable!("the loop returns or panics")
 }
 
+/// The cluster's JIA simulator: on loopback, or behind the proxy's outside address.
+async fn start_jia(options: &ClusterOptions) -> JiaHandle {
+    let jia_host: std::net::IpAddr = match options.proxy {
+        Some(_) => JIA_OUTSIDE_HOST.parse().expect("an IPv4 address"),
+        None => std::net::Ipv4Addr::LOCALHOST.into(),
+    };
+    JiaSimulator::start(JiaConfig {
+        listen: std::net::SocketAddr::new(jia_host, 0),
+        url_policy: UrlPolicy::AnyUrl,
+        accept_any_uuid: false,
+        activation_delay: options.activation_delay,
+        run_for: options.device_run_for,
+        ..JiaConfig::default()
+    })
+    .await
+    .expect("starting the JIA simulator")
+}
+
 async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
     let count = options.workers;
     assert!(
@@ -177,20 +195,7 @@ async fn try_spawn_cluster(options: ClusterOptions) -> Result<Cluster, String> {
         .iter()
         .map(|port| format!("http://127.0.0.1:{port}"))
         .collect();
-    let jia_host: std::net::IpAddr = match options.proxy {
-        Some(_) => JIA_OUTSIDE_HOST.parse().expect("an IPv4 address"),
-        None => std::net::Ipv4Addr::LOCALHOST.into(),
-    };
-    let jia = JiaSimulator::start(JiaConfig {
-        listen: std::net::SocketAddr::new(jia_host, 0),
-        url_policy: UrlPolicy::AnyUrl,
-        accept_any_uuid: false,
-        activation_delay: options.activation_delay,
-        run_for: options.device_run_for,
-        ..JiaConfig::default()
-    })
-    .await
-    .expect("starting the JIA simulator");
+    let jia = start_jia(&options).await;
     let device_servers: Vec<String> = device_ports
         .iter()
         .map(|port| format!("http://127.0.0.1:{port}"))

@@ -265,27 +265,7 @@ impl State {
             id,
             character,
         };
-        let published = match publish_lost_for_test(&registration.uuid) {
-            true => Err("the publish was lost (fail point)".to_owned()),
-            false => self
-                .workers
-                .publish(cell, &publish)
-                .await
-                .map_err(|error| error.to_string()),
-        };
-        if let Err(error) = published {
-            // The registration is done once its record is committed: JIA activated the ISU,
-            // and from then on this coordinator shows it (`GET /api/isu/:uuid` answers 200, a
-            // registration sent again 409), so a client may have been told it exists already.
-            // Removing it now would take it back from under that client. It is answered 201
-            // and its worker (which holds it provisionally, or published it and the answer was
-            // lost) is published from the log by the leader's sweep once it answers again.
-            tracing::warn!(
-                %error,
-                uuid = %registration.uuid,
-                "publishing a registered ISU on its worker failed; the leader's sweep publishes it"
-            );
-        }
+        self.publish_registered(cell, &publish).await;
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
             .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
         if started.elapsed() >= SLOW_REGISTRATION {
@@ -302,6 +282,31 @@ impl State {
             );
         }
         Ok(isu)
+    }
+
+    /// Publishes a registered ISU (its record committed) on its worker. A failure leaves it
+    /// to the leader's sweep and never undoes the registration: JIA activated the ISU, and
+    /// from its commit on this coordinator shows it (`GET /api/isu/:uuid` answers 200, a
+    /// registration sent again 409), so a client may have been told it exists already.
+    /// Removing it now would take it back from under that client. It is answered 201 and its
+    /// worker (which holds it provisionally, or published it and the answer was lost) is
+    /// published from the log by the sweep once it answers again.
+    async fn publish_registered(&self, cell: CellId, publish: &PublishIsu) {
+        let published = match publish_lost_for_test(&publish.uuid) {
+            true => Err("the publish was lost (fail point)".to_owned()),
+            false => self
+                .workers
+                .publish(cell, publish)
+                .await
+                .map_err(|error| error.to_string()),
+        };
+        if let Err(error) = published {
+            tracing::warn!(
+                %error,
+                uuid = %publish.uuid,
+                "publishing a registered ISU on its worker failed; the leader's sweep publishes it"
+            );
+        }
     }
 
     /// Makes the ISU provisional on its worker, with the request's id (which a next leader
