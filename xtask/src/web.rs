@@ -166,9 +166,14 @@ impl Web {
         let dist = self.dir.join("dist");
         anyhow::ensure!(dist.join("index.html").is_file(), "web: web/dist is not built");
         let run_dir = RunDir::new(local::repo_root().join(E2E_RUN_DIR));
+        // The operations tool's local cluster (scripts/isuctl builds isuctl when needed).
         let cluster = |args: &[&str]| {
-            let mut command = local::cluster_command();
-            command.args(args).env("ISU_RUN_DIR", &run_dir.path).envs(E2E_HOSTS);
+            let mut command = Command::new(local::repo_root().join("scripts/isuctl"));
+            command
+                .arg("cluster")
+                .args(args)
+                .env("ISU_RUN_DIR", &run_dir.path)
+                .envs(E2E_HOSTS);
             command
         };
         // A cluster left over from an interrupted run would hold the addresses.
