@@ -12,6 +12,7 @@
 //! 600), `cluster.json` ([`crate::local::ClusterFile`]) and `cluster.env` (the same URLs as
 //! shell variables, for the scripts that still source it).
 
+pub mod prometheus;
 mod up;
 
 use std::path::{Path, PathBuf};
@@ -47,6 +48,7 @@ Addresses (environment only):
   ISU_DEVICE_PORT=8080  device servers (worker's own or nginx's) on WORKER_x_HOST:DEVICE_PORT
   ISU_JIA_PORT=5000     the --jia simulator on COORDINATOR_HOST:JIA_PORT
   ISU_ROUTER_PORT=3099  nginx's control server (placement maps) on COORDINATOR_HOST:ROUTER_PORT
+  ISU_PROMETHEUS_PORT=9090  Prometheus (--prometheus) on COORDINATOR_HOST:PROMETHEUS_PORT
   ISU_WORKER_A_DEVICE_URL / ISU_WORKER_B_DEVICE_URL  what the coordinator sends
                         to JIA (default http://WORKER_x_HOST:DEVICE_PORT)
 Other environment:
@@ -160,6 +162,12 @@ pub struct Options {
     /// posting devices; the coordinator calls it unless --jia-service-url says otherwise.
     #[arg(long, global = true, env = "ISU_JIA", value_parser = FalseyValueParser::new())]
     pub jia: bool,
+    /// Also run Debian's Prometheus (`prometheus`, installed with apt-get when missing) on
+    /// COORDINATOR_HOST:ISU_PROMETHEUS_PORT: it scrapes every node every 5 s with the cluster
+    /// secret, evaluates ops/prometheus/rules, keeps its data in RUN_DIR/prometheus, and
+    /// stops with the cluster. Its URL is in cluster.json and cluster.env.
+    #[arg(long, global = true, env = "ISU_PROMETHEUS", value_parser = FalseyValueParser::new())]
+    pub prometheus: bool,
     /// Dataset, JWT key and icon of the contest, from ../shared/data/isucon11-qualify/
     /// (1_InitData.sql, ec256-public.pem, NoImage.jpg); fails if absent.
     #[arg(long, global = true)]
@@ -288,6 +296,11 @@ impl Cluster {
         format!("{}:{}", self.addresses.coordinator_host, self.addresses.jia_port)
     }
 
+    /// Prometheus (`up --prometheus`): `COORDINATOR_HOST:PROMETHEUS_PORT`.
+    fn prometheus_listen(&self) -> String {
+        format!("{}:{}", self.addresses.coordinator_host, self.addresses.prometheus_port)
+    }
+
     fn worker(&self, index: usize) -> Worker {
         let host = self.addresses.worker_host(index);
         let device_listen = format!("{host}:{}", self.addresses.device_port);
@@ -314,7 +327,7 @@ impl Cluster {
     /// Stop order (start order is the reverse: workers first, the coordinator resets them
     /// before it becomes ready); jia runs only with --jia.
     fn all_names() -> Vec<String> {
-        let mut names = vec!["jia".to_owned(), "nginx".to_owned()];
+        let mut names = vec!["prometheus".to_owned(), "jia".to_owned(), "nginx".to_owned()];
         names.extend((1..=MAX_COORDINATORS).rev().map(coordinator_name));
         names.extend(
             (0..shared::placement_map::MAX_CELLS)
@@ -479,9 +492,15 @@ impl Cluster {
         let mut names = self.recorded_workers();
         names.extend(self.recorded_coordinators());
         names.push("nginx".to_owned());
-        if self.records.pid_file("jia").exists() {
-            names.push("jia".to_owned());
+        for extra in ["jia", "prometheus"] {
+            if self.records.pid_file(extra).exists() {
+                names.push(extra.to_owned());
+            }
         }
+        let prometheus_url = recorded
+            .as_ref()
+            .and_then(|cluster| cluster.prometheus_url.clone())
+            .unwrap_or_else(|| format!("http://{}", self.prometheus_listen()));
         names
             .into_iter()
             .map(|name| {
@@ -490,6 +509,7 @@ impl Cluster {
                     let (url, with_body) = match name.as_str() {
                         "nginx" => (format!("{public_url}/"), false),
                         "jia" => (format!("{}/", jia_url.trim_end_matches('/')), false),
+                        "prometheus" => (format!("{prometheus_url}/-/ready"), false),
                         _ => (self.node_health_url(&name).unwrap_or_default(), true),
                     };
                     let answer = http::get(&url, Duration::from_secs(2));
@@ -526,12 +546,14 @@ impl Cluster {
                 .is_some_and(|cell| local::cell_index(cell).is_some());
             let is_coordinator = (1..=MAX_COORDINATORS).any(|replica| coordinator_name(replica) == *name);
             match name.as_str() {
-                "jia" => files.push(self.records.log_file(name)),
+                "jia" | "prometheus" => files.push(self.records.log_file(name)),
                 _ if is_coordinator => files.push(self.records.log_file(name)),
                 _ if is_worker => files.push(self.records.log_file(name)),
                 "nginx" => files.extend([self.records.log_file("nginx"), self.run_dir.join("nginx-error.log")]),
                 "access" => files.push(self.run_dir.join("nginx-access.log")),
-                _ => bail!("unknown log '{name}' (coordinator, worker-a, worker-b, ..., jia, nginx, access)"),
+                _ => {
+                    bail!("unknown log '{name}' (coordinator, worker-a, worker-b, ..., jia, prometheus, nginx, access)")
+                }
             }
         }
         files.retain(|file| file.is_file());
@@ -905,6 +927,10 @@ fn cluster_file(cluster: &Cluster, workers: &[Worker], jia: bool) -> ClusterFile
             })
             .collect(),
         jia_url: jia.then(|| format!("http://{}", cluster.jia_listen())),
+        prometheus_url: cluster
+            .options
+            .prometheus
+            .then(|| format!("http://{}", cluster.prometheus_listen())),
         durable: cluster.options.durable,
     }
 }

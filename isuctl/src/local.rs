@@ -21,6 +21,9 @@ pub struct ClusterFile {
     pub workers: Vec<WorkerEntry>,
     /// The JIA simulator's URL when `up --jia` started one.
     pub jia_url: Option<String>,
+    /// Prometheus's URL when `up --prometheus` started it.
+    #[serde(default)]
+    pub prometheus_url: Option<String>,
     /// Whether the nodes keep durable logs (`--durable`).
     pub durable: bool,
 }
@@ -156,6 +159,8 @@ pub struct Addresses {
     pub jia_port: u16,
     /// `ISU_ROUTER_PORT` (3099): nginx's control server, on the coordinator's (loopback) host.
     pub router_port: u16,
+    /// `ISU_PROMETHEUS_PORT` (9090): Prometheus (`up --prometheus`), on the coordinator's host.
+    pub prometheus_port: u16,
 }
 
 impl Addresses {
@@ -179,6 +184,7 @@ impl Addresses {
             device_port: port("ISU_DEVICE_PORT", 8080)?,
             jia_port: port("ISU_JIA_PORT", 5000)?,
             router_port: port("ISU_ROUTER_PORT", 3099)?,
+            prometheus_port: port("ISU_PROMETHEUS_PORT", 9090)?,
         })
     }
 
@@ -235,6 +241,7 @@ mod tests {
             device_port: 8080,
             jia_port: 5000,
             router_port: 3099,
+            prometheus_port: 9090,
         }
     }
 

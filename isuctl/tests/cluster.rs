@@ -567,3 +567,106 @@ fn a_static_dir_is_served_precompressed_from_the_run_dir_and_left_unchanged() {
     assert_eq!((image.status, image.header("content-encoding")), (200, None));
     assert_eq!(image.body, [0x89, b'P', b'N', b'G', 0, 1, 2, 3]);
 }
+
+/// Prometheus's API answer `path` (its `data`), or `None` while it does not answer.
+fn prometheus(url: &str, path: &str) -> Option<serde_json::Value> {
+    let reply = isuctl::http::get(&format!("{url}{path}"), Duration::from_secs(5))?;
+    let answer: serde_json::Value = serde_json::from_str(&reply.body).ok()?;
+    (reply.status == 200 && answer["status"] == "success").then(|| answer["data"].clone())
+}
+
+/// Polls `ready` every 500 ms for at most `limit`; its last value.
+fn within<T>(limit: Duration, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = ready() {
+            return Some(value);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn prometheus_scrapes_every_node_and_every_series_the_rules_read_is_exported() {
+    build_nodes();
+    let mut sandbox = Sandbox::new(4);
+    let prefix = sandbox.host_prefix.clone();
+    let output = sandbox.isuctl(
+        &[
+            "cluster",
+            "up",
+            "--debug",
+            "--no-build",
+            "--prometheus",
+            "--timeout",
+            "90",
+        ],
+        Duration::from_secs(150),
+    );
+    sandbox.up = true;
+    assert!(
+        output.status.success(),
+        "up --prometheus failed:\n{}",
+        text(&output.stderr)
+    );
+    let url = format!("http://{prefix}.2:9090");
+    let cluster: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(sandbox.run_dir().join("cluster.json")).unwrap()).unwrap();
+    assert_eq!(cluster["prometheus_url"], url.as_str());
+    let env = std::fs::read_to_string(sandbox.run_dir().join("cluster.env")).unwrap();
+    assert!(env.contains(&format!("ISU_PROMETHEUS_URL={url}\n")), "{env}");
+
+    // Every node scraped with the secret: the coordinator and both workers answer.
+    let targets = within(Duration::from_secs(30), || {
+        let targets = prometheus(&url, "/api/v1/targets")?["activeTargets"]
+            .as_array()?
+            .clone();
+        (targets.len() == 3 && targets.iter().all(|target| target["health"] == "up")).then_some(targets)
+    });
+    assert!(
+        targets.is_some(),
+        "not every node scraped: {:?}",
+        prometheus(&url, "/api/v1/targets")
+    );
+
+    // Every series a rule reads is exported by a node, from the first scrape on.
+    let wanted = isuctl::cluster::prometheus::series_named_by_rules(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/prometheus/rules"),
+    )
+    .unwrap();
+    assert!(wanted.len() >= 6, "the rules read {wanted:?}");
+    let exported: Vec<String> =
+        serde_json::from_value(prometheus(&url, "/api/v1/label/__name__/values").unwrap()).unwrap();
+    let missing: Vec<&String> = wanted.iter().filter(|name| !exported.contains(name)).collect();
+    assert!(
+        missing.is_empty(),
+        "series the rules read but no node exports: {missing:?}"
+    );
+
+    // The rules are loaded and evaluated without error.
+    let evaluated = within(Duration::from_secs(30), || {
+        let groups = prometheus(&url, "/api/v1/rules")?["groups"].as_array()?.clone();
+        let rules: Vec<serde_json::Value> = groups
+            .iter()
+            .flat_map(|group| group["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        (groups.len() >= 3 && rules.iter().all(|rule| rule["health"] == "ok")).then_some(rules.len())
+    });
+    assert!(
+        evaluated.is_some(),
+        "rules not all evaluated: {:?}",
+        prometheus(&url, "/api/v1/rules")
+    );
+
+    let (code, status) = sandbox.status();
+    assert_eq!(code, Some(0), "status: {status}");
+    assert_eq!(process_named(&status, "prometheus")["healthy"], true, "{status}");
+    let pid = process_named(&status, "prometheus")["pid"].as_u64().unwrap() as u32;
+    let output = sandbox.isuctl(&["cluster", "down"], Duration::from_secs(60));
+    sandbox.up = false;
+    assert!(output.status.success(), "down failed:\n{}", text(&output.stderr));
+    assert!(!Process::of(pid).is_running(), "prometheus stopped with the cluster");
+}

@@ -84,6 +84,7 @@ fn run_dir_of(addresses: &[SocketAddr], cells: &[&str]) -> (tempfile::TempDir, R
             })
             .collect(),
         jia_url: None,
+        prometheus_url: None,
         durable: false,
     };
     std::fs::write(

@@ -158,6 +158,11 @@ impl Drop for LanePass<'_> {
 impl Ingest {
     /// The ingest state and the receiving end of the shaping lane (for [`run_shaping_lane`]).
     pub fn new(config: IngestConfig) -> (Arc<Ingest>, mpsc::UnboundedReceiver<ShapedBatch>) {
+        // Every refusal's count exists from the start (at 0): the per-cell rules take its rate,
+        // and a series that appears only with its first refusal would make that rate absent.
+        for reason in ["lane_full", "shaping_full"] {
+            metrics::counter!(REJECTED_BATCHES, "reason" => reason).increment(0);
+        }
         let sketch = (config.quota > 0)
             .then(|| WindowedSketch::new(QUOTA_WINDOW, CountMinSketch::for_error(0.00005, 0.00001, config.seed)));
         let lanes = (0..config.lanes.clamp(1, shared::shuffle::MAX_LANES))

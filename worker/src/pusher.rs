@@ -125,6 +125,9 @@ impl Pusher {
     /// A pusher to every URL of `coordinator_urls` (the coordinator, or each replica).
     pub fn new(store: Store, coordinator_urls: &[String], secret: &str, interval: Duration) -> anyhow::Result<Pusher> {
         anyhow::ensure!(!coordinator_urls.is_empty(), "no coordinator URL to push to");
+        // Registered from the start, so the push lag's series (the rules' p99) exists before the
+        // first push.
+        let _ = metrics::histogram!(PUSH_LAG_SECONDS);
         let client = node_http::internal_client()
             .timeout(Duration::from_secs(2))
             .pool_max_idle_per_host(4)

@@ -51,6 +51,9 @@ pub(super) fn up(cluster: &Cluster, format: Format) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(cluster.records.command_file(&name));
     }
     ensure_nginx()?;
+    if cluster.options.prometheus {
+        super::prometheus::ensure_installed()?;
+    }
     let inputs = inputs(cluster)?;
     let binaries = build(cluster)?;
     let workers = cluster.workers();
@@ -445,7 +448,22 @@ fn start_all(
         start("jia", command)?;
         names.push("jia".to_owned());
     }
+    if options.prometheus {
+        start("prometheus", super::prometheus::command(cluster, run_dir, workers)?)?;
+        names.push("prometheus".to_owned());
+    }
+    wait_until_ready(cluster, workers, &replicas, &names)
+}
 
+/// Waits until every process in `names` runs and every node, device server, nginx, the
+/// JIA simulator and Prometheus (when started) answer.
+fn wait_until_ready(
+    cluster: &Cluster,
+    workers: &[Worker],
+    replicas: &[(String, String)],
+    names: &[String],
+) -> anyhow::Result<()> {
+    let options = &cluster.options;
     log(format!("waiting up to {}s for every node to be ready", options.timeout));
     let deadline = Instant::now() + Duration::from_secs(options.timeout);
     loop {
@@ -465,7 +483,7 @@ fn start_all(
                 pending.push(format!("{devices} device server {}", worker.cell));
             }
         }
-        for (name, listen) in &replicas {
+        for (name, listen) in replicas {
             if http::status(&format!("http://{listen}/healthz")) != 200 {
                 pending.push(name.clone());
             }
@@ -475,6 +493,9 @@ fn start_all(
         }
         if options.jia && http::status(&format!("http://{}/", cluster.jia_listen())) != 200 {
             pending.push("jia".to_owned());
+        }
+        if options.prometheus && http::status(&format!("http://{}/-/ready", cluster.prometheus_listen())) != 200 {
+            pending.push("prometheus".to_owned());
         }
         if pending.is_empty() {
             return Ok(());
@@ -600,6 +621,9 @@ ISU_SECRET_FILE={}
     );
     if let Some(jia) = &file.jia_url {
         env.push_str(&format!("ISU_JIA_URL={jia}\n"));
+    }
+    if let Some(prometheus) = &file.prometheus_url {
+        env.push_str(&format!("ISU_PROMETHEUS_URL={prometheus}\n"));
     }
     let path = run_dir.join("cluster.env");
     std::fs::write(&path, env).with_context(|| format!("writing {}", path.display()))
