@@ -670,3 +670,116 @@ fn prometheus_scrapes_every_node_and_every_series_the_rules_read_is_exported() {
     assert!(output.status.success(), "down failed:\n{}", text(&output.stderr));
     assert!(!Process::of(pid).is_running(), "prometheus stopped with the cluster");
 }
+
+/// The alerts Prometheus has firing, as `alertname/cell` (`cell` absent: `-`).
+fn firing(url: &str) -> Vec<String> {
+    let Some(alerts) = prometheus(url, "/api/v1/alerts") else {
+        return Vec::new();
+    };
+    alerts["alerts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|alert| alert["state"] == "firing")
+        .map(|alert| {
+            format!(
+                "{}/{}",
+                alert["labels"]["alertname"].as_str().unwrap_or("?"),
+                alert["labels"]["cell"].as_str().unwrap_or("-")
+            )
+        })
+        .collect()
+}
+
+/// How long until `alert` is firing (`want`) or no longer firing (`!want`), within `limit`.
+fn until_alert(url: &str, alert: &str, want: bool, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    within(limit, || {
+        (firing(url).iter().any(|name| name == alert) == want).then_some(())
+    })
+    .map(|()| started.elapsed())
+}
+
+#[test]
+fn alerts_fire_on_a_killed_worker_and_on_a_group_without_leader_and_resolve_after_the_heal() {
+    build_nodes();
+    let mut sandbox = Sandbox::new(5);
+    let prefix = sandbox.host_prefix.clone();
+    let output = sandbox.isuctl(
+        &[
+            "cluster",
+            "up",
+            "--debug",
+            "--no-build",
+            "--prometheus",
+            "--coordinators",
+            "3",
+            "--timeout",
+            "90",
+        ],
+        Duration::from_secs(150),
+    );
+    sandbox.up = true;
+    assert!(output.status.success(), "up failed:\n{}", text(&output.stderr));
+    let url = format!("http://{prefix}.2:9090");
+    assert!(
+        within(Duration::from_secs(30), || {
+            let targets = prometheus(&url, "/api/v1/targets")?["activeTargets"]
+                .as_array()?
+                .clone();
+            (targets.len() == 5 && targets.iter().all(|target| target["health"] == "up")).then_some(())
+        })
+        .is_some(),
+        "not every node scraped: {:?}",
+        prometheus(&url, "/api/v1/targets")
+    );
+    assert_eq!(firing(&url), Vec::<String>::new(), "a healthy cluster fires nothing");
+
+    // A worker killed: its cell pages (CellDown: 15 s, plus a scrape and an evaluation of
+    // 5 s each), the other cell does not; started again, the page clears.
+    let run = |args: &[&str]| {
+        let output = sandbox.isuctl(args, Duration::from_secs(90));
+        assert!(output.status.success(), "{args:?}:\n{}", text(&output.stderr));
+    };
+    run(&["cluster", "kill", "worker-b"]);
+    let fired = until_alert(&url, "CellDown/b", true, Duration::from_secs(40));
+    assert!(fired.is_some(), "CellDown/b not firing: {:?}", firing(&url));
+    assert!(!firing(&url).contains(&"CellDown/a".to_owned()), "{:?}", firing(&url));
+    run(&["cluster", "start", "worker-b"]);
+    let cleared = until_alert(&url, "CellDown/b", false, Duration::from_secs(30));
+    assert!(cleared.is_some(), "CellDown/b still firing: {:?}", firing(&url));
+    eprintln!("CellDown/b fired {fired:?} after the kill, cleared {cleared:?} after the start");
+
+    // Two of three replicas stopped (the leader among them): no replica leads, which pages
+    // (CoordinatorNoLeader: 10 s); continued, a leader is elected and the page clears.
+    let secret = std::fs::read_to_string(sandbox.run_dir().join("secret")).unwrap();
+    let replicas = [("coordinator", 3000), ("coordinator-2", 3001), ("coordinator-3", 3002)];
+    let leader = within(Duration::from_secs(20), || {
+        replicas.iter().position(|(_, port)| {
+            isuctl::http::get_with(
+                &format!("http://{prefix}.2:{port}/internal/replica"),
+                &[("x-cluster-secret", secret.trim())],
+                Duration::from_secs(2),
+            )
+            .and_then(|reply| serde_json::from_str::<serde_json::Value>(&reply.body).ok())
+            .is_some_and(|answer| answer["role"] == "leader")
+        })
+    })
+    .expect("a leader");
+    let stopped = [replicas[leader].0, replicas[(leader + 1) % 3].0];
+    for name in stopped {
+        run(&["cluster", "pause", name]);
+    }
+    let fired = until_alert(&url, "CoordinatorNoLeader/-", true, Duration::from_secs(40));
+    for name in stopped {
+        run(&["cluster", "resume", name]);
+    }
+    assert!(fired.is_some(), "CoordinatorNoLeader not firing: {:?}", firing(&url));
+    let cleared = until_alert(&url, "CoordinatorNoLeader/-", false, Duration::from_secs(40));
+    assert!(
+        cleared.is_some(),
+        "CoordinatorNoLeader still firing: {:?}",
+        firing(&url)
+    );
+    eprintln!("CoordinatorNoLeader fired {fired:?} after the pauses, cleared {cleared:?} after the resumes");
+}

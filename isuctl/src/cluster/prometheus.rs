@@ -30,8 +30,20 @@ pub(super) fn ensure_installed() -> anyhow::Result<()> {
 pub(super) fn command(cluster: &Cluster, run_dir: &Path, workers: &[Worker]) -> anyhow::Result<Vec<String>> {
     let dir = run_dir.join("prometheus");
     std::fs::create_dir_all(dir.join("data")).with_context(|| format!("making {}", dir.display()))?;
-    let mut targets: Vec<String> = cluster.coordinators().into_iter().map(|(_, listen)| listen).collect();
-    targets.extend(workers.iter().map(|worker| worker.listen.clone()));
+    let mut targets: Vec<Target> = cluster
+        .coordinators()
+        .into_iter()
+        .map(|(node, address)| Target {
+            address,
+            node,
+            cell: "coordinator".to_owned(),
+        })
+        .collect();
+    targets.extend(workers.iter().map(|worker| Target {
+        address: worker.listen.clone(),
+        node: worker.name.clone(),
+        cell: worker.cell.to_owned(),
+    }));
     let rules = local::repo_root().join("ops/prometheus/rules");
     let config = dir.join("prometheus.yml");
     std::fs::write(&config, configuration(&targets, &run_dir.join("secret"), &rules))
@@ -45,10 +57,26 @@ pub(super) fn command(cluster: &Cluster, run_dir: &Path, workers: &[Worker]) -> 
     ])
 }
 
-/// The configuration: one job over `targets` (`host:port` of every node) with the secret
-/// file as the bearer token, and every rule file of `rules`.
-fn configuration(targets: &[String], secret: &Path, rules: &Path) -> String {
-    let targets: Vec<String> = targets.iter().map(|target| format!("\"{target}\"")).collect();
+/// One node to scrape: `host:port`, and the `node` and `cell` its series carry (given to its
+/// target too, so that `up` names the node and cell that stopped answering).
+struct Target {
+    address: String,
+    node: String,
+    cell: String,
+}
+
+/// The configuration: one job over `targets` with the secret file as the bearer token
+/// (the nodes' own labels kept: `honor_labels`), and every rule file of `rules`.
+fn configuration(targets: &[Target], secret: &Path, rules: &Path) -> String {
+    let targets: String = targets
+        .iter()
+        .map(|target| {
+            format!(
+                "      - targets: [\"{}\"]\n        labels: {{node: \"{}\", cell: \"{}\"}}\n",
+                target.address, target.node, target.cell
+            )
+        })
+        .collect();
     format!(
         "# Written by isuctl cluster up --prometheus for this run; rewritten at each up.
 global:
@@ -58,15 +86,14 @@ rule_files:
   - {rules}/*.yml
 scrape_configs:
   - job_name: isucondition
+    honor_labels: true
     authorization:
       type: Bearer
       credentials_file: {secret}
     static_configs:
-      - targets: [{targets}]
-",
+{targets}",
         rules = rules.display(),
         secret = secret.display(),
-        targets = targets.join(", "),
     )
 }
 
@@ -202,17 +229,26 @@ mod tests {
 
     #[test]
     fn every_node_is_scraped_with_the_secret_and_every_rule_file_is_read() {
+        let target = |address: &str, node: &str, cell: &str| Target {
+            address: address.to_owned(),
+            node: node.to_owned(),
+            cell: cell.to_owned(),
+        };
         let text = configuration(
-            &["127.0.0.2:3000".to_owned(), "127.0.0.3:3000".to_owned()],
+            &[
+                target("127.0.0.2:3000", "coordinator", "coordinator"),
+                target("127.0.0.3:3000", "worker-a", "a"),
+            ],
             Path::new("/run/c/secret"),
             Path::new("/repo/ops/prometheus/rules"),
         );
         assert!(text.contains("  - /repo/ops/prometheus/rules/*.yml\n"), "{text}");
         assert!(text.contains("credentials_file: /run/c/secret\n"), "{text}");
         assert!(
-            text.contains("targets: [\"127.0.0.2:3000\", \"127.0.0.3:3000\"]"),
+            text.contains("      - targets: [\"127.0.0.3:3000\"]\n        labels: {node: \"worker-a\", cell: \"a\"}\n"),
             "{text}"
         );
+        assert!(text.contains("honor_labels: true"), "{text}");
         assert!(text.contains("scrape_interval: 5s"), "{text}");
     }
 
