@@ -671,7 +671,7 @@ fn prometheus_scrapes_every_node_and_every_series_the_rules_read_is_exported() {
     assert!(!Process::of(pid).is_running(), "prometheus stopped with the cluster");
 }
 
-/// The alerts Prometheus has firing, as `alertname/cell` (`cell` absent: `-`).
+/// The alerts Prometheus has firing, as `alertname/cell` (no `cell`: its `follower`, else `-`).
 fn firing(url: &str) -> Vec<String> {
     let Some(alerts) = prometheus(url, "/api/v1/alerts") else {
         return Vec::new();
@@ -685,7 +685,10 @@ fn firing(url: &str) -> Vec<String> {
             format!(
                 "{}/{}",
                 alert["labels"]["alertname"].as_str().unwrap_or("?"),
-                alert["labels"]["cell"].as_str().unwrap_or("-")
+                alert["labels"]["cell"]
+                    .as_str()
+                    .or(alert["labels"]["follower"].as_str())
+                    .unwrap_or("-")
             )
         })
         .collect()
@@ -701,8 +704,9 @@ fn until_alert(url: &str, alert: &str, want: bool, limit: Duration) -> Option<Du
 }
 
 #[test]
-fn alerts_fire_on_a_killed_worker_and_on_a_group_without_leader_and_resolve_after_the_heal() {
+fn alerts_fire_on_a_killed_worker_a_group_without_leader_and_a_stopped_follower_and_resolve_after_the_heal() {
     build_nodes();
+    build_jia();
     let mut sandbox = Sandbox::new(5);
     let prefix = sandbox.host_prefix.clone();
     let output = sandbox.isuctl(
@@ -714,6 +718,7 @@ fn alerts_fire_on_a_killed_worker_and_on_a_group_without_leader_and_resolve_afte
             "--prometheus",
             "--coordinators",
             "3",
+            "--jia",
             "--timeout",
             "90",
         ],
@@ -753,20 +758,9 @@ fn alerts_fire_on_a_killed_worker_and_on_a_group_without_leader_and_resolve_afte
     // Two of three replicas stopped (the leader among them): no replica leads, which pages
     // (CoordinatorNoLeader: 10 s); continued, a leader is elected and the page clears.
     let secret = std::fs::read_to_string(sandbox.run_dir().join("secret")).unwrap();
-    let replicas = [("coordinator", 3000), ("coordinator-2", 3001), ("coordinator-3", 3002)];
-    let leader = within(Duration::from_secs(20), || {
-        replicas.iter().position(|(_, port)| {
-            isuctl::http::get_with(
-                &format!("http://{prefix}.2:{port}/internal/replica"),
-                &[("x-cluster-secret", secret.trim())],
-                Duration::from_secs(2),
-            )
-            .and_then(|reply| serde_json::from_str::<serde_json::Value>(&reply.body).ok())
-            .is_some_and(|answer| answer["role"] == "leader")
-        })
-    })
-    .expect("a leader");
-    let stopped = [replicas[leader].0, replicas[(leader + 1) % 3].0];
+    let replicas = ["coordinator", "coordinator-2", "coordinator-3"];
+    let leader = leader_of(&prefix, secret.trim()).expect("a leader");
+    let stopped = [replicas[leader], replicas[(leader + 1) % 3]];
     for name in stopped {
         run(&["cluster", "pause", name]);
     }
@@ -782,4 +776,106 @@ fn alerts_fire_on_a_killed_worker_and_on_a_group_without_leader_and_resolve_afte
         firing(&url)
     );
     eprintln!("CoordinatorNoLeader fired {fired:?} after the pauses, cleared {cleared:?} after the resumes");
+
+    // A follower stopped while writes go on (new users signing in: one entry each): the
+    // leader sees it fall behind (CoordinatorFollowerBehind: over 100 entries for 30 s);
+    // continued, it catches up and the ticket clears.
+    let leader = leader_of(&prefix, secret.trim()).expect("a leader after the resumes");
+    let follower = (leader + 1) % 3;
+    let alert = format!("CoordinatorFollowerBehind/{}", follower + 1);
+    run(&["cluster", "pause", replicas[follower]]);
+    let (signed_in, failure) = sign_in_new_users(&prefix, 200);
+    let fired = until_alert(&url, &alert, true, Duration::from_secs(60));
+    run(&["cluster", "resume", replicas[follower]]);
+    // nginx sends every client to one follower: while it is the one stopped, a write of
+    // that client may fail (a fault's window) until nginx's probe moves the clients on.
+    // Enough writes go through to put the stopped follower over 100 entries behind.
+    assert!(
+        signed_in >= 150,
+        "{signed_in} of 200 sign-ins answered 200 with a follower stopped; first failure: {failure:?}"
+    );
+    assert!(fired.is_some(), "{alert} not firing: {:?}", firing(&url));
+    let cleared = until_alert(&url, &alert, false, Duration::from_secs(40));
+    assert!(cleared.is_some(), "{alert} still firing: {:?}", firing(&url));
+    eprintln!(
+        "{alert} fired {fired:?} after {signed_in} of 200 sign-ins (first failure: {failure:?}), cleared {cleared:?} after the resume"
+    );
+}
+
+/// The bench (its JIA simulator, `cluster up --jia`), built once (debug) beside the nodes.
+fn build_jia() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(cargo)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap())
+        .args(["build", "--quiet", "-p", "bench"])
+        .status()
+        .expect("running cargo build");
+    assert!(status.success(), "building the bench failed");
+}
+
+/// Which replica of three leads (0, 1 or 2), asked with the secret; polled for 20 s.
+fn leader_of(prefix: &str, secret: &str) -> Option<usize> {
+    within(Duration::from_secs(20), || {
+        (0..3).position(|replica| {
+            isuctl::http::get_with(
+                &format!("http://{prefix}.2:{}/internal/replica", 3000 + replica),
+                &[("x-cluster-secret", secret)],
+                Duration::from_secs(2),
+            )
+            .and_then(|reply| serde_json::from_str::<serde_json::Value>(&reply.body).ok())
+            .is_some_and(|answer| answer["role"] == "leader")
+        })
+    })
+}
+
+/// `count` new users sign in through nginx with tokens of the cluster's JIA simulator (each
+/// a write the leader commits): how many were answered 200, and the first failure.
+fn sign_in_new_users(prefix: &str, count: usize) -> (usize, Option<String>) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let app = format!("http://{prefix}.2:8080");
+        let tag = std::process::id();
+        let (mut answered, mut failure) = (0, None);
+        for number in 0..count {
+            let login = format!("http://{prefix}.2:5000/login?user=follower-{tag}-{number}&redirect={app}/");
+            let signed_in = async {
+                let reply = client
+                    .get(&login)
+                    .send()
+                    .await
+                    .map_err(|error| format!("{login}: {error:?}"))?;
+                let location = reply
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|location| location.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                let (_, jwt) = location
+                    .split_once("jwt=")
+                    .ok_or_else(|| format!("{login}: {} without a token", reply.status()))?;
+                let reply = client
+                    .post(format!("{app}/api/auth"))
+                    .bearer_auth(jwt)
+                    .send()
+                    .await
+                    .map_err(|error| format!("POST /api/auth: {error}"))?;
+                match reply.status().as_u16() {
+                    200 => Ok(()),
+                    status => Err(format!("POST /api/auth: {status}")),
+                }
+            };
+            match signed_in.await {
+                Ok(()) => answered += 1,
+                Err(error) => {
+                    failure.get_or_insert(error);
+                }
+            }
+        }
+        (answered, failure)
+    })
 }

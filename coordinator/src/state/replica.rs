@@ -466,6 +466,10 @@ pub const RAFT_APPLIED_INDEX: &str = "coordinator_raft_applied_index";
 pub const RAFT_LOG_INDEX: &str = "coordinator_raft_log_index";
 /// How many times this replica became the leader.
 pub const RAFT_LEADERSHIPS: &str = "coordinator_raft_leaderships_total";
+/// On the leader, how many entries of its log each other voter (label `follower`) has not
+/// acknowledged yet; 0 on the other replicas, which do not know. A follower that stopped
+/// while writes go on lags here, where it cannot report itself.
+pub const RAFT_FOLLOWER_LAG: &str = "coordinator_raft_follower_lag";
 
 fn record_raft_metrics(raft: &consensus::openraft::RaftMetrics<consensus::NodeId, consensus::Node>) {
     let leading = raft.state == consensus::openraft::ServerState::Leader;
@@ -473,4 +477,17 @@ fn record_raft_metrics(raft: &consensus::openraft::RaftMetrics<consensus::NodeId
     metrics::gauge!(RAFT_LEADER).set(if leading { 1.0 } else { 0.0 });
     metrics::gauge!(RAFT_APPLIED_INDEX).set(raft.last_applied.map_or(0, |log_id| log_id.index) as f64);
     metrics::gauge!(RAFT_LOG_INDEX).set(raft.last_log_index.unwrap_or(0) as f64);
+    let last = raft.last_log_index.unwrap_or(0);
+    for voter in raft.membership_config.membership().voter_ids() {
+        if voter == raft.id {
+            continue;
+        }
+        let matched = raft
+            .replication
+            .as_ref()
+            .and_then(|replication| replication.get(&voter).copied())
+            .map(|matched| matched.map_or(0, |log_id| log_id.index));
+        let lag = matched.map_or(0, |matched| last.saturating_sub(matched));
+        metrics::gauge!(RAFT_FOLLOWER_LAG, "follower" => voter.to_string()).set(lag as f64);
+    }
 }
