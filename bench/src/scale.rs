@@ -41,19 +41,22 @@ pub struct ScaleReport {
     pub isus_in_cells: usize,
     pub rate_per_isu: f64,
     pub initialize_seconds: f64,
-    /// The coordinator's resident memory once ready, before `/initialize`.
+    /// The coordinator's resident memory once ready, before `/initialize` (a lone
+    /// coordinator builds its dataset's generation at start already).
     pub rss_bytes_at_start: u64,
     /// Its resident memory right after `/initialize`.
     pub rss_bytes_after_initialize: u64,
-    /// Resident memory after `/initialize` per ISU.
+    /// Resident memory after `/initialize` per ISU (its fixed share included: compare two
+    /// steps for the cost of one more ISU).
     pub rss_bytes_per_isu: f64,
-    /// What `/initialize` added to it, per ISU (the fixed start-up share left out).
-    pub rss_bytes_added_per_isu: f64,
     /// Its resident memory after the pushes.
     pub rss_bytes_after_push: u64,
     pub push_seconds: f64,
     /// The coordinator's CPU (user + system) over the push window.
     pub coordinator_cpu_seconds: f64,
+    /// This process's (the simulator's) CPU over the same window: on a shared machine, a
+    /// simulator short of CPU pushes less than asked (compare `pushes` with the rate).
+    pub simulator_cpu_seconds: Option<f64>,
     pub pushes: PushTotals,
     pub applied_per_second: f64,
     /// Coordinator CPU milliseconds per 1,000 applied latest updates.
@@ -109,12 +112,16 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     tracing::info!(initialize_seconds, rss_after_initialize, "initialized; the cells push");
 
     let cpu_before = cpu_seconds(pid)?;
+    let own_before = crate::nodes::own_cpu_seconds();
     let started = Instant::now();
     cells.start_pushing(config.rate_per_isu)?;
     tokio::time::sleep(config.push_time).await;
     let pushes = cells.stop_pushing().await;
     let push_seconds = started.elapsed().as_secs_f64();
     let coordinator_cpu_seconds = cpu_seconds(pid)? - cpu_before;
+    let simulator_cpu_seconds = own_before
+        .zip(crate::nodes::own_cpu_seconds())
+        .map(|(before, after)| after - before);
     let rss_after_push = rss_bytes(pid).context("reading the coordinator's memory")?;
     let trend = measure_trend(&client, &base).await?;
     let isus_in_cells = cells.isu_count();
@@ -129,10 +136,10 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         rss_bytes_at_start: rss_at_start,
         rss_bytes_after_initialize: rss_after_initialize,
         rss_bytes_per_isu: rss_after_initialize as f64 / config.isus as f64,
-        rss_bytes_added_per_isu: rss_after_initialize.saturating_sub(rss_at_start) as f64 / config.isus as f64,
         rss_bytes_after_push: rss_after_push,
         push_seconds,
         coordinator_cpu_seconds,
+        simulator_cpu_seconds,
         pushes,
         applied_per_second: pushes.items_applied as f64 / push_seconds,
         cpu_ms_per_1000_applied: (pushes.items_applied > 0)
@@ -296,10 +303,9 @@ impl std::fmt::Display for ScaleReport {
         )?;
         writeln!(
             out,
-            "  RSS after initialize        {:>12.1} MiB ({:.0} bytes/ISU; {:.0} added/ISU)",
+            "  RSS after initialize        {:>12.1} MiB ({:.0} bytes/ISU)",
             mib(self.rss_bytes_after_initialize),
-            self.rss_bytes_per_isu,
-            self.rss_bytes_added_per_isu
+            self.rss_bytes_per_isu
         )?;
         writeln!(
             out,
