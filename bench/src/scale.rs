@@ -51,6 +51,8 @@ pub struct ScaleReport {
     pub rss_bytes_per_isu: f64,
     /// Its resident memory after the pushes.
     pub rss_bytes_after_push: u64,
+    /// Its peak resident memory (`VmHWM`) over the whole step.
+    pub rss_bytes_peak: u64,
     pub push_seconds: f64,
     /// The coordinator's CPU (user + system) over the push window.
     pub coordinator_cpu_seconds: f64,
@@ -104,11 +106,11 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     let pid = coordinator.0.id();
     let client = reqwest::Client::builder().no_proxy().build()?;
     wait_ready(&client, &base, Duration::from_secs(120)).await?;
-    let rss_at_start = rss_bytes(pid).context("reading the coordinator's memory")?;
+    let rss_at_start = rss_bytes(pid)?;
     let started = Instant::now();
     initialize(&client, &base).await?;
     let initialize_seconds = started.elapsed().as_secs_f64();
-    let rss_after_initialize = rss_bytes(pid).context("reading the coordinator's memory")?;
+    let rss_after_initialize = rss_bytes(pid)?;
     tracing::info!(initialize_seconds, rss_after_initialize, "initialized; the cells push");
 
     let cpu_before = cpu_seconds(pid)?;
@@ -122,7 +124,8 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     let simulator_cpu_seconds = own_before
         .zip(crate::nodes::own_cpu_seconds())
         .map(|(before, after)| after - before);
-    let rss_after_push = rss_bytes(pid).context("reading the coordinator's memory")?;
+    let rss_after_push = rss_bytes(pid)?;
+    let rss_peak = status_bytes(pid, "VmHWM:")?;
     let trend = measure_trend(&client, &base).await?;
     let isus_in_cells = cells.isu_count();
     cells.shutdown().await;
@@ -137,6 +140,7 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         rss_bytes_after_initialize: rss_after_initialize,
         rss_bytes_per_isu: rss_after_initialize as f64 / config.isus as f64,
         rss_bytes_after_push: rss_after_push,
+        rss_bytes_peak: rss_peak,
         push_seconds,
         coordinator_cpu_seconds,
         simulator_cpu_seconds,
@@ -271,14 +275,20 @@ pub fn trend_isus(json: &[u8]) -> anyhow::Result<usize> {
         .sum())
 }
 
-/// `VmRSS` of process `pid`, in bytes.
+/// `VmRSS` (resident memory) of process `pid`, in bytes.
 fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status_bytes(pid, "VmRSS:")
+}
+
+/// A memory line of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`), in bytes.
+fn status_bytes(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
     let kilobytes = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .context("no VmRSS line")?;
+        .with_context(|| format!("no {field} line in /proc/{pid}/status"))?;
     Ok(kilobytes * 1024)
 }
 
@@ -314,6 +324,11 @@ impl std::fmt::Display for ScaleReport {
         )?;
         writeln!(
             out,
+            "  RSS peak (VmHWM)            {:>12.1} MiB",
+            mib(self.rss_bytes_peak)
+        )?;
+        writeln!(
+            out,
             "  pushes                      {:>12.1} s at {} /s per ISU",
             self.push_seconds, self.rate_per_isu
         )?;
@@ -332,6 +347,10 @@ impl std::fmt::Display for ScaleReport {
             "  coordinator CPU             {:>12.2} s",
             self.coordinator_cpu_seconds
         )?;
+        let simulator = self
+            .simulator_cpu_seconds
+            .map_or("-".to_owned(), |seconds| format!("{seconds:.2}"));
+        writeln!(out, "  simulator CPU               {simulator:>12} s")?;
         let per_1000 = self
             .cpu_ms_per_1000_applied
             .map_or("-".to_owned(), |ms| format!("{ms:.2}"));
