@@ -166,6 +166,10 @@ pub struct RunArgs {
     /// and the trend's bytes and time.
     #[arg(long, conflicts_with_all = ["capacity", "migration_cost", "flood_cost"])]
     pub scale: bool,
+    /// Scale: coordinators; more than one form a group of replicas (each with its raft log
+    /// in `--out`), and every cell pushes to each.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=5))]
+    pub scale_coordinators: u16,
     /// Scale: simulated cells (the coordinator takes at most 16).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=200))]
     pub scale_cells: u16,
@@ -312,6 +316,7 @@ impl RunArgs {
         );
         Ok(crate::scale::ScaleConfig {
             coordinator,
+            coordinators: usize::from(self.scale_coordinators),
             cells: usize::from(self.scale_cells),
             isus: self.scale_isus as usize,
             rate_per_isu: self.scale_rate,

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use deploy::node_args::CoordinatorArgs;
+use deploy::node_args::{CoordinatorArgs, ReplicaGroup};
 use serde::Serialize;
 
 use crate::cellsim::{CellSim, CellSimConfig, PushTotals};
@@ -20,6 +20,9 @@ use crate::cellsim::{CellSim, CellSimConfig, PushTotals};
 pub struct ScaleConfig {
     /// The coordinator binary (a release build).
     pub coordinator: PathBuf,
+    /// Coordinators: 1 (a lone coordinator, in memory only) or a group of replicas (each
+    /// with its raft log in `out`), every one pushed to by every cell.
+    pub coordinators: usize,
     pub cells: usize,
     pub isus: usize,
     /// Latest updates per ISU per second.
@@ -28,7 +31,7 @@ pub struct ScaleConfig {
     pub push_time: Duration,
     /// The first simulated cell's loopback host (`127.0.0.<it>`).
     pub first_host: u8,
-    /// Folder of the coordinator's log.
+    /// Folder of the coordinators' logs (and a group's data).
     pub out: PathBuf,
 }
 
@@ -41,29 +44,42 @@ pub struct ScaleReport {
     pub isus_in_cells: usize,
     pub rate_per_isu: f64,
     pub initialize_seconds: f64,
-    /// The coordinator's resident memory once ready, before `/initialize` (a lone
-    /// coordinator builds its dataset's generation at start already).
-    pub rss_bytes_at_start: u64,
-    /// Its resident memory right after `/initialize`.
-    pub rss_bytes_after_initialize: u64,
-    /// Resident memory after `/initialize` per ISU (its fixed share included: compare two
-    /// steps for the cost of one more ISU).
+    /// Each coordinator (replica `id`) on its own.
+    pub coordinators: Vec<CoordinatorFigures>,
+    /// The largest resident memory right after `/initialize`, per ISU (its fixed share
+    /// included: compare two steps for the cost of one more ISU).
     pub rss_bytes_per_isu: f64,
-    /// Its resident memory after the pushes.
-    pub rss_bytes_after_push: u64,
-    /// Its peak resident memory (`VmHWM`) over the whole step.
-    pub rss_bytes_peak: u64,
     pub push_seconds: f64,
-    /// The coordinator's CPU (user + system) over the push window.
+    /// Every coordinator's CPU (user + system) over the push window, summed.
     pub coordinator_cpu_seconds: f64,
     /// This process's (the simulator's) CPU over the same window: on a shared machine, a
     /// simulator short of CPU pushes less than asked (compare `pushes` with the rate).
     pub simulator_cpu_seconds: Option<f64>,
+    /// Summed over the coordinators (each applies every update).
     pub pushes: PushTotals,
     pub applied_per_second: f64,
-    /// Coordinator CPU milliseconds per 1,000 applied latest updates.
+    /// Coordinator CPU milliseconds per 1,000 applied latest updates (one coordinator's
+    /// cost of one update: both summed over the coordinators).
     pub cpu_ms_per_1000_applied: Option<f64>,
     pub trend: TrendFigures,
+}
+
+/// One coordinator's memory and CPU.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CoordinatorFigures {
+    /// Its replica id (1 for a lone coordinator).
+    pub id: u64,
+    /// Resident memory once ready, before `/initialize` (a coordinator builds its dataset's
+    /// generation at start already).
+    pub rss_bytes_at_start: u64,
+    /// Right after `/initialize`.
+    pub rss_bytes_after_initialize: u64,
+    /// After the pushes.
+    pub rss_bytes_after_push: u64,
+    /// The peak (`VmHWM`) over the whole step.
+    pub rss_bytes_peak: u64,
+    /// CPU over the push window.
+    pub cpu_seconds: f64,
 }
 
 /// One `GET /api/trend` each way.
@@ -79,68 +95,103 @@ pub struct TrendFigures {
     pub isus_listed: usize,
 }
 
-/// A coordinator child process, killed and reaped on drop.
-struct CoordinatorProcess(Child);
+/// The coordinator processes, killed and reaped on drop, with their base URLs.
+struct Coordinators {
+    children: Vec<Child>,
+    urls: Vec<String>,
+}
 
-impl Drop for CoordinatorProcess {
+impl Coordinators {
+    fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.children.iter().map(Child::id)
+    }
+
+    /// Each one's resident memory (`VmRSS:`) or peak (`VmHWM:`).
+    fn memory(&self, field: &str) -> anyhow::Result<Vec<u64>> {
+        self.pids().map(|pid| status_bytes(pid, field)).collect()
+    }
+
+    fn cpu_seconds(&self) -> anyhow::Result<Vec<f64>> {
+        self.pids()
+            .map(|pid| crate::nodes::process_tree_cpu_seconds(pid).context("reading a coordinator's CPU time"))
+            .collect()
+    }
+}
+
+impl Drop for Coordinators {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
 /// Runs the step.
 pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
+    anyhow::ensure!(config.coordinators >= 1, "no coordinator");
     let secret = hex::encode(rand::random::<[u8; 24]>());
-    let listen = free_loopback_port()?;
-    let base = format!("http://{listen}");
+    let listens = (0..config.coordinators)
+        .map(|_| free_loopback_port())
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let urls: Vec<String> = listens.iter().map(|listen| format!("http://{listen}")).collect();
     let mut cells = CellSim::start(CellSimConfig {
         cells: config.cells,
         first_host: config.first_host,
-        coordinators: vec![base.clone()],
+        coordinators: urls.clone(),
         secret: secret.clone(),
         interval: Duration::from_millis(10),
     })
     .await?;
-    let coordinator = spawn_coordinator(&config, &cells, &listen, &secret)?;
-    let pid = coordinator.0.id();
+    let coordinators = spawn_coordinators(&config, &cells, &listens, &secret)?;
     let client = reqwest::Client::builder().no_proxy().build()?;
-    wait_ready(&client, &base, Duration::from_secs(120)).await?;
-    let rss_at_start = rss_bytes(pid)?;
+    for url in &coordinators.urls {
+        wait_ready(&client, url, Duration::from_secs(120)).await?;
+    }
+    let rss_at_start = coordinators.memory("VmRSS:")?;
     let started = Instant::now();
-    initialize(&client, &base).await?;
+    initialize(&client, &urls[0]).await?;
     let initialize_seconds = started.elapsed().as_secs_f64();
-    let rss_after_initialize = rss_bytes(pid)?;
-    tracing::info!(initialize_seconds, rss_after_initialize, "initialized; the cells push");
+    let rss_after_initialize = coordinators.memory("VmRSS:")?;
+    tracing::info!(initialize_seconds, ?rss_after_initialize, "initialized; the cells push");
 
-    let cpu_before = cpu_seconds(pid)?;
+    let cpu_before = coordinators.cpu_seconds()?;
     let own_before = crate::nodes::own_cpu_seconds();
     let started = Instant::now();
     cells.start_pushing(config.rate_per_isu)?;
     tokio::time::sleep(config.push_time).await;
     let pushes = cells.stop_pushing().await;
     let push_seconds = started.elapsed().as_secs_f64();
-    let coordinator_cpu_seconds = cpu_seconds(pid)? - cpu_before;
+    let cpu: Vec<f64> = (coordinators.cpu_seconds()?.iter().zip(&cpu_before))
+        .map(|(after, before)| after - before)
+        .collect();
     let simulator_cpu_seconds = own_before
         .zip(crate::nodes::own_cpu_seconds())
         .map(|(before, after)| after - before);
-    let rss_after_push = rss_bytes(pid)?;
-    let rss_peak = status_bytes(pid, "VmHWM:")?;
-    let trend = measure_trend(&client, &base).await?;
+    let (rss_after_push, rss_peak) = (coordinators.memory("VmRSS:")?, coordinators.memory("VmHWM:")?);
+    let trend = measure_trend(&client, &urls[0]).await?;
     let isus_in_cells = cells.isu_count();
     cells.shutdown().await;
-    drop(coordinator);
+    drop(coordinators);
+    let figures: Vec<CoordinatorFigures> = (0..config.coordinators)
+        .map(|index| CoordinatorFigures {
+            id: index as u64 + 1,
+            rss_bytes_at_start: rss_at_start[index],
+            rss_bytes_after_initialize: rss_after_initialize[index],
+            rss_bytes_after_push: rss_after_push[index],
+            rss_bytes_peak: rss_peak[index],
+            cpu_seconds: cpu[index],
+        })
+        .collect();
+    let coordinator_cpu_seconds: f64 = cpu.iter().sum();
     Ok(ScaleReport {
         cells: config.cells,
         isus: config.isus,
         isus_in_cells,
         rate_per_isu: config.rate_per_isu,
         initialize_seconds,
-        rss_bytes_at_start: rss_at_start,
-        rss_bytes_after_initialize: rss_after_initialize,
-        rss_bytes_per_isu: rss_after_initialize as f64 / config.isus as f64,
-        rss_bytes_after_push: rss_after_push,
-        rss_bytes_peak: rss_peak,
+        rss_bytes_per_isu: rss_after_initialize.iter().copied().max().unwrap_or(0) as f64 / config.isus as f64,
+        coordinators: figures,
         push_seconds,
         coordinator_cpu_seconds,
         simulator_cpu_seconds,
@@ -158,32 +209,52 @@ fn free_loopback_port() -> anyhow::Result<String> {
     Ok(listener.local_addr()?.to_string())
 }
 
-/// Starts the coordinator told the simulated cells, its log in `config.out`.
-fn spawn_coordinator(
+/// Starts the coordinators (a group of replicas when more than one) told the simulated
+/// cells, their logs (and a group's data) in `config.out`.
+fn spawn_coordinators(
     config: &ScaleConfig,
     cells: &CellSim,
-    listen: &str,
+    listens: &[String],
     secret: &str,
-) -> anyhow::Result<CoordinatorProcess> {
-    let args = CoordinatorArgs {
-        listen: listen.to_owned(),
-        workers: cells.cell_endpoints(),
-        dataset: Some(format!("generated:{}", config.isus)),
-        ..CoordinatorArgs::default()
-    };
+) -> anyhow::Result<Coordinators> {
     std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;
-    let log_path = config.out.join("coordinator.log");
-    let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
-    let child = Command::new(&config.coordinator)
-        .args(args.args())
-        .env("ISU_CLUSTER_SECRET", secret)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .with_context(|| format!("starting {}", config.coordinator.display()))?;
-    Ok(CoordinatorProcess(child))
+    let urls: Vec<String> = listens.iter().map(|listen| format!("http://{listen}")).collect();
+    let mut coordinators = Coordinators {
+        children: Vec::new(),
+        urls: urls.clone(),
+    };
+    for (index, listen) in listens.iter().enumerate() {
+        let id = index as u64 + 1;
+        let mut args = CoordinatorArgs {
+            listen: listen.clone(),
+            workers: cells.cell_endpoints(),
+            dataset: Some(format!("generated:{}", config.isus)),
+            ..CoordinatorArgs::default()
+        };
+        let name = if listens.len() > 1 {
+            args.group = Some(ReplicaGroup {
+                id,
+                members: (1..).zip(urls.iter().cloned()).collect(),
+            });
+            args.data_dir = Some(config.out.join(format!("data/coordinator-{id}")));
+            format!("coordinator-{id}")
+        } else {
+            "coordinator".to_owned()
+        };
+        let log_path = config.out.join(format!("{name}.log"));
+        let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+        let child = Command::new(&config.coordinator)
+            .args(args.args())
+            .env("ISU_CLUSTER_SECRET", secret)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .with_context(|| format!("starting {}", config.coordinator.display()))?;
+        coordinators.children.push(child);
+    }
+    Ok(coordinators)
 }
 
 /// Waits until the coordinator's `/healthz` answers 200.
@@ -275,11 +346,6 @@ pub fn trend_isus(json: &[u8]) -> anyhow::Result<usize> {
         .sum())
 }
 
-/// `VmRSS` (resident memory) of process `pid`, in bytes.
-fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
-    status_bytes(pid, "VmRSS:")
-}
-
 /// A memory line of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`), in bytes.
 fn status_bytes(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -292,40 +358,22 @@ fn status_bytes(pid: u32, field: &str) -> anyhow::Result<u64> {
     Ok(kilobytes * 1024)
 }
 
-fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    crate::nodes::process_tree_cpu_seconds(pid).context("reading the coordinator's CPU time")
-}
-
 impl std::fmt::Display for ScaleReport {
     fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
         writeln!(
             out,
-            "scale step: {} ISUs over {} simulated cells",
-            self.isus, self.cells
+            "scale step: {} ISUs over {} simulated cells, {} coordinator(s)",
+            self.isus,
+            self.cells,
+            self.coordinators.len()
         )?;
         writeln!(out, "  ISUs in the cells' resets   {:>12}", self.isus_in_cells)?;
         writeln!(out, "  initialize                  {:>12.2} s", self.initialize_seconds)?;
+        self.coordinators_table(out)?;
         writeln!(
             out,
-            "  RSS at start                {:>12.1} MiB",
-            mib(self.rss_bytes_at_start)
-        )?;
-        writeln!(
-            out,
-            "  RSS after initialize        {:>12.1} MiB ({:.0} bytes/ISU)",
-            mib(self.rss_bytes_after_initialize),
+            "  RSS after initialize / ISU  {:>12.0} bytes (the largest)",
             self.rss_bytes_per_isu
-        )?;
-        writeln!(
-            out,
-            "  RSS after the pushes        {:>12.1} MiB",
-            mib(self.rss_bytes_after_push)
-        )?;
-        writeln!(
-            out,
-            "  RSS peak (VmHWM)            {:>12.1} MiB",
-            mib(self.rss_bytes_peak)
         )?;
         writeln!(
             out,
@@ -342,19 +390,22 @@ impl std::fmt::Display for ScaleReport {
             pushes.items_dropped,
             pushes.streams_broken
         )?;
+        let seconds = |value: Option<f64>| value.map_or("-".to_owned(), |seconds| format!("{seconds:.2}"));
         writeln!(
             out,
-            "  coordinator CPU             {:>12.2} s",
+            "  coordinator CPU (summed)    {:>12.2} s",
             self.coordinator_cpu_seconds
         )?;
-        let simulator = self
-            .simulator_cpu_seconds
-            .map_or("-".to_owned(), |seconds| format!("{seconds:.2}"));
-        writeln!(out, "  simulator CPU               {simulator:>12} s")?;
-        let per_1000 = self
-            .cpu_ms_per_1000_applied
-            .map_or("-".to_owned(), |ms| format!("{ms:.2}"));
-        writeln!(out, "  CPU per 1,000 applied       {per_1000:>12} ms")?;
+        writeln!(
+            out,
+            "  simulator CPU               {:>12} s",
+            seconds(self.simulator_cpu_seconds)
+        )?;
+        writeln!(
+            out,
+            "  CPU per 1,000 applied       {:>12} ms",
+            seconds(self.cpu_ms_per_1000_applied)
+        )?;
         let trend = &self.trend;
         writeln!(out, "  trend first GET (built)     {:>12.1} ms", trend.first_ms)?;
         writeln!(
@@ -367,5 +418,30 @@ impl std::fmt::Display for ScaleReport {
             "  trend gzip                  {:>12} bytes in {:.1} ms",
             trend.gzip_bytes, trend.gzip_ms
         )
+    }
+}
+
+impl ScaleReport {
+    /// One row per coordinator: its memory (MiB) and CPU.
+    fn coordinators_table(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+        writeln!(
+            out,
+            "  {:>11} {:>10} {:>11} {:>11} {:>9} {:>8}",
+            "coordinator", "RSS start", "after init", "after push", "peak", "CPU s"
+        )?;
+        for node in &self.coordinators {
+            writeln!(
+                out,
+                "  {:>11} {:>10.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2}",
+                node.id,
+                mib(node.rss_bytes_at_start),
+                mib(node.rss_bytes_after_initialize),
+                mib(node.rss_bytes_after_push),
+                mib(node.rss_bytes_peak),
+                node.cpu_seconds
+            )?;
+        }
+        Ok(())
     }
 }
