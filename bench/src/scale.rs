@@ -99,6 +99,8 @@ pub struct TrendFigures {
 struct Coordinators {
     children: Vec<Child>,
     urls: Vec<String>,
+    /// Each one's log file.
+    logs: Vec<PathBuf>,
 }
 
 impl Coordinators {
@@ -115,6 +117,40 @@ impl Coordinators {
         self.pids()
             .map(|pid| crate::nodes::process_tree_cpu_seconds(pid).context("reading a coordinator's CPU time"))
             .collect()
+    }
+}
+
+impl Coordinators {
+    /// Waits until every coordinator's `/healthz` answers 200; fails at once when one exits
+    /// (a flag it refuses, such as more cells than a map holds), with the end of its log.
+    async fn wait_ready(&mut self, client: &reqwest::Client, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        for index in 0..self.urls.len() {
+            let url = format!("{}{}", self.urls[index], shared::protocol::HEALTH);
+            loop {
+                if let Some(status) = self.children[index].try_wait()? {
+                    let log = std::fs::read_to_string(&self.logs[index]).unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                    anyhow::bail!(
+                        "coordinator {} exited ({status}) before it was ready; its log ({}) ends:\n{}",
+                        index + 1,
+                        self.logs[index].display(),
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    );
+                }
+                let answer = client.get(&url).timeout(Duration::from_secs(2)).send().await;
+                if answer.is_ok_and(|response| response.status().is_success()) {
+                    break;
+                }
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "coordinator {} was not ready within {within:?}",
+                    index + 1
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -143,11 +179,9 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         interval: Duration::from_millis(10),
     })
     .await?;
-    let coordinators = spawn_coordinators(&config, &cells, &listens, &secret)?;
+    let mut coordinators = spawn_coordinators(&config, &cells, &listens, &secret)?;
     let client = reqwest::Client::builder().no_proxy().build()?;
-    for url in &coordinators.urls {
-        wait_ready(&client, url, Duration::from_secs(120)).await?;
-    }
+    coordinators.wait_ready(&client, Duration::from_secs(120)).await?;
     let rss_at_start = coordinators.memory("VmRSS:")?;
     let started = Instant::now();
     initialize(&client, &urls[0]).await?;
@@ -222,6 +256,7 @@ fn spawn_coordinators(
     let mut coordinators = Coordinators {
         children: Vec::new(),
         urls: urls.clone(),
+        logs: Vec::new(),
     };
     for (index, listen) in listens.iter().enumerate() {
         let id = index as u64 + 1;
@@ -247,31 +282,16 @@ fn spawn_coordinators(
             .args(args.args())
             .env("ISU_CLUSTER_SECRET", secret)
             .env("NO_COLOR", "1")
+            .env("RUST_LIB_BACKTRACE", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
             .spawn()
             .with_context(|| format!("starting {}", config.coordinator.display()))?;
         coordinators.children.push(child);
+        coordinators.logs.push(log_path);
     }
     Ok(coordinators)
-}
-
-/// Waits until the coordinator's `/healthz` answers 200.
-async fn wait_ready(client: &reqwest::Client, base: &str, within: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    let url = format!("{base}{}", shared::protocol::HEALTH);
-    loop {
-        let answer = client.get(&url).timeout(Duration::from_secs(2)).send().await;
-        if answer.is_ok_and(|response| response.status().is_success()) {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "the coordinator was not ready within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn initialize(client: &reqwest::Client, base: &str) -> anyhow::Result<()> {
