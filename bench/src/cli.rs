@@ -185,6 +185,11 @@ pub struct RunArgs {
     /// Scale: the first simulated cell listens on 127.0.0.<this>, the next on the one after.
     #[arg(long, default_value_t = 100)]
     pub scale_first_host: u8,
+    /// Scale: after the measures, SIGKILL the last coordinator, start it again and time it
+    /// until its `/healthz` answers 200 (a replica catches up with its group and pulls every
+    /// cell's latest conditions; a lone coordinator, in memory only, resets every cell).
+    #[arg(long)]
+    pub scale_restart: bool,
     /// Scale: the coordinator binary; default: `coordinator` beside this bench binary.
     #[arg(long, value_name = "PATH")]
     pub coordinator_bin: Option<PathBuf>,
@@ -323,6 +328,7 @@ impl RunArgs {
             push_time: self.scale_push_time,
             first_host: self.scale_first_host,
             out: self.out,
+            restart: self.scale_restart,
         })
     }
 

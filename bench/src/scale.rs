@@ -33,6 +33,8 @@ pub struct ScaleConfig {
     pub first_host: u8,
     /// Folder of the coordinators' logs (and a group's data).
     pub out: PathBuf,
+    /// After the measures, kill the last coordinator, start it again and time it until ready.
+    pub restart: bool,
 }
 
 /// What the step measured.
@@ -44,6 +46,9 @@ pub struct ScaleReport {
     pub isus_in_cells: usize,
     pub rate_per_isu: f64,
     pub initialize_seconds: f64,
+    /// From `POST /initialize` until every coordinator reported its new generation (a
+    /// follower applies it after the leader answered; the pushes start then).
+    pub generation_everywhere_seconds: f64,
     /// Each coordinator (replica `id`) on its own.
     pub coordinators: Vec<CoordinatorFigures>,
     /// The largest resident memory right after `/initialize`, per ISU (its fixed share
@@ -62,6 +67,9 @@ pub struct ScaleReport {
     /// cost of one update: both summed over the coordinators).
     pub cpu_ms_per_1000_applied: Option<f64>,
     pub trend: TrendFigures,
+    /// With `restart`: from starting the last coordinator again (killed after the pushes)
+    /// until its `/healthz` answered 200.
+    pub restart_seconds: Option<f64>,
 }
 
 /// One coordinator's memory and CPU.
@@ -97,9 +105,12 @@ pub struct TrendFigures {
 
 /// The coordinator processes, killed and reaped on drop, with their base URLs.
 struct Coordinators {
+    program: PathBuf,
+    secret: String,
     children: Vec<Child>,
     urls: Vec<String>,
-    /// Each one's log file.
+    /// Each one's command line and log file.
+    args: Vec<Vec<String>>,
     logs: Vec<PathBuf>,
 }
 
@@ -121,36 +132,107 @@ impl Coordinators {
 }
 
 impl Coordinators {
-    /// Waits until every coordinator's `/healthz` answers 200; fails at once when one exits
-    /// (a flag it refuses, such as more cells than a map holds), with the end of its log.
+    /// Starts coordinator `index` (its log appended to, for a restart).
+    fn spawn(&self, index: usize, append: bool) -> anyhow::Result<Child> {
+        let path = &self.logs[index];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        Command::new(&self.program)
+            .args(&self.args[index])
+            .env("ISU_CLUSTER_SECRET", &self.secret)
+            .env("NO_COLOR", "1")
+            .env("RUST_LIB_BACKTRACE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .with_context(|| format!("starting {}", self.program.display()))
+    }
+
+    /// Kills the last coordinator (SIGKILL), starts it again and times it until ready.
+    async fn restart_last(&mut self, client: &reqwest::Client, within: Duration) -> anyhow::Result<Duration> {
+        let index = self.children.len() - 1;
+        let _ = self.children[index].kill();
+        self.children[index].wait().context("reaping a killed coordinator")?;
+        let started = Instant::now();
+        self.children[index] = self.spawn(index, true)?;
+        self.wait_ready_one(index, client, started + within).await?;
+        Ok(started.elapsed())
+    }
+
+    /// Waits until every coordinator's `/healthz` says one generation.
+    async fn wait_same_generation(&self, client: &reqwest::Client, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut generations = std::collections::BTreeSet::new();
+            for url in &self.urls {
+                let answer = client
+                    .get(format!("{url}{}", shared::protocol::HEALTH))
+                    .timeout(Duration::from_secs(2))
+                    .send()
+                    .await;
+                let health = match answer {
+                    Ok(response) => response.json::<shared::protocol::Health>().await.ok(),
+                    Err(_) => None,
+                };
+                generations.insert(health.map(|health| health.generation));
+            }
+            if generations.len() == 1 && !generations.contains(&None) {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the coordinators did not agree on a generation within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until every coordinator's `/healthz` answers 200.
     async fn wait_ready(&mut self, client: &reqwest::Client, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
         for index in 0..self.urls.len() {
-            let url = format!("{}{}", self.urls[index], shared::protocol::HEALTH);
-            loop {
-                if let Some(status) = self.children[index].try_wait()? {
-                    let log = std::fs::read_to_string(&self.logs[index]).unwrap_or_default();
-                    let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                    anyhow::bail!(
-                        "coordinator {} exited ({status}) before it was ready; its log ({}) ends:\n{}",
-                        index + 1,
-                        self.logs[index].display(),
-                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                    );
-                }
-                let answer = client.get(&url).timeout(Duration::from_secs(2)).send().await;
-                if answer.is_ok_and(|response| response.status().is_success()) {
-                    break;
-                }
-                anyhow::ensure!(
-                    Instant::now() < deadline,
-                    "coordinator {} was not ready within {within:?}",
-                    index + 1
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            self.wait_ready_one(index, client, deadline).await?;
         }
         Ok(())
+    }
+
+    /// Waits until coordinator `index`'s `/healthz` answers 200; fails at once when it
+    /// exits (a flag it refuses, such as more cells than a map holds), with the end of its log.
+    async fn wait_ready_one(
+        &mut self,
+        index: usize,
+        client: &reqwest::Client,
+        deadline: Instant,
+    ) -> anyhow::Result<()> {
+        let url = format!("{}{}", self.urls[index], shared::protocol::HEALTH);
+        loop {
+            if let Some(status) = self.children[index].try_wait()? {
+                let log = std::fs::read_to_string(&self.logs[index]).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                anyhow::bail!(
+                    "coordinator {} exited ({status}) before it was ready; its log ({}) ends:\n{}",
+                    index + 1,
+                    self.logs[index].display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            let answer = client.get(&url).timeout(Duration::from_secs(2)).send().await;
+            if answer.is_ok_and(|response| response.status().is_success()) {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "coordinator {} was not ready in time",
+                index + 1
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -186,6 +268,11 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     let started = Instant::now();
     initialize(&client, &urls[0]).await?;
     let initialize_seconds = started.elapsed().as_secs_f64();
+    // Followers refuse (412) pushes of the new generation until they applied it.
+    coordinators
+        .wait_same_generation(&client, Duration::from_secs(60))
+        .await?;
+    let generation_everywhere_seconds = started.elapsed().as_secs_f64();
     let rss_after_initialize = coordinators.memory("VmRSS:")?;
     tracing::info!(initialize_seconds, ?rss_after_initialize, "initialized; the cells push");
 
@@ -204,6 +291,12 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         .map(|(before, after)| after - before);
     let (rss_after_push, rss_peak) = (coordinators.memory("VmRSS:")?, coordinators.memory("VmHWM:")?);
     let trend = measure_trend(&client, &urls[0]).await?;
+    let restart_seconds = if config.restart {
+        let restart = coordinators.restart_last(&client, Duration::from_secs(600)).await?;
+        Some(restart.as_secs_f64())
+    } else {
+        None
+    };
     let isus_in_cells = cells.isu_count();
     cells.shutdown().await;
     drop(coordinators);
@@ -224,6 +317,7 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         isus_in_cells,
         rate_per_isu: config.rate_per_isu,
         initialize_seconds,
+        generation_everywhere_seconds,
         rss_bytes_per_isu: rss_after_initialize.iter().copied().max().unwrap_or(0) as f64 / config.isus as f64,
         coordinators: figures,
         push_seconds,
@@ -234,6 +328,7 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         cpu_ms_per_1000_applied: (pushes.items_applied > 0)
             .then(|| coordinator_cpu_seconds * 1e6 / pushes.items_applied as f64),
         trend,
+        restart_seconds,
     })
 }
 
@@ -254,8 +349,11 @@ fn spawn_coordinators(
     std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;
     let urls: Vec<String> = listens.iter().map(|listen| format!("http://{listen}")).collect();
     let mut coordinators = Coordinators {
+        program: config.coordinator.clone(),
+        secret: secret.to_owned(),
         children: Vec::new(),
         urls: urls.clone(),
+        args: Vec::new(),
         logs: Vec::new(),
     };
     for (index, listen) in listens.iter().enumerate() {
@@ -276,20 +374,10 @@ fn spawn_coordinators(
         } else {
             "coordinator".to_owned()
         };
-        let log_path = config.out.join(format!("{name}.log"));
-        let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
-        let child = Command::new(&config.coordinator)
-            .args(args.args())
-            .env("ISU_CLUSTER_SECRET", secret)
-            .env("NO_COLOR", "1")
-            .env("RUST_LIB_BACKTRACE", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .with_context(|| format!("starting {}", config.coordinator.display()))?;
+        coordinators.args.push(args.args());
+        coordinators.logs.push(config.out.join(format!("{name}.log")));
+        let child = coordinators.spawn(index, false)?;
         coordinators.children.push(child);
-        coordinators.logs.push(log_path);
     }
     Ok(coordinators)
 }
@@ -388,7 +476,11 @@ impl std::fmt::Display for ScaleReport {
             self.coordinators.len()
         )?;
         writeln!(out, "  ISUs in the cells' resets   {:>12}", self.isus_in_cells)?;
-        writeln!(out, "  initialize                  {:>12.2} s", self.initialize_seconds)?;
+        writeln!(
+            out,
+            "  initialize                  {:>12.2} s ({:.2} s until every coordinator had it)",
+            self.initialize_seconds, self.generation_everywhere_seconds
+        )?;
         self.coordinators_table(out)?;
         writeln!(
             out,
@@ -437,7 +529,11 @@ impl std::fmt::Display for ScaleReport {
             out,
             "  trend gzip                  {:>12} bytes in {:.1} ms",
             trend.gzip_bytes, trend.gzip_ms
-        )
+        )?;
+        match self.restart_seconds {
+            Some(restart) => write!(out, "\n  restart of the last, ready   {restart:>11.2} s"),
+            None => Ok(()),
+        }
     }
 }
 
