@@ -159,6 +159,40 @@ pub struct RunArgs {
     /// Flood cost: how long the ISU floods.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub flood_seconds: Duration,
+    /// Instead of a scored run: start a lone coordinator (`--coordinator-bin`) told
+    /// `--scale-cells` simulated cells and `--dataset generated:<--scale-isus>`, initialize
+    /// it, have the cells push latest conditions at `--scale-rate` per ISU for
+    /// `--scale-push-time`, and report its memory per ISU, its CPU per 1,000 applied updates
+    /// and the trend's bytes and time.
+    #[arg(long, conflicts_with_all = ["capacity", "migration_cost", "flood_cost"])]
+    pub scale: bool,
+    /// Scale: coordinators; more than one form a group of replicas (each with its raft log
+    /// in `--out`), and every cell pushes to each.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=5))]
+    pub scale_coordinators: u16,
+    /// Scale: simulated cells (the coordinator takes at most 16).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=200))]
+    pub scale_cells: u16,
+    /// Scale: ISUs of the generated dataset.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub scale_isus: u32,
+    /// Scale: latest updates per ISU per second.
+    #[arg(long, default_value_t = 1.0)]
+    pub scale_rate: f64,
+    /// Scale: how long the cells push.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub scale_push_time: Duration,
+    /// Scale: the first simulated cell listens on 127.0.0.<this>, the next on the one after.
+    #[arg(long, default_value_t = 100)]
+    pub scale_first_host: u8,
+    /// Scale: after the measures, SIGKILL the last coordinator, start it again and time it
+    /// until its `/healthz` answers 200 (a replica catches up with its group and pulls every
+    /// cell's latest conditions; a lone coordinator, in memory only, resets every cell).
+    #[arg(long)]
+    pub scale_restart: bool,
+    /// Scale: the coordinator binary; default: `coordinator` beside this bench binary.
+    #[arg(long, value_name = "PATH")]
+    pub coordinator_bin: Option<PathBuf>,
 }
 
 /// Options of the standalone JIA simulator.
@@ -265,6 +299,36 @@ impl RunArgs {
             background_isus,
             window,
             flood,
+        })
+    }
+
+    /// The settings of a scale step (`--scale`).
+    pub fn into_scale_config(self) -> anyhow::Result<crate::scale::ScaleConfig> {
+        anyhow::ensure!(
+            self.scale_rate.is_finite() && self.scale_rate > 0.0,
+            "--scale-rate must be positive"
+        );
+        let coordinator = match self.coordinator_bin {
+            Some(path) => path,
+            None => std::env::current_exe()
+                .context("finding the bench binary")?
+                .with_file_name(format!("coordinator{}", std::env::consts::EXE_SUFFIX)),
+        };
+        anyhow::ensure!(
+            coordinator.is_file(),
+            "no coordinator binary at {} (build it: cargo build --release -p coordinator)",
+            coordinator.display()
+        );
+        Ok(crate::scale::ScaleConfig {
+            coordinator,
+            coordinators: usize::from(self.scale_coordinators),
+            cells: usize::from(self.scale_cells),
+            isus: self.scale_isus as usize,
+            rate_per_isu: self.scale_rate,
+            push_time: self.scale_push_time,
+            first_host: self.scale_first_host,
+            out: self.out,
+            restart: self.scale_restart,
         })
     }
 

@@ -9,11 +9,13 @@
 //! - [`report`]: a run's report, one type (`report.json`) that the table is printed from and
 //!   that `isuctl` and CI read back;
 //! - [`capacity`], [`migration_cost`]: the measuring modes, with [`nodes`] (the nodes' CPU);
+//! - [`scale`]: one step of a lone coordinator against many simulated cells ([`cellsim`]);
 //! - what `isuctl bench` runs beside the load, step by step on a thread ([`periodic`]):
 //!   [`migrator`] (live migrations) and [`takeover`] (leader kills and pauses, timed);
 //! - [`cli`]: the command line of the `bench` binary.
 
 pub mod capacity;
+pub mod cellsim;
 pub mod cli;
 pub mod migration_cost;
 pub mod migrator;
@@ -21,5 +23,6 @@ pub mod model;
 pub mod nodes;
 pub mod periodic;
 pub mod report;
+pub mod scale;
 pub mod scenario;
 pub mod takeover;

@@ -57,6 +57,9 @@ async fn run(cli: Cli) -> ExitCode {
     if cli.run.capacity {
         return run_capacity(cli.run, json_path).await;
     }
+    if cli.run.scale {
+        return run_scale(cli.run, json_path).await;
+    }
     if cli.run.migration_cost || cli.run.flood_cost {
         return run_migration_cost(cli.run, json_path).await;
     }
@@ -94,6 +97,19 @@ async fn run_capacity(args: bench::cli::RunArgs, json_path: Option<std::path::Pa
     };
     finish_measuring_mode("capacity", outcome, json_path, |report| {
         (report.to_json(), report.sustained().is_some())
+    })
+}
+
+/// `--scale`: one step's table and its figures in the JSON; fails when the coordinator
+/// applied none of the updates.
+async fn run_scale(args: bench::cli::RunArgs, json_path: Option<std::path::PathBuf>) -> ExitCode {
+    let outcome = match args.into_scale_config() {
+        Ok(config) => bench::scale::run(config).await,
+        Err(error) => Err(error),
+    };
+    finish_measuring_mode("scale", outcome, json_path, |report| {
+        let json = serde_json::json!({ "scale": report });
+        (json, report.pushes.items_applied > 0)
     })
 }
 

@@ -137,6 +137,12 @@ pub struct Options {
     /// The same windows around one ISU flooding (the bench's --flood-cost).
     #[arg(long)]
     pub flood_cost: bool,
+    /// Instead of a scored run, one step of a lone coordinator (release build, started by
+    /// the bench; no cluster is started or used) against simulated cells: its memory per
+    /// ISU, CPU per applied latest update and the trend's size (the bench's --scale; its
+    /// --scale-cells, --scale-isus, --scale-rate and --scale-push-time pass through).
+    #[arg(long, conflicts_with_all = ["capacity", "migration_cost", "flood_cost"])]
+    pub scale: bool,
     /// Profile for S seconds (default: a sixth of the load, 3-30 s).
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=300))]
     pub profile: Option<u64>,
@@ -232,6 +238,10 @@ impl Plan {
             profile = false;
             plan.bench_args.push("--flood-cost".to_owned());
         }
+        if options.scale {
+            profile = false;
+            plan.bench_args.push("--scale".to_owned());
+        }
         if let Some(devices) = &options.devices {
             plan.cluster_up.extend(["--devices".to_owned(), devices.clone()]);
         }
@@ -319,6 +329,9 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     }
     let (options, plan, repo) = prepare(args.args)?;
     let interrupt = Interrupt::install()?;
+    if options.scale {
+        return run_scale(&plan, &repo, format, &interrupt);
+    }
     let run_dir = RunDir::from_env();
     let (cluster, running) = ensure_cluster(&options, &plan, &run_dir)?;
     anyhow::ensure!(!interrupt.happened(), "bench: interrupted");
@@ -370,6 +383,27 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--scale`: the bench alone (it starts its coordinator and simulated cells), its report
+/// in the run folder or `--json PATH`.
+fn run_scale(plan: &Plan, repo: &Path, format: Format, interrupt: &Interrupt) -> anyhow::Result<()> {
+    let out = repo.join("run/bench").join(shared::clock::timestamp());
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let report = plan.report.clone().unwrap_or_else(|| out.join("report.json"));
+    let release = crate::external::target_dir(repo).join("release");
+    let mut bench = Command::new(release.join("bench"));
+    bench
+        .arg("--coordinator-bin")
+        .arg(release.join("coordinator"))
+        .arg("--out")
+        .arg(&out)
+        .args(&plan.bench_args)
+        .args(["--json".as_ref(), report.as_os_str()]);
+    let (status, _) = run_teeing(bench, format, interrupt)?;
+    eprintln!("run folder: {}", out.display());
+    anyhow::ensure!(status.success(), "the scale step failed ({status})");
+    Ok(())
+}
+
 /// The options parsed and checked, the run's plan, the checkout; the bench binary built.
 fn prepare(args: Vec<String>) -> anyhow::Result<(Options, Plan, PathBuf)> {
     let (ours, passthrough) = split_args(args);
@@ -388,10 +422,16 @@ fn prepare(args: Vec<String>) -> anyhow::Result<(Options, Plan, PathBuf)> {
         anyhow::ensure!(found_on_path("taskset"), "bench: --pin needs taskset (util-linux)");
     }
     anyhow::ensure!(found_on_path("cargo"), "bench: cargo is required (https://rustup.rs)");
-    let built = crate::external::cargo_build(&repo, true, &["bench"])
+    // Scale mode starts its own coordinator, a release build.
+    let packages: &[&str] = if options.scale {
+        &["bench", "coordinator"]
+    } else {
+        &["bench"]
+    };
+    let built = crate::external::cargo_build(&repo, true, packages)
         .status()
         .context("running cargo build")?;
-    anyhow::ensure!(built.success(), "bench: cargo build --release -p bench failed");
+    anyhow::ensure!(built.success(), "bench: cargo build --release -p {packages:?} failed");
     Ok((options, plan, repo))
 }
 
@@ -771,6 +811,11 @@ mod tests {
             strings("--migration-conditions 200000 --migration-cost")
         );
         assert!(cost.cluster_env.iter().any(|(key, _)| key == "ISU_QUOTA"));
+        let scale = plan("--scale --scale-isus 100000 --scale-cells 16");
+        assert_eq!(
+            scale.bench_args,
+            strings("--scale-isus 100000 --scale-cells 16 --scale")
+        );
     }
 
     #[test]

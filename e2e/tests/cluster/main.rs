@@ -8,6 +8,7 @@
 
 mod benchmarker;
 mod cells;
+mod cellsim;
 mod durability;
 mod faults;
 mod ingest;

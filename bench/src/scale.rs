@@ -1,0 +1,563 @@
+//! Scale mode (`bench --scale`): one bounded step measuring a lone coordinator at a scale
+//! of ISUs and cells no machine runs real workers at. It starts the cell simulator
+//! ([`crate::cellsim`]), a coordinator (its release binary) told those cells and
+//! `--dataset generated:N`, initializes it, has every simulated cell push latest conditions
+//! at a rate per ISU for a while, and reports the coordinator's memory per ISU, its CPU per
+//! thousand applied latest updates and the trend's size and time.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use deploy::node_args::{CoordinatorArgs, ReplicaGroup};
+use serde::Serialize;
+
+use crate::cellsim::{CellSim, CellSimConfig, PushTotals};
+
+/// A step's settings.
+#[derive(Debug, Clone)]
+pub struct ScaleConfig {
+    /// The coordinator binary (a release build).
+    pub coordinator: PathBuf,
+    /// Coordinators: 1 (a lone coordinator, in memory only) or a group of replicas (each
+    /// with its raft log in `out`), every one pushed to by every cell.
+    pub coordinators: usize,
+    pub cells: usize,
+    pub isus: usize,
+    /// Latest updates per ISU per second.
+    pub rate_per_isu: f64,
+    /// How long the cells push.
+    pub push_time: Duration,
+    /// The first simulated cell's loopback host (`127.0.0.<it>`).
+    pub first_host: u8,
+    /// Folder of the coordinators' logs (and a group's data).
+    pub out: PathBuf,
+    /// After the measures, kill the last coordinator, start it again and time it until ready.
+    pub restart: bool,
+}
+
+/// What the step measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleReport {
+    pub cells: usize,
+    pub isus: usize,
+    /// ISUs the simulated cells were reset with (every dataset ISU, when all went well).
+    pub isus_in_cells: usize,
+    pub rate_per_isu: f64,
+    pub initialize_seconds: f64,
+    /// From `POST /initialize` until every coordinator reported its new generation (a
+    /// follower applies it after the leader answered; the pushes start then).
+    pub generation_everywhere_seconds: f64,
+    /// Each coordinator (replica `id`) on its own.
+    pub coordinators: Vec<CoordinatorFigures>,
+    /// The largest resident memory right after `/initialize`, per ISU (its fixed share
+    /// included: compare two steps for the cost of one more ISU).
+    pub rss_bytes_per_isu: f64,
+    pub push_seconds: f64,
+    /// Every coordinator's CPU (user + system) over the push window, summed.
+    pub coordinator_cpu_seconds: f64,
+    /// This process's (the simulator's) CPU over the same window: on a shared machine, a
+    /// simulator short of CPU pushes less than asked (compare `pushes` with the rate).
+    pub simulator_cpu_seconds: Option<f64>,
+    /// Summed over the coordinators (each applies every update).
+    pub pushes: PushTotals,
+    pub applied_per_second: f64,
+    /// Coordinator CPU milliseconds per 1,000 applied latest updates (one coordinator's
+    /// cost of one update: both summed over the coordinators).
+    pub cpu_ms_per_1000_applied: Option<f64>,
+    pub trend: TrendFigures,
+    /// With `restart`: from starting the last coordinator again (killed after the pushes)
+    /// until its `/healthz` answered 200.
+    pub restart_seconds: Option<f64>,
+}
+
+/// One coordinator's memory and CPU.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CoordinatorFigures {
+    /// Its replica id (1 for a lone coordinator).
+    pub id: u64,
+    /// Resident memory once ready, before `/initialize` (a coordinator builds its dataset's
+    /// generation at start already).
+    pub rss_bytes_at_start: u64,
+    /// Right after `/initialize`.
+    pub rss_bytes_after_initialize: u64,
+    /// After the pushes.
+    pub rss_bytes_after_push: u64,
+    /// The peak (`VmHWM`) over the whole step.
+    pub rss_bytes_peak: u64,
+    /// CPU over the push window.
+    pub cpu_seconds: f64,
+}
+
+/// One `GET /api/trend` each way.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrendFigures {
+    /// The first request (the coordinator builds the trend on the spot).
+    pub first_ms: f64,
+    pub json_bytes: usize,
+    pub json_ms: f64,
+    pub gzip_bytes: usize,
+    pub gzip_ms: f64,
+    /// Entries (ISUs) the JSON trend lists.
+    pub isus_listed: usize,
+}
+
+/// The coordinator processes, killed and reaped on drop, with their base URLs.
+struct Coordinators {
+    program: PathBuf,
+    secret: String,
+    children: Vec<Child>,
+    urls: Vec<String>,
+    /// Each one's command line and log file.
+    args: Vec<Vec<String>>,
+    logs: Vec<PathBuf>,
+}
+
+impl Coordinators {
+    fn pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.children.iter().map(Child::id)
+    }
+
+    /// Each one's resident memory (`VmRSS:`) or peak (`VmHWM:`).
+    fn memory(&self, field: &str) -> anyhow::Result<Vec<u64>> {
+        self.pids().map(|pid| status_bytes(pid, field)).collect()
+    }
+
+    fn cpu_seconds(&self) -> anyhow::Result<Vec<f64>> {
+        self.pids()
+            .map(|pid| crate::nodes::process_tree_cpu_seconds(pid).context("reading a coordinator's CPU time"))
+            .collect()
+    }
+}
+
+impl Coordinators {
+    /// Starts coordinator `index` (its log appended to, for a restart).
+    fn spawn(&self, index: usize, append: bool) -> anyhow::Result<Child> {
+        let path = &self.logs[index];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        Command::new(&self.program)
+            .args(&self.args[index])
+            .env("ISU_CLUSTER_SECRET", &self.secret)
+            .env("NO_COLOR", "1")
+            .env("RUST_LIB_BACKTRACE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .with_context(|| format!("starting {}", self.program.display()))
+    }
+
+    /// Kills the last coordinator (SIGKILL), starts it again and times it until ready.
+    async fn restart_last(&mut self, client: &reqwest::Client, within: Duration) -> anyhow::Result<Duration> {
+        let index = self.children.len() - 1;
+        let _ = self.children[index].kill();
+        self.children[index].wait().context("reaping a killed coordinator")?;
+        let started = Instant::now();
+        self.children[index] = self.spawn(index, true)?;
+        self.wait_ready_one(index, client, started + within).await?;
+        Ok(started.elapsed())
+    }
+
+    /// Waits until every coordinator's `/healthz` says one generation.
+    async fn wait_same_generation(&self, client: &reqwest::Client, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut generations = std::collections::BTreeSet::new();
+            for url in &self.urls {
+                let answer = client
+                    .get(format!("{url}{}", shared::protocol::HEALTH))
+                    .timeout(Duration::from_secs(2))
+                    .send()
+                    .await;
+                let health = match answer {
+                    Ok(response) => response.json::<shared::protocol::Health>().await.ok(),
+                    Err(_) => None,
+                };
+                generations.insert(health.map(|health| health.generation));
+            }
+            if generations.len() == 1 && !generations.contains(&None) {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the coordinators did not agree on a generation within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until every coordinator's `/healthz` answers 200.
+    async fn wait_ready(&mut self, client: &reqwest::Client, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        for index in 0..self.urls.len() {
+            self.wait_ready_one(index, client, deadline).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until coordinator `index`'s `/healthz` answers 200; fails at once when it
+    /// exits (a flag it refuses, such as more cells than a map holds), with the end of its log.
+    async fn wait_ready_one(
+        &mut self,
+        index: usize,
+        client: &reqwest::Client,
+        deadline: Instant,
+    ) -> anyhow::Result<()> {
+        let url = format!("{}{}", self.urls[index], shared::protocol::HEALTH);
+        loop {
+            if let Some(status) = self.children[index].try_wait()? {
+                let log = std::fs::read_to_string(&self.logs[index]).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                anyhow::bail!(
+                    "coordinator {} exited ({status}) before it was ready; its log ({}) ends:\n{}",
+                    index + 1,
+                    self.logs[index].display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            let answer = client.get(&url).timeout(Duration::from_secs(2)).send().await;
+            if answer.is_ok_and(|response| response.status().is_success()) {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "coordinator {} was not ready in time",
+                index + 1
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Coordinators {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs the step.
+pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
+    anyhow::ensure!(config.coordinators >= 1, "no coordinator");
+    let secret = hex::encode(rand::random::<[u8; 24]>());
+    let listens = (0..config.coordinators)
+        .map(|_| free_loopback_port())
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let urls: Vec<String> = listens.iter().map(|listen| format!("http://{listen}")).collect();
+    let mut cells = CellSim::start(CellSimConfig {
+        cells: config.cells,
+        first_host: config.first_host,
+        coordinators: urls.clone(),
+        secret: secret.clone(),
+        interval: Duration::from_millis(10),
+    })
+    .await?;
+    let mut coordinators = spawn_coordinators(&config, &cells, &listens, &secret)?;
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    coordinators.wait_ready(&client, Duration::from_secs(120)).await?;
+    let rss_at_start = coordinators.memory("VmRSS:")?;
+    let started = Instant::now();
+    initialize(&client, &urls[0]).await?;
+    let initialize_seconds = started.elapsed().as_secs_f64();
+    // Followers refuse (412) pushes of the new generation until they applied it.
+    coordinators
+        .wait_same_generation(&client, Duration::from_secs(60))
+        .await?;
+    let generation_everywhere_seconds = started.elapsed().as_secs_f64();
+    let rss_after_initialize = coordinators.memory("VmRSS:")?;
+    tracing::info!(initialize_seconds, ?rss_after_initialize, "initialized; the cells push");
+
+    let cpu_before = coordinators.cpu_seconds()?;
+    let own_before = crate::nodes::own_cpu_seconds();
+    let started = Instant::now();
+    cells.start_pushing(config.rate_per_isu)?;
+    tokio::time::sleep(config.push_time).await;
+    let pushes = cells.stop_pushing().await;
+    let push_seconds = started.elapsed().as_secs_f64();
+    let cpu: Vec<f64> = (coordinators.cpu_seconds()?.iter().zip(&cpu_before))
+        .map(|(after, before)| after - before)
+        .collect();
+    let simulator_cpu_seconds = own_before
+        .zip(crate::nodes::own_cpu_seconds())
+        .map(|(before, after)| after - before);
+    let (rss_after_push, rss_peak) = (coordinators.memory("VmRSS:")?, coordinators.memory("VmHWM:")?);
+    let trend = measure_trend(&client, &urls[0]).await?;
+    let restart_seconds = if config.restart {
+        let restart = coordinators.restart_last(&client, Duration::from_secs(600)).await?;
+        Some(restart.as_secs_f64())
+    } else {
+        None
+    };
+    let isus_in_cells = cells.isu_count();
+    cells.shutdown().await;
+    drop(coordinators);
+    let figures: Vec<CoordinatorFigures> = (0..config.coordinators)
+        .map(|index| CoordinatorFigures {
+            id: index as u64 + 1,
+            rss_bytes_at_start: rss_at_start[index],
+            rss_bytes_after_initialize: rss_after_initialize[index],
+            rss_bytes_after_push: rss_after_push[index],
+            rss_bytes_peak: rss_peak[index],
+            cpu_seconds: cpu[index],
+        })
+        .collect();
+    let coordinator_cpu_seconds: f64 = cpu.iter().sum();
+    Ok(ScaleReport {
+        cells: config.cells,
+        isus: config.isus,
+        isus_in_cells,
+        rate_per_isu: config.rate_per_isu,
+        initialize_seconds,
+        generation_everywhere_seconds,
+        rss_bytes_per_isu: rss_after_initialize.iter().copied().max().unwrap_or(0) as f64 / config.isus as f64,
+        coordinators: figures,
+        push_seconds,
+        coordinator_cpu_seconds,
+        simulator_cpu_seconds,
+        pushes,
+        applied_per_second: pushes.items_applied as f64 / push_seconds,
+        cpu_ms_per_1000_applied: (pushes.items_applied > 0)
+            .then(|| coordinator_cpu_seconds * 1e6 / pushes.items_applied as f64),
+        trend,
+        restart_seconds,
+    })
+}
+
+/// A free port on 127.0.0.1 (bound on port 0 and released).
+fn free_loopback_port() -> anyhow::Result<String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?.to_string())
+}
+
+/// Starts the coordinators (a group of replicas when more than one) told the simulated
+/// cells, their logs (and a group's data) in `config.out`.
+fn spawn_coordinators(
+    config: &ScaleConfig,
+    cells: &CellSim,
+    listens: &[String],
+    secret: &str,
+) -> anyhow::Result<Coordinators> {
+    std::fs::create_dir_all(&config.out).with_context(|| format!("creating {}", config.out.display()))?;
+    let urls: Vec<String> = listens.iter().map(|listen| format!("http://{listen}")).collect();
+    let mut coordinators = Coordinators {
+        program: config.coordinator.clone(),
+        secret: secret.to_owned(),
+        children: Vec::new(),
+        urls: urls.clone(),
+        args: Vec::new(),
+        logs: Vec::new(),
+    };
+    for (index, listen) in listens.iter().enumerate() {
+        let id = index as u64 + 1;
+        let mut args = CoordinatorArgs {
+            listen: listen.clone(),
+            workers: cells.cell_endpoints(),
+            dataset: Some(format!("generated:{}", config.isus)),
+            ..CoordinatorArgs::default()
+        };
+        let name = if listens.len() > 1 {
+            args.group = Some(ReplicaGroup {
+                id,
+                members: (1..).zip(urls.iter().cloned()).collect(),
+            });
+            args.data_dir = Some(config.out.join(format!("data/coordinator-{id}")));
+            format!("coordinator-{id}")
+        } else {
+            "coordinator".to_owned()
+        };
+        coordinators.args.push(args.args());
+        coordinators.logs.push(config.out.join(format!("{name}.log")));
+        let child = coordinators.spawn(index, false)?;
+        coordinators.children.push(child);
+    }
+    Ok(coordinators)
+}
+
+async fn initialize(client: &reqwest::Client, base: &str) -> anyhow::Result<()> {
+    let response = client
+        .post(format!("{base}/initialize"))
+        .json(&serde_json::json!({ "jia_service_url": "http://127.0.0.1:5000" }))
+        .timeout(Duration::from_secs(600))
+        .send()
+        .await
+        .context("POST /initialize")?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "POST /initialize answered {}",
+        response.status()
+    );
+    Ok(())
+}
+
+/// The trend asked three times: first (built on the spot), as JSON, and gzip-compressed.
+async fn measure_trend(client: &reqwest::Client, base: &str) -> anyhow::Result<TrendFigures> {
+    let url = format!("{base}/api/trend");
+    let (_, first) = get_timed(client, &url, None).await?;
+    let (json, json_time) = get_timed(client, &url, None).await?;
+    let (gzip, gzip_time) = get_timed(client, &url, Some("gzip")).await?;
+    let ms = |time: Duration| time.as_secs_f64() * 1e3;
+    Ok(TrendFigures {
+        first_ms: ms(first),
+        json_bytes: json.len(),
+        json_ms: ms(json_time),
+        gzip_bytes: gzip.len(),
+        gzip_ms: ms(gzip_time),
+        isus_listed: trend_isus(&json)?,
+    })
+}
+
+/// One GET, its whole body as sent (reqwest here does not decompress) and its time.
+async fn get_timed(
+    client: &reqwest::Client,
+    url: &str,
+    encoding: Option<&str>,
+) -> anyhow::Result<(bytes::Bytes, Duration)> {
+    let started = Instant::now();
+    let mut request = client.get(url).timeout(Duration::from_secs(60));
+    if let Some(encoding) = encoding {
+        request = request.header(reqwest::header::ACCEPT_ENCODING, encoding);
+    }
+    let response = request.send().await.with_context(|| format!("GET {url}"))?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "GET {url} answered {}",
+        response.status()
+    );
+    if let Some(encoding) = encoding {
+        let given = response.headers().get(reqwest::header::CONTENT_ENCODING);
+        anyhow::ensure!(
+            given.is_some_and(|given| given == encoding),
+            "GET {url} with Accept-Encoding: {encoding} came back as {given:?}"
+        );
+    }
+    let body = response.bytes().await.with_context(|| format!("reading GET {url}"))?;
+    Ok((body, started.elapsed()))
+}
+
+/// The ISUs a trend lists: every entry of every character's `info`, `warning`, `critical`.
+pub fn trend_isus(json: &[u8]) -> anyhow::Result<usize> {
+    let trend: Vec<serde_json::Value> = serde_json::from_slice(json).context("the trend is no JSON list")?;
+    Ok(trend
+        .iter()
+        .flat_map(|character| ["info", "warning", "critical"].map(|level| &character[level]))
+        .filter_map(serde_json::Value::as_array)
+        .map(Vec::len)
+        .sum())
+}
+
+/// A memory line of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`), in bytes.
+fn status_bytes(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    let kilobytes = status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .with_context(|| format!("no {field} line in /proc/{pid}/status"))?;
+    Ok(kilobytes * 1024)
+}
+
+impl std::fmt::Display for ScaleReport {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            out,
+            "scale step: {} ISUs over {} simulated cells, {} coordinator(s)",
+            self.isus,
+            self.cells,
+            self.coordinators.len()
+        )?;
+        writeln!(out, "  ISUs in the cells' resets   {:>12}", self.isus_in_cells)?;
+        writeln!(
+            out,
+            "  initialize                  {:>12.2} s ({:.2} s until every coordinator had it)",
+            self.initialize_seconds, self.generation_everywhere_seconds
+        )?;
+        self.coordinators_table(out)?;
+        writeln!(
+            out,
+            "  RSS after initialize / ISU  {:>12.0} bytes (the largest)",
+            self.rss_bytes_per_isu
+        )?;
+        writeln!(
+            out,
+            "  pushes                      {:>12.1} s at {} /s per ISU",
+            self.push_seconds, self.rate_per_isu
+        )?;
+        let pushes = &self.pushes;
+        writeln!(
+            out,
+            "  updates sent / applied      {:>12} / {} ({:.0}/s applied; {} dropped, {} streams broke)",
+            pushes.items_sent,
+            pushes.items_applied,
+            self.applied_per_second,
+            pushes.items_dropped,
+            pushes.streams_broken
+        )?;
+        let seconds = |value: Option<f64>| value.map_or("-".to_owned(), |seconds| format!("{seconds:.2}"));
+        writeln!(
+            out,
+            "  coordinator CPU (summed)    {:>12.2} s",
+            self.coordinator_cpu_seconds
+        )?;
+        writeln!(
+            out,
+            "  simulator CPU               {:>12} s",
+            seconds(self.simulator_cpu_seconds)
+        )?;
+        writeln!(
+            out,
+            "  CPU per 1,000 applied       {:>12} ms",
+            seconds(self.cpu_ms_per_1000_applied)
+        )?;
+        let trend = &self.trend;
+        writeln!(out, "  trend first GET (built)     {:>12.1} ms", trend.first_ms)?;
+        writeln!(
+            out,
+            "  trend JSON                  {:>12} bytes in {:.1} ms ({} ISUs listed)",
+            trend.json_bytes, trend.json_ms, trend.isus_listed
+        )?;
+        write!(
+            out,
+            "  trend gzip                  {:>12} bytes in {:.1} ms",
+            trend.gzip_bytes, trend.gzip_ms
+        )?;
+        match self.restart_seconds {
+            Some(restart) => write!(out, "\n  restart of the last, ready   {restart:>11.2} s"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl ScaleReport {
+    /// One row per coordinator: its memory (MiB) and CPU.
+    fn coordinators_table(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+        writeln!(
+            out,
+            "  {:>11} {:>10} {:>11} {:>11} {:>9} {:>8}",
+            "coordinator", "RSS start", "after init", "after push", "peak", "CPU s"
+        )?;
+        for node in &self.coordinators {
+            writeln!(
+                out,
+                "  {:>11} {:>10.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2}",
+                node.id,
+                mib(node.rss_bytes_at_start),
+                mib(node.rss_bytes_after_initialize),
+                mib(node.rss_bytes_after_push),
+                mib(node.rss_bytes_peak),
+                node.cpu_seconds
+            )?;
+        }
+        Ok(())
+    }
+}
