@@ -2,7 +2,10 @@
 //! up on loopback addresses of its own (a random 127.x.y.0/24, a temporary run dir), reports
 //! it healthy, serves a public request through nginx, survives a worker killed and started
 //! again, refuses a second `up`, and leaves no process behind after `down`; a durable
-//! three-worker cluster replaces a worker in place.
+//! three-worker cluster replaces a worker in place. With `--prometheus`, a real Prometheus
+//! scrapes every node and finds every series the rules read, and its alerts fire on real
+//! faults (a worker killed, two of three replicas stopped, a follower stopped under writes)
+//! and clear after the heal.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -594,6 +597,8 @@ fn prometheus_scrapes_every_node_and_every_series_the_rules_read_is_exported() {
     build_nodes();
     let mut sandbox = Sandbox::new(4);
     let prefix = sandbox.host_prefix.clone();
+    // Three replicas: the follower-lag series (the leader's view of each follower) exists
+    // only in a group.
     let output = sandbox.isuctl(
         &[
             "cluster",
@@ -601,6 +606,8 @@ fn prometheus_scrapes_every_node_and_every_series_the_rules_read_is_exported() {
             "--debug",
             "--no-build",
             "--prometheus",
+            "--coordinators",
+            "3",
             "--timeout",
             "90",
         ],
@@ -619,12 +626,12 @@ fn prometheus_scrapes_every_node_and_every_series_the_rules_read_is_exported() {
     let env = std::fs::read_to_string(sandbox.run_dir().join("cluster.env")).unwrap();
     assert!(env.contains(&format!("ISU_PROMETHEUS_URL={url}\n")), "{env}");
 
-    // Every node scraped with the secret: the coordinator and both workers answer.
+    // Every node scraped with the secret: the three replicas and both workers answer.
     let targets = within(Duration::from_secs(30), || {
         let targets = prometheus(&url, "/api/v1/targets")?["activeTargets"]
             .as_array()?
             .clone();
-        (targets.len() == 3 && targets.iter().all(|target| target["health"] == "up")).then_some(targets)
+        (targets.len() == 5 && targets.iter().all(|target| target["health"] == "up")).then_some(targets)
     });
     assert!(
         targets.is_some(),
