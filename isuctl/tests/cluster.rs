@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use bench::takeover::{single_leader, Group as _};
 use deploy::supervise::Process;
+use isuctl::local::RunDir;
+use isuctl::takeover::LocalGroup;
 
 /// One cluster's environment: its addresses, run dir and binaries.
 struct Sandbox {
@@ -571,6 +574,40 @@ fn a_static_dir_is_served_precompressed_from_the_run_dir_and_left_unchanged() {
     assert_eq!(image.body, [0x89, b'P', b'N', b'G', 0, 1, 2, 3]);
 }
 
+/// `cluster up --prometheus` with three replicas (and `extra`): Prometheus's URL.
+fn up_with_prometheus(sandbox: &mut Sandbox, extra: &[&str]) -> String {
+    let mut args = vec![
+        "cluster",
+        "up",
+        "--debug",
+        "--no-build",
+        "--prometheus",
+        "--coordinators",
+        "3",
+        "--timeout",
+        "90",
+    ];
+    args.extend_from_slice(extra);
+    let output = sandbox.isuctl(&args, Duration::from_secs(150));
+    sandbox.up = true;
+    assert!(output.status.success(), "{args:?} failed:\n{}", text(&output.stderr));
+    format!("http://{}.2:9090", sandbox.host_prefix)
+}
+
+/// Waits (30 s at most) until Prometheus scrapes every node with the secret: the three
+/// replicas and both workers answer.
+fn every_node_scraped(url: &str) {
+    let scraped = within(Duration::from_secs(30), || {
+        let targets = prometheus(url, "/api/v1/targets")?["activeTargets"].as_array()?.clone();
+        (targets.len() == 5 && targets.iter().all(|target| target["health"] == "up")).then_some(())
+    });
+    assert!(
+        scraped.is_some(),
+        "not every node scraped: {:?}",
+        prometheus(url, "/api/v1/targets")
+    );
+}
+
 /// Prometheus's API answer `path` (its `data`), or `None` while it does not answer.
 fn prometheus(url: &str, path: &str) -> Option<serde_json::Value> {
     let reply = isuctl::http::get(&format!("{url}{path}"), Duration::from_secs(5))?;
@@ -596,48 +633,18 @@ fn within<T>(limit: Duration, mut ready: impl FnMut() -> Option<T>) -> Option<T>
 fn prometheus_scrapes_every_node_and_every_series_the_rules_read_is_exported() {
     build_nodes();
     let mut sandbox = Sandbox::new(4);
-    let prefix = sandbox.host_prefix.clone();
     // Three replicas: the follower-lag series (the leader's view of each follower) exists
     // only in a group.
-    let output = sandbox.isuctl(
-        &[
-            "cluster",
-            "up",
-            "--debug",
-            "--no-build",
-            "--prometheus",
-            "--coordinators",
-            "3",
-            "--timeout",
-            "90",
-        ],
-        Duration::from_secs(150),
-    );
-    sandbox.up = true;
-    assert!(
-        output.status.success(),
-        "up --prometheus failed:\n{}",
-        text(&output.stderr)
-    );
-    let url = format!("http://{prefix}.2:9090");
+    // Three replicas: the follower-lag series (the leader's view of each follower) exists
+    // only in a group.
+    let url = up_with_prometheus(&mut sandbox, &[]);
     let cluster: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(sandbox.run_dir().join("cluster.json")).unwrap()).unwrap();
     assert_eq!(cluster["prometheus_url"], url.as_str());
     let env = std::fs::read_to_string(sandbox.run_dir().join("cluster.env")).unwrap();
     assert!(env.contains(&format!("ISU_PROMETHEUS_URL={url}\n")), "{env}");
 
-    // Every node scraped with the secret: the three replicas and both workers answer.
-    let targets = within(Duration::from_secs(30), || {
-        let targets = prometheus(&url, "/api/v1/targets")?["activeTargets"]
-            .as_array()?
-            .clone();
-        (targets.len() == 5 && targets.iter().all(|target| target["health"] == "up")).then_some(targets)
-    });
-    assert!(
-        targets.is_some(),
-        "not every node scraped: {:?}",
-        prometheus(&url, "/api/v1/targets")
-    );
+    every_node_scraped(&url);
 
     // Every series a rule reads is exported by a node, from the first scrape on.
     let wanted = isuctl::cluster::prometheus::series_named_by_rules(
@@ -715,36 +722,8 @@ fn alerts_fire_on_a_killed_worker_a_group_without_leader_and_a_stopped_follower_
     build_nodes();
     build_jia();
     let mut sandbox = Sandbox::new(5);
-    let prefix = sandbox.host_prefix.clone();
-    let output = sandbox.isuctl(
-        &[
-            "cluster",
-            "up",
-            "--debug",
-            "--no-build",
-            "--prometheus",
-            "--coordinators",
-            "3",
-            "--jia",
-            "--timeout",
-            "90",
-        ],
-        Duration::from_secs(150),
-    );
-    sandbox.up = true;
-    assert!(output.status.success(), "up failed:\n{}", text(&output.stderr));
-    let url = format!("http://{prefix}.2:9090");
-    assert!(
-        within(Duration::from_secs(30), || {
-            let targets = prometheus(&url, "/api/v1/targets")?["activeTargets"]
-                .as_array()?
-                .clone();
-            (targets.len() == 5 && targets.iter().all(|target| target["health"] == "up")).then_some(())
-        })
-        .is_some(),
-        "not every node scraped: {:?}",
-        prometheus(&url, "/api/v1/targets")
-    );
+    let url = up_with_prometheus(&mut sandbox, &["--jia"]);
+    every_node_scraped(&url);
     assert_eq!(firing(&url), Vec::<String>::new(), "a healthy cluster fires nothing");
 
     // A worker killed: its cell pages (CellDown: 15 s, plus a scrape and an evaluation of
@@ -764,10 +743,10 @@ fn alerts_fire_on_a_killed_worker_a_group_without_leader_and_a_stopped_follower_
 
     // Two of three replicas stopped (the leader among them): no replica leads, which pages
     // (CoordinatorNoLeader: 10 s); continued, a leader is elected and the page clears.
-    let secret = std::fs::read_to_string(sandbox.run_dir().join("secret")).unwrap();
-    let replicas = ["coordinator", "coordinator-2", "coordinator-3"];
-    let leader = leader_of(&prefix, secret.trim()).expect("a leader");
-    let stopped = [replicas[leader], replicas[(leader + 1) % 3]];
+    let replicas = RunDir::new(sandbox.run_dir()).cluster().unwrap().replicas;
+    let group = LocalGroup::new(RunDir::new(sandbox.run_dir()), replicas).unwrap();
+    let leader = leader_of(&group).expect("a leader");
+    let stopped = [group.name(leader), group.name((leader + 1) % 3)];
     for name in stopped {
         run(&["cluster", "pause", name]);
     }
@@ -787,13 +766,13 @@ fn alerts_fire_on_a_killed_worker_a_group_without_leader_and_a_stopped_follower_
     // A follower stopped while writes go on (new users signing in: one entry each): the
     // leader sees it fall behind (CoordinatorFollowerBehind: over 100 entries for 30 s);
     // continued, it catches up and the ticket clears.
-    let leader = leader_of(&prefix, secret.trim()).expect("a leader after the resumes");
+    let leader = leader_of(&group).expect("a leader after the resumes");
     let follower = (leader + 1) % 3;
     let alert = format!("CoordinatorFollowerBehind/{}", follower + 1);
-    run(&["cluster", "pause", replicas[follower]]);
-    let (signed_in, failure) = sign_in_new_users(&prefix, 200);
+    run(&["cluster", "pause", group.name(follower)]);
+    let (signed_in, failure) = sign_in_new_users(&sandbox.host_prefix, 200);
     let fired = until_alert(&url, &alert, true, Duration::from_secs(60));
-    run(&["cluster", "resume", replicas[follower]]);
+    run(&["cluster", "resume", group.name(follower)]);
     // nginx sends every client to one follower: while it is the one stopped, a write of
     // that client may fail (a fault's window) until nginx's probe moves the clients on.
     // Enough writes go through to put the stopped follower over 100 entries behind.
@@ -820,18 +799,11 @@ fn build_jia() {
     assert!(status.success(), "building the bench failed");
 }
 
-/// Which replica of three leads (0, 1 or 2), asked with the secret; polled for 20 s.
-fn leader_of(prefix: &str, secret: &str) -> Option<usize> {
+/// Which replica of `group` leads (the one that alone says so), polled for 20 s.
+fn leader_of(group: &LocalGroup) -> Option<usize> {
     within(Duration::from_secs(20), || {
-        (0..3).position(|replica| {
-            isuctl::http::get_with(
-                &format!("http://{prefix}.2:{}/internal/replica", 3000 + replica),
-                &[("x-cluster-secret", secret)],
-                Duration::from_secs(2),
-            )
-            .and_then(|reply| serde_json::from_str::<serde_json::Value>(&reply.body).ok())
-            .is_some_and(|answer| answer["role"] == "leader")
-        })
+        let answers: Vec<_> = (0..group.replicas()).map(|replica| group.answer(replica)).collect();
+        single_leader(&answers).ok()
     })
 }
 

@@ -408,6 +408,25 @@ fn parse_answer(line: &str) -> Option<StreamAnswer> {
     })
 }
 
+/// A latest stream's request body ([`LATEST_STREAM`]): the frames ([`latest_frame`]) queued
+/// for it, until the queue's sender is dropped. A worker's pusher and the bench's cell
+/// simulator send their streams with it (`reqwest::Body::wrap`).
+pub struct FrameBody(pub tokio::sync::mpsc::Receiver<bytes::Bytes>);
+
+impl http_body::Body for FrameBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(context)
+            .map(|frame| frame.map(|bytes| Ok(http_body::Frame::data(bytes))))
+    }
+}
+
 /// One frame of a latest stream: `batch` (an [`encode_latest`] output) after its length.
 pub fn latest_frame(batch: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(4 + batch.len());

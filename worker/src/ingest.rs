@@ -49,6 +49,9 @@ const SUSPECT_AFTER: Duration = Duration::from_millis(100);
 /// Metric names.
 pub const SHAPED_BATCHES: &str = "ingest_shaped_batches_total";
 pub const REJECTED_BATCHES: &str = "ingest_rejected_batches_total";
+/// [`REJECTED_BATCHES`]' reasons: an ingest lane's queue full, the shaping lane's full.
+const LANE_FULL: &str = "lane_full";
+const SHAPING_FULL: &str = "shaping_full";
 pub const LANE_DEPTH: &str = "ingest_lane_depth";
 pub const SHAPING_DEPTH: &str = "ingest_shaping_depth";
 pub const LANE_STALLS: &str = "ingest_lane_stalls_total";
@@ -160,7 +163,7 @@ impl Ingest {
     pub fn new(config: IngestConfig) -> (Arc<Ingest>, mpsc::UnboundedReceiver<ShapedBatch>) {
         // Every refusal's count exists from the start (at 0): the per-cell rules take its rate,
         // and a series that appears only with its first refusal would make that rate absent.
-        for reason in ["lane_full", "shaping_full"] {
+        for reason in [LANE_FULL, SHAPING_FULL] {
             metrics::counter!(REJECTED_BATCHES, "reason" => reason).increment(0);
         }
         let sketch = (config.quota > 0)
@@ -219,7 +222,7 @@ impl Ingest {
         let lane = &self.lanes[index];
         if lane.load.fetch_add(1, Ordering::AcqRel) >= self.config.lane_queue.max(1) {
             lane.load.fetch_sub(1, Ordering::AcqRel);
-            metrics::counter!(REJECTED_BATCHES, "reason" => "lane_full").increment(1);
+            metrics::counter!(REJECTED_BATCHES, "reason" => LANE_FULL).increment(1);
             return Err(WorkerError::Unavailable);
         }
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
@@ -287,7 +290,7 @@ impl Ingest {
 
     /// The 429 of a shaped ISU's post when the shaping lane is full (counted).
     pub fn refuse_shaped(&self) -> WorkerError {
-        metrics::counter!(REJECTED_BATCHES, "reason" => "shaping_full").increment(1);
+        metrics::counter!(REJECTED_BATCHES, "reason" => SHAPING_FULL).increment(1);
         WorkerError::TooManyRequests
     }
 

@@ -225,7 +225,7 @@ fn open_stream(client: &reqwest::Client, url: &str, secret: &reqwest::header::He
         .post(url)
         .header(SECRET_HEADER, secret.clone())
         .header(reqwest::header::CONTENT_TYPE, LATEST_STREAM)
-        .body(reqwest::Body::wrap(FrameBody(queued)));
+        .body(reqwest::Body::wrap(shared::protocol::FrameBody(queued)));
     let (answered, answer) = tokio::sync::oneshot::channel();
     let (acknowledge, acked) = tokio::sync::watch::channel(0);
     let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
@@ -399,23 +399,6 @@ fn record_pushed(items: usize, oldest: Option<std::time::Instant>) {
 
 /// How a stream's request ended: the coordinator's status, or why there was none.
 type StreamOutcome = Result<reqwest::StatusCode, String>;
-
-/// A stream's request body: the frames queued for it, until the queue's sender is dropped.
-struct FrameBody(tokio::sync::mpsc::Receiver<Bytes>);
-
-impl http_body::Body for FrameBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(context)
-            .map(|frame| frame.map(|bytes| Ok(http_body::Frame::data(bytes))))
-    }
-}
 
 /// What pushing on a stream came to.
 enum StreamPush {

@@ -268,7 +268,7 @@ impl StreamTarget {
             .post(&self.url)
             .header(SECRET_HEADER, self.secret.clone())
             .header(reqwest::header::CONTENT_TYPE, LATEST_STREAM)
-            .body(reqwest::Body::wrap(FrameBody(body_frames)));
+            .body(reqwest::Body::wrap(shared::protocol::FrameBody(body_frames)));
         let (answered, mut answers) = mpsc::unbounded_channel();
         let _reader = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(read_answers(request, answered)));
         let mut body = Some(body);
@@ -329,23 +329,6 @@ async fn read_answers(request: reqwest::RequestBuilder, answered: mpsc::Unbounde
     };
     if let Err(reason) = outcome.await {
         let _ = answered.send(Err(reason));
-    }
-}
-
-/// A stream's request body: its frames, until their sender is dropped.
-struct FrameBody(mpsc::Receiver<Bytes>);
-
-impl http_body::Body for FrameBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        context: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        self.0
-            .poll_recv(context)
-            .map(|frame| frame.map(|bytes| Ok(http_body::Frame::data(bytes))))
     }
 }
 

@@ -71,10 +71,11 @@ impl Log {
         let proposer = self.proposer()?;
         let started = std::time::Instant::now();
         let encoded = command.encode();
-        match as_leader {
-            true => proposer.propose_as_leader(encoded).await?,
-            false => proposer.propose(encoded).await?,
-        };
+        if as_leader {
+            proposer.propose_as_leader(encoded).await?;
+        } else {
+            proposer.propose(encoded).await?;
+        }
         metrics::histogram!(RAFT_COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
         Ok(())
     }

@@ -292,13 +292,13 @@ impl State {
     /// worker (which holds it provisionally, or published it and the answer was lost) is
     /// published from the log by the sweep once it answers again.
     async fn publish_registered(&self, cell: CellId, publish: &PublishIsu) {
-        let published = match publish_lost_for_test(&publish.uuid) {
-            true => Err("the publish was lost (fail point)".to_owned()),
-            false => self
-                .workers
+        let published = if publish_lost_for_test(&publish.uuid) {
+            Err("the publish was lost (fail point)".to_owned())
+        } else {
+            self.workers
                 .publish(cell, publish)
                 .await
-                .map_err(|error| error.to_string()),
+                .map_err(|error| error.to_string())
         };
         if let Err(error) = published {
             tracing::warn!(
