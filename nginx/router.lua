@@ -14,7 +14,8 @@
 --                                  compared within one lineage; another lineage replaces
 --   cell 0 a                       one line per cell, ids from 0 in order
 --   cell 1 b
---   slots 0101...                  256 hex digits, the cell id of each slot 00..ff
+--   slots 0101...                  the cell id of each slot 00..ff: 256 hex digits, or
+--                                  512 (two a slot) when the map has more than 16 cells
 --   pin 0b104b95-...-89da717b9667 b
 --
 -- nginx starts (and reloads) from the map file on disk, never from a default: the file is
@@ -88,10 +89,14 @@ isu_router = (function()
           end
           map.cells[#map.cells + 1] = name
         elseif key == "slots" then
-          if map.slots or #rest ~= SLOTS or rest:find("[^0-9a-f]") then
-            return nil, "line " .. number .. ": slots wants 256 lowercase hex digits"
+          local width = #rest / SLOTS
+          if map.slots or (width ~= 1 and width ~= 2) or rest:find("[^0-9a-f]") then
+            return nil, "line " .. number .. ": slots wants 256 lowercase hex digits (512 past 16 cells)"
           end
-          map.slots = rest
+          map.slots = {}
+          for slot = 1, SLOTS do
+            map.slots[slot] = tonumber(rest:sub((slot - 1) * width + 1, slot * width), 16)
+          end
         elseif key == "pin" then
           local uuid, name = rest:match("^([%w-]+) ([%l%d-]+)$")
           if not uuid or #uuid > 64 then
@@ -113,7 +118,7 @@ isu_router = (function()
       return nil, "no slots"
     end
     for slot = 1, SLOTS do
-      local id = tonumber(map.slots:sub(slot, slot), 16)
+      local id = map.slots[slot]
       if id >= #map.cells then
         return nil, string.format("slot %02x names cell id %d: the map has %d cells", slot - 1, id, #map.cells)
       end
@@ -144,8 +149,7 @@ isu_router = (function()
       return
     end
     for slot = 1, SLOTS do
-      local id = tonumber(map.slots:sub(slot, slot), 16)
-      slot_upstream[slot - 1] = upstream_of[map.cells[id + 1]]
+      slot_upstream[slot - 1] = upstream_of[map.cells[map.slots[slot] + 1]]
     end
     local pins = nil
     for uuid, name in pairs(map.pins) do

@@ -19,10 +19,10 @@ pub struct Config {
 
     /// A cell (worker): `NAME=INTERNAL_URL,DEVICE_URL`, e.g.
     /// `a=http://127.0.0.3:3000,https://isucondition-2.t.isucon.dev`. Repeat it for each worker
-    /// (1 to 16; in the environment, separated by spaces). The internal URL serves internal
+    /// (1 to 64; in the environment, separated by spaces). The internal URL serves internal
     /// calls and reads; the device URL is what JIA gives the devices of the cell's ISUs. A new
     /// placement map spreads the slots by first hex digit (`(digit) mod N`: with two cells,
-    /// exactly even → first, odd → second); a map restored from the log is kept, with these
+    /// exactly even → first, odd → second; past 16 cells, in even runs of slots); a map restored from the log is kept, with these
     /// URLs, and a cell it does not name yet is added holding nothing (see `scripts/cells`).
     /// Without `--worker`, the two `--worker-a-*`/`--worker-b-*` pairs below make cells a and b.
     #[arg(long = "worker", env = "ISU_WORKERS", value_delimiter = ' ', value_parser = parse_cell)]

@@ -193,8 +193,11 @@ impl Inventory {
             ));
         }
         let workers = self.hosts.len() - 1;
-        if !(1..=16).contains(&workers) {
-            return invalid(format!("1 to 16 worker hosts are needed (found {workers})"));
+        if !(1..=shared::placement_map::MAX_CELLS).contains(&workers) {
+            return invalid(format!(
+                "1 to {} worker hosts are needed (found {workers})",
+                shared::placement_map::MAX_CELLS
+            ));
         }
         let mut names = BTreeSet::new();
         let mut cells = BTreeSet::new();

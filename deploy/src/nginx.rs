@@ -109,7 +109,7 @@ pub struct Options {
     /// else the leader, see `nginx/replicas.lua`; a request that fails there goes to another
     /// where that is safe).
     pub coordinators: Vec<String>,
-    /// 1 to 16 cells.
+    /// 1 to [`MAX_CELLS`] cells.
     pub cells: Vec<CellSpec>,
     /// The router's map file; default `RUN_DIR/placement.map`.
     pub placement: Option<PathBuf>,

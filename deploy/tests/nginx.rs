@@ -157,12 +157,12 @@ fn for_host_refuses_relative_paths_bad_users_and_unusable_values() {
         nginx::render_for_host(&none, "www-data"),
         Err(NginxError::Invalid(_))
     ));
-    let mut seventeen = good;
-    seventeen.cells = (0..17).map(|index| cell(&format!("c{index}=h:1,h:2"))).collect();
-    assert!(nginx::render_for_host(&seventeen, "www-data")
+    let mut too_many = good;
+    too_many.cells = (0..65).map(|index| cell(&format!("c{index}=h:1,h:2"))).collect();
+    assert!(nginx::render_for_host(&too_many, "www-data")
         .unwrap_err()
         .to_string()
-        .contains("1 to 16 cells"));
+        .contains("1 to 64 cells"));
 }
 
 fn local_dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {

@@ -125,8 +125,9 @@ pub fn cluster_command() -> std::process::Command {
     command
 }
 
-/// Most cells a local cluster has (`shared::placement_map::MAX_CELLS`), named a to p.
-const CELL_NAMES: [&str; shared::placement_map::MAX_CELLS] = [
+/// Most cells a local cluster has (16: every worker is a process on this machine), named
+/// a to p.
+const CELL_NAMES: [&str; 16] = [
     "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p",
 ];
 

@@ -17,8 +17,10 @@ use serde::{Deserialize, Serialize};
 
 /// Number of slots: all values of a UUID's first two hex digits.
 pub const SLOTS: usize = 256;
-/// Most cells a map may name.
-pub const MAX_CELLS: usize = 16;
+/// Most cells a map may name: the most the scale test runs (`scripts/bench --scale
+/// --scale-cells 64`); a cell id is one byte, and the router's map file writes it in two
+/// hex digits past 16 cells.
+pub const MAX_CELLS: usize = 64;
 
 /// Index of a cell in [`PlacementMap::cells`].
 pub type CellId = u8;
@@ -116,8 +118,9 @@ impl TryFrom<WireMap> for PlacementMap {
 }
 
 impl PlacementMap {
-    /// Version 1 over `cells`, slots spread by first hex digit: slot `s` belongs to cell
-    /// `(s >> 4) % cells.len()` (for two cells, the parity of the first hex digit).
+    /// Version 1 over `cells`. Up to 16 cells, slots are spread by first hex digit: slot `s`
+    /// belongs to cell `(s >> 4) % cells.len()` (for two cells, the parity of the first hex
+    /// digit). Past 16, in even runs: slot `s` belongs to cell `s * cells.len() / 256`.
     pub fn new(cells: Vec<Cell>) -> Result<PlacementMap, PlacementError> {
         if cells.is_empty() || cells.len() > MAX_CELLS {
             return Err(PlacementError::CellCount(cells.len()));
@@ -133,7 +136,9 @@ impl PlacementMap {
             version: 1,
             lineage: 0,
             cells,
-            slots: (0..SLOTS).map(|slot| ((slot >> 4) % count) as CellId).collect(),
+            slots: (0..SLOTS)
+                .map(|slot| if count <= 16 { (slot >> 4) % count } else { slot * count / SLOTS } as CellId)
+                .collect(),
             pins: BTreeMap::new(),
         })
     }
@@ -433,7 +438,7 @@ mod tests {
     #[test]
     fn cells_are_validated() {
         assert_eq!(PlacementMap::new(Vec::new()), Err(PlacementError::CellCount(0)));
-        assert_eq!(PlacementMap::new(cells(17)), Err(PlacementError::CellCount(17)));
+        assert_eq!(PlacementMap::new(cells(65)), Err(PlacementError::CellCount(65)));
         let mut twins = cells(2);
         twins[1].name = twins[0].name.clone();
         assert_eq!(
@@ -443,11 +448,36 @@ mod tests {
         let mut bad = cells(1);
         bad[0].name = "Cell A".into();
         assert!(matches!(PlacementMap::new(bad), Err(PlacementError::BadName(_))));
-        let mut map = PlacementMap::new(cells(16)).unwrap();
+        let mut map = PlacementMap::new(cells(MAX_CELLS)).unwrap();
         assert_eq!(
-            map.add_cell(cells(17).pop().unwrap()),
-            Err(PlacementError::CellCount(17))
+            map.add_cell(cells(65).pop().unwrap()),
+            Err(PlacementError::CellCount(65))
         );
+    }
+
+    #[test]
+    fn past_sixteen_cells_every_cell_gets_an_even_run_of_slots() {
+        for count in [17, 40, MAX_CELLS] {
+            let map = PlacementMap::new(cells(count)).unwrap();
+            let counts = map.slot_counts();
+            assert_eq!(counts.len(), count);
+            assert!(
+                counts
+                    .iter()
+                    .all(|slots| (SLOTS / count..=SLOTS / count + 1).contains(slots)),
+                "{counts:?}"
+            );
+            assert!(
+                map.slots().windows(2).all(|pair| pair[0] <= pair[1]),
+                "runs in slot order"
+            );
+        }
+        let sixteen = PlacementMap::new(cells(16)).unwrap();
+        assert!(sixteen
+            .slots()
+            .iter()
+            .enumerate()
+            .all(|(slot, cell)| usize::from(*cell) == slot >> 4));
     }
 
     #[test]

@@ -13,8 +13,10 @@
 //!   its version (a coordinator that started without its log begins a new history);
 //! - `cell ID NAME`: each cell, ids from 0 in map order (the router has an upstream
 //!   `cell_<name>` per configured cell, see [`upstream_name`], and refuses unknown ones);
-//! - `slots D…`: 256 lowercase hex digits, the cell id of each slot (`00`..`ff`, the UUID's
-//!   first two hex digits; anything else falls to slot 0's cell, like [`slot_of`]);
+//! - `slots D…`: the cell id of each slot (`00`..`ff`, the UUID's first two hex digits;
+//!   anything else falls to slot 0's cell, like [`slot_of`]) in lowercase hex: 256 digits,
+//!   one a slot, while the map has at most 16 cells, else 512, two a slot (the format of
+//!   the first maps is kept for the maps it can say);
 //! - `pin UUID NAME`: a pinned ISU and its cell (compared ignoring case).
 //!
 //! Lines starting with `#` are comments.
@@ -23,7 +25,7 @@
 
 use std::fmt::Write;
 
-use crate::placement_map::PlacementMap;
+use crate::placement_map::{PlacementMap, SLOTS};
 
 /// The nginx upstream name of a cell.
 pub fn upstream_name(cell: &str) -> String {
@@ -43,8 +45,13 @@ pub fn map_text(map: &PlacementMap, written_by: &str) -> String {
         let _ = writeln!(out, "cell {id} {}", cell.name);
     }
     out.push_str("slots ");
+    let one_digit = map.cells().len() <= 16;
     for cell in map.slots() {
-        let _ = write!(out, "{cell:x}");
+        let _ = if one_digit {
+            write!(out, "{cell:x}")
+        } else {
+            write!(out, "{cell:02x}")
+        };
     }
     out.push('\n');
     for (uuid, cell) in map.pins() {
@@ -54,6 +61,24 @@ pub fn map_text(map: &PlacementMap, written_by: &str) -> String {
         }
     }
     out
+}
+
+/// The `slots` line's digits: one a slot (256) or two a slot (512), lowercase hex.
+fn parse_slots(text: &str) -> Option<Vec<u8>> {
+    let width = match text.len() {
+        SLOTS => 1,
+        length if length == 2 * SLOTS => 2,
+        _ => return None,
+    };
+    let digit = |byte: u8| match byte {
+        b'0'..=b'9' => Some(byte - b'0'),
+        b'a'..=b'f' => Some(byte - b'a' + 10),
+        _ => None,
+    };
+    text.as_bytes()
+        .chunks(width)
+        .map(|digits| digits.iter().try_fold(0u8, |id, byte| Some(id * 16 + digit(*byte)?)))
+        .collect()
 }
 
 /// A map text read back: what the router routes by (the same checks as `nginx/router.lua`,
@@ -113,18 +138,10 @@ impl RouterMap {
                     _ => return Err(bad("bad cell (want: cell ID NAME, ids from 0 in order)")),
                 },
                 "slots" if slots.is_none() => {
-                    let digits: Option<Vec<u8>> = rest
-                        .bytes()
-                        .map(|byte| match byte {
-                            b'0'..=b'9' => Some(byte - b'0'),
-                            b'a'..=b'f' => Some(byte - b'a' + 10),
-                            _ => None,
-                        })
-                        .collect();
-                    match digits {
-                        Some(digits) if digits.len() == crate::placement_map::SLOTS => slots = Some(digits),
-                        _ => return Err(bad("slots wants 256 lowercase hex digits")),
-                    }
+                    slots = Some(
+                        parse_slots(rest)
+                            .ok_or_else(|| bad("slots wants 256 lowercase hex digits (512 past 16 cells)"))?,
+                    );
                 }
                 "pin" => match rest.split_once(' ') {
                     Some((uuid, name))
@@ -248,11 +265,31 @@ mod tests {
 
     #[test]
     fn sixteen_cells_fit_one_hex_digit_per_slot() {
-        let map = PlacementMap::new(cells(MAX_CELLS)).unwrap();
+        let map = PlacementMap::new(cells(16)).unwrap();
         let text = map_text(&map, "x");
         let slots = text.lines().find_map(|line| line.strip_prefix("slots ")).unwrap();
         assert_eq!(slots.len(), SLOTS);
         assert!(slots.contains('f'));
         assert_eq!(upstream_name("c-15"), "cell_c_15");
+    }
+
+    #[test]
+    fn more_than_sixteen_cells_take_two_hex_digits_per_slot() {
+        let mut map = PlacementMap::new(cells(MAX_CELLS)).unwrap();
+        map.assign_slot(0xff, 63).unwrap();
+        let text = map_text(&map, "x");
+        let slots = text.lines().find_map(|line| line.strip_prefix("slots ")).unwrap();
+        assert_eq!(slots.len(), 2 * SLOTS);
+        assert_eq!(&slots[..4], "0000");
+        assert!(slots.ends_with("3f"), "{slots}");
+        let read = RouterMap::parse(&text).unwrap();
+        assert_eq!(read.slots, map.slots());
+        assert_eq!(read.cells.len(), MAX_CELLS);
+        let odd = text.replace(slots, &slots[..511]);
+        assert!(RouterMap::parse(&odd).unwrap_err().contains("512 past 16 cells"));
+        let beyond = text.replace(slots, &format!("40{}", &slots[2..]));
+        assert!(RouterMap::parse(&beyond)
+            .unwrap_err()
+            .contains("slot 00 names cell id 64"));
     }
 }

@@ -620,3 +620,98 @@ async fn the_control_server_takes_newer_maps_only_and_every_nginx_worker_routes_
     );
     eprintln!("router control: 20 maps, each routed by both nginx workers from the next request (longest update + 10 routed requests: {longest:?})");
 }
+
+/// Past 16 cells the map file writes two hex digits a slot; nginx's router reads them: with
+/// 64 fake cells, the coordinator's map text for a map that moved slots around routes each
+/// slot's reads to its cell, from the file at start and from the control server after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_cells_route_by_two_hex_digits_a_slot() {
+    use shared::placement_map::{Cell, PlacementMap, MAX_CELLS};
+    let Some(nginx) = nginx_or_skip() else {
+        return;
+    };
+    let names: Vec<&'static str> = (0..MAX_CELLS)
+        .map(|index| &*Box::leak(format!("c{index}").into_boxed_str()))
+        .collect();
+    let mut cells = Vec::new();
+    for name in &names {
+        cells.push((name.to_string(), fake_cell(name).await));
+    }
+    let mut map = PlacementMap::new(
+        cells
+            .iter()
+            .map(|(name, address)| Cell {
+                name: name.clone(),
+                internal_url: format!("http://{address}"),
+                device_url: String::new(),
+            })
+            .collect(),
+    )
+    .unwrap();
+    let run_dir = ScratchDir::new("router-64");
+    let front = RouterFront::new(&run_dir.path, cells.len());
+    std::fs::create_dir_all(&front.run_dir).unwrap();
+    std::fs::write(front.map_file(), shared::router::map_text(&map, "a test")).unwrap();
+    let web = fixture_front_end();
+    let secret = "router-64-test-secret";
+    let (mut server, public) = start_front(&FrontSetup {
+        nginx: &nginx,
+        static_dir: &web.path,
+        front: &front,
+        secret,
+        coordinators: &["127.0.0.1:9".to_owned()],
+        cells: &cells,
+        worker_processes: 1,
+    })
+    .await;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let route_every_slot = |map: PlacementMap| {
+        let (client, public, names) = (client.clone(), public.clone(), names.clone());
+        async move {
+            for slot in 0..=255u8 {
+                let uuid = format!("{slot:02x}000042-0000-4000-8000-000000000042");
+                let answer = client
+                    .get(format!("{public}/api/isu/{uuid}/graph"))
+                    .send()
+                    .await
+                    .expect("the router answers");
+                assert_eq!(answer.status(), StatusCode::OK);
+                let owner = names[usize::from(map.slots()[usize::from(slot)])];
+                assert_eq!(
+                    answer.text().await.unwrap(),
+                    owner,
+                    "slot {slot:02x}, map v{}",
+                    map.version()
+                );
+            }
+        }
+    };
+    // The file's map: slot s on cell s × 64 / 256.
+    assert_eq!(map.slots()[255], 63);
+    route_every_slot(map.clone()).await;
+
+    // A newer map through the control server: slots moved to the highest cells.
+    for slot in (0..=255u8).step_by(5) {
+        map.assign_slot(slot, 63 - slot % 47).unwrap();
+    }
+    let text = shared::router::map_text(&map, "a test");
+    assert_eq!(
+        text.lines().find_map(|line| line.strip_prefix("slots ")).unwrap().len(),
+        512
+    );
+    let stored = client
+        .put(format!("{}/map", front.control_url()))
+        .header(shared::protocol::SECRET_HEADER, secret)
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stored.status(), StatusCode::OK, "{}", stored.text().await.unwrap());
+    assert_eq!(router_map(&front, secret).await.0, map.version());
+    route_every_slot(map).await;
+    server.assert_running();
+}
