@@ -170,7 +170,7 @@ pub struct RunArgs {
     /// in `--out`), and every cell pushes to each.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=5))]
     pub scale_coordinators: u16,
-    /// Scale: simulated cells (the coordinator takes at most 16).
+    /// Scale: simulated cells (a placement map holds at most 64).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=200))]
     pub scale_cells: u16,
     /// Scale: ISUs of the generated dataset.

@@ -67,6 +67,8 @@ pub struct ScaleReport {
     /// cost of one update: both summed over the coordinators).
     pub cpu_ms_per_1000_applied: Option<f64>,
     pub trend: TrendFigures,
+    /// New maps from the leader to every cell.
+    pub map_spread: MapSpread,
     /// With `restart`: from starting the last coordinator again (killed after the pushes)
     /// until its `/healthz` answered 200.
     pub restart_seconds: Option<f64>,
@@ -102,6 +104,27 @@ pub struct TrendFigures {
     /// Entries (ISUs) the JSON trend lists.
     pub isus_listed: usize,
 }
+
+/// [`MAP_CHANGES`] map changes (each a pin of an ISU on the cell that holds it: no data
+/// moves), each timed from its request to the leader until a cell received the new version.
+#[derive(Debug, Clone, Serialize)]
+pub struct MapSpread {
+    pub changes: usize,
+    /// Until the last cell had it, per change.
+    pub last_cell_p50_ms: f64,
+    pub last_cell_p99_ms: f64,
+    /// Until each cell had it, over every cell of every change.
+    pub any_cell_p50_ms: f64,
+    pub any_cell_p99_ms: f64,
+    /// Until the leader answered the change (it has sent the map to every cell then).
+    pub answer_p50_ms: f64,
+    /// Cells that never received a change's version (the coordinator's watch resends it
+    /// within a second; counted here, not waited for).
+    pub missed: usize,
+}
+
+/// Map changes a scale step makes.
+const MAP_CHANGES: usize = 100;
 
 /// The coordinator processes, killed and reaped on drop, with their base URLs.
 struct Coordinators {
@@ -163,6 +186,31 @@ impl Coordinators {
         self.children[index] = self.spawn(index, true)?;
         self.wait_ready_one(index, client, started + within).await?;
         Ok(started.elapsed())
+    }
+
+    /// The base URL of the coordinator that leads (the lone one, or the replica whose
+    /// `/healthz` says so).
+    async fn leader(&self, client: &reqwest::Client) -> anyhow::Result<String> {
+        if self.urls.len() == 1 {
+            return Ok(self.urls[0].clone());
+        }
+        for url in &self.urls {
+            let health = client
+                .get(format!("{url}{}", shared::protocol::HEALTH))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await;
+            if let Ok(response) = health {
+                if response
+                    .json::<shared::protocol::Health>()
+                    .await
+                    .is_ok_and(|health| health.leader)
+                {
+                    return Ok(url.clone());
+                }
+            }
+        }
+        anyhow::bail!("no coordinator says it leads")
     }
 
     /// Waits until every coordinator's `/healthz` says one generation.
@@ -291,6 +339,8 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         .map(|(before, after)| after - before);
     let (rss_after_push, rss_peak) = (coordinators.memory("VmRSS:")?, coordinators.memory("VmHWM:")?);
     let trend = measure_trend(&client, &urls[0]).await?;
+    let leader = coordinators.leader(&client).await?;
+    let map_spread = measure_map_spread(&client, &leader, &secret, &cells).await?;
     let restart_seconds = if config.restart {
         let restart = coordinators.restart_last(&client, Duration::from_secs(600)).await?;
         Some(restart.as_secs_f64())
@@ -328,7 +378,74 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         cpu_ms_per_1000_applied: (pushes.items_applied > 0)
             .then(|| coordinator_cpu_seconds * 1e6 / pushes.items_applied as f64),
         trend,
+        map_spread,
         restart_seconds,
+    })
+}
+
+/// Pins [`MAP_CHANGES`] ISUs, one at a time, each on the cell that holds it (a new map
+/// version that moves no data), and times each version's way to every cell.
+async fn measure_map_spread(
+    client: &reqwest::Client,
+    leader: &str,
+    secret: &str,
+    cells: &CellSim,
+) -> anyhow::Result<MapSpread> {
+    let subjects: Vec<(String, String)> = (0..MAP_CHANGES)
+        .filter_map(|index| {
+            let cell = &cells.cells()[index % cells.cells().len()];
+            let isus = cell.isus();
+            isus.get(index / cells.cells().len())
+                .map(|isu| (isu.uuid.clone(), cell.name.clone()))
+        })
+        .collect();
+    anyhow::ensure!(!subjects.is_empty(), "no ISU in the simulated cells to pin");
+    let (mut last_cell, mut any_cell, mut answers, mut missed) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    for (uuid, cell) in &subjects {
+        let started = Instant::now();
+        let response = client
+            .post(format!("{leader}{}", shared::protocol::COORDINATOR_MIGRATE))
+            .header(shared::protocol::SECRET_HEADER, secret)
+            .json(&shared::protocol::cells::MigrateRequest {
+                slot: None,
+                isu: Some(uuid.clone()),
+                to: cell.clone(),
+            })
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .context("pinning an ISU")?;
+        answers.push(started.elapsed());
+        let status = response.status();
+        let answer: shared::protocol::cells::CellsAnswer = response
+            .json()
+            .await
+            .with_context(|| format!("pinning {uuid} answered {status}, not the cells API's answer"))?;
+        anyhow::ensure!(answer.error.is_none(), "pinning {uuid}: {:?}", answer.error);
+        let version = answer.map_version.context("the pin's answer has no map version")?;
+        let arrivals: Vec<Duration> = cells
+            .cells()
+            .iter()
+            .filter_map(|cell| cell.map_arrival(version))
+            .map(|at| at.saturating_duration_since(started))
+            .collect();
+        missed += cells.cells().len() - arrivals.len();
+        last_cell.extend(arrivals.iter().max());
+        any_cell.extend(arrivals);
+    }
+    let ms = |times: &mut Vec<Duration>, quantile: f64| {
+        times.sort_unstable();
+        let index = ((times.len() as f64 * quantile).ceil() as usize).clamp(1, times.len().max(1)) - 1;
+        times.get(index).map_or(f64::NAN, |time| time.as_secs_f64() * 1e3)
+    };
+    Ok(MapSpread {
+        changes: subjects.len(),
+        last_cell_p50_ms: ms(&mut last_cell, 0.5),
+        last_cell_p99_ms: ms(&mut last_cell, 0.99),
+        any_cell_p50_ms: ms(&mut any_cell, 0.5),
+        any_cell_p99_ms: ms(&mut any_cell, 0.99),
+        answer_p50_ms: ms(&mut answers, 0.5),
+        missed,
     })
 }
 
@@ -529,6 +646,19 @@ impl std::fmt::Display for ScaleReport {
             out,
             "  trend gzip                  {:>12} bytes in {:.1} ms",
             trend.gzip_bytes, trend.gzip_ms
+        )?;
+        let spread = &self.map_spread;
+        write!(
+            out,
+            "\n  map to the last of {} cells  p50 {:.1} ms, p99 {:.1} ms ({} changes; any cell p50 {:.1}, p99 {:.1} ms; answered p50 {:.1} ms; {} missed)",
+            self.cells,
+            spread.last_cell_p50_ms,
+            spread.last_cell_p99_ms,
+            spread.changes,
+            spread.any_cell_p50_ms,
+            spread.any_cell_p99_ms,
+            spread.answer_p50_ms,
+            spread.missed
         )?;
         match self.restart_seconds {
             Some(restart) => write!(out, "\n  restart of the last, ready   {restart:>11.2} s"),

@@ -15,7 +15,7 @@ pub mod routes;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use deploy::node_args::CellEndpoint;
@@ -60,9 +60,25 @@ pub struct SimCell {
     pub resend: AtomicBool,
     /// The timestamp of the last batch pushed (0: none yet).
     pub last_pushed: AtomicI64,
+    /// When each newer map version arrived (the scale step's map spread).
+    pub map_arrivals: std::sync::Mutex<Vec<(u64, Instant)>>,
 }
 
 impl SimCell {
+    /// A cell told nothing yet (generation 0, map version 0, no ISU).
+    pub fn new(name: String, url: String) -> SimCell {
+        SimCell {
+            name,
+            url,
+            generation: AtomicU64::new(0),
+            map_version: AtomicU64::new(0),
+            isus: RwLock::new(Arc::new(Vec::new())),
+            resend: AtomicBool::new(false),
+            last_pushed: AtomicI64::new(0),
+            map_arrivals: std::sync::Mutex::default(),
+        }
+    }
+
     /// Its ISUs now.
     pub fn isus(&self) -> Arc<Vec<SimIsu>> {
         self.isus
@@ -71,7 +87,16 @@ impl SimCell {
             .clone()
     }
 
-    fn replace_isus(&self, isus: Vec<SimIsu>) {
+    /// When map `version` arrived here, if it did.
+    pub fn map_arrival(&self, version: u64) -> Option<Instant> {
+        self.map_arrivals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .find_map(|(arrived, at)| (*arrived == version).then_some(*at))
+    }
+
+    pub(super) fn replace_isus(&self, isus: Vec<SimIsu>) {
         *self.isus.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(isus);
     }
 }
@@ -105,15 +130,7 @@ impl CellSim {
                 .await
                 .with_context(|| format!("binding simulated cell {index} on {address}"))?;
             let local = listener.local_addr()?;
-            let cell = Arc::new(SimCell {
-                name: format!("s{index:02}"),
-                url: format!("http://{local}"),
-                generation: AtomicU64::new(0),
-                map_version: AtomicU64::new(0),
-                isus: RwLock::new(Arc::new(Vec::new())),
-                resend: AtomicBool::new(false),
-                last_pushed: AtomicI64::new(0),
-            });
+            let cell = Arc::new(SimCell::new(format!("s{index:02}"), format!("http://{local}")));
             let router = routes::router(cell.clone(), config.secret.clone());
             let stop = stop_servers.clone();
             servers.push(tokio::spawn(async move {

@@ -338,26 +338,22 @@ mod tests {
     use shared::protocol::decode_latest;
 
     fn cell(isus: usize) -> Arc<SimCell> {
-        Arc::new(SimCell {
-            name: "s00".to_owned(),
-            url: "http://127.0.0.1:1".to_owned(),
-            generation: AtomicU64::new(42),
-            map_version: AtomicU64::new(1),
-            isus: std::sync::RwLock::new(Arc::new(
-                (0..isus)
-                    .map(|index| SimIsu {
-                        uuid: format!("00000000-0000-4000-8000-{index:012}"),
-                        latest: Some(shared::protocol::WireCondition {
-                            timestamp: VIRTUAL_START - 600,
-                            flags: Flags(0),
-                            message: "from the reset".to_owned(),
-                        }),
-                    })
-                    .collect(),
-            )),
-            resend: std::sync::atomic::AtomicBool::new(false),
-            last_pushed: std::sync::atomic::AtomicI64::new(0),
-        })
+        let cell = SimCell::new("s00".to_owned(), "http://127.0.0.1:1".to_owned());
+        cell.generation.store(42, std::sync::atomic::Ordering::Release);
+        cell.map_version.store(1, std::sync::atomic::Ordering::Release);
+        cell.replace_isus(
+            (0..isus)
+                .map(|index| SimIsu {
+                    uuid: format!("00000000-0000-4000-8000-{index:012}"),
+                    latest: Some(shared::protocol::WireCondition {
+                        timestamp: VIRTUAL_START - 600,
+                        flags: Flags(0),
+                        message: "from the reset".to_owned(),
+                    }),
+                })
+                .collect(),
+        );
+        Arc::new(cell)
     }
 
     #[test]

@@ -149,9 +149,16 @@ async fn unpublished(State(cell): State<Arc<SimCell>>, Json(of): Json<ResendLate
     }
 }
 
-/// The map's version is kept (the coordinator's health check compares it).
+/// The map's version is kept (the coordinator's health check compares it), and when a newer
+/// one arrived.
 async fn placement(State(cell): State<Arc<SimCell>>, Json(map): Json<PlacementMap>) -> StatusCode {
-    cell.map_version.fetch_max(map.version(), Ordering::AcqRel);
+    let arrived = std::time::Instant::now();
+    if cell.map_version.fetch_max(map.version(), Ordering::AcqRel) < map.version() {
+        cell.map_arrivals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((map.version(), arrived));
+    }
     StatusCode::OK
 }
 
