@@ -44,7 +44,7 @@ impl Application {
             None => shared::dataset::DEFAULT_ICON.to_vec(),
         };
         let source = config.dataset.clone();
-        let dataset = tokio::task::spawn_blocking(move || source.load())
+        let (seed, dataset) = tokio::task::spawn_blocking(move || state::seed::Seed::load_first(&source))
             .await?
             .context("loading the dataset")?;
         tracing::info!(users = dataset.users.len(), isus = dataset.isus.len(), "dataset loaded");
@@ -66,6 +66,7 @@ impl Application {
         // every map applied later).
         let workers = WorkerClient::new(placement.map().cells(), &config.cluster_secret)?;
         let mut state = State::new(
+            seed,
             dataset,
             Bytes::from(default_icon),
             SessionKey::from_secret(&config.cluster_secret),

@@ -263,7 +263,11 @@ impl State {
                 .take_if(|prepared| prepared.id == snapshot.generation);
             let generation = match prepared {
                 Some(prepared) => prepared,
-                None => Arc::new(Generation::from_snapshot(&snapshot, &self.dataset, &self.default_icon)),
+                None => Arc::new(Generation::from_snapshot(
+                    &snapshot,
+                    &self.seed.load(),
+                    &self.default_icon,
+                )),
             };
             *self.current.write() = generation;
             tracing::info!(generation = snapshot.generation, "took a new generation");

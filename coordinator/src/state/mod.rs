@@ -3,6 +3,7 @@
 //! - [`apply`]: the write path: proposing a command to the group's log, and the one `apply`
 //!   that changes the state (a lone coordinator is a group of one);
 //! - [`model`]: the plain data they share (an ISU and its latest condition, a registration's outcome);
+//! - [`seed`]: the dataset, built again for each use instead of kept;
 //! - [`generation`]: users, ISUs and their latest conditions of one dataset generation;
 //! - [`trend`]: the trend cache a generation holds, built in the background from the latest conditions;
 //! - [`registration`]: the registration protocol with the workers and JIA;
@@ -12,7 +13,7 @@
 //! - [`replica`]: a replica's roles: the leader's duties, a follower's pulls, the stall watchdog.
 //!
 //! They use each other in one direction only (checked by `e2e/tests/structure.rs`): `model`
-//! uses none of them; `trend` uses `model`; `command` uses none; `generation` uses `model`,
+//! and `seed` use none of them; `trend` uses `model`; `command` uses none; `generation` uses `model`,
 //! `trend` and `command`; `placement` uses none of them. This module, which holds [`State`],
 //! uses those; the protocols on [`State`] (`apply`, `registration`, `worker_sync`,
 //! `migration`, `replica`) use it and the ones below it, and nothing here uses them by path.
@@ -28,6 +29,7 @@ mod model;
 pub mod placement;
 pub mod registration;
 pub mod replica;
+pub mod seed;
 mod trend;
 mod worker_sync;
 
@@ -36,7 +38,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::RwLock;
-use shared::dataset::Dataset;
 use shared::session::SessionKey;
 
 pub use generation::Generation;
@@ -74,7 +75,7 @@ pub struct State {
     /// `/initialize`: the generation it proposed, taken by applying its command instead of
     /// being built again from the dataset.
     prepared: parking_lot::Mutex<Option<Arc<Generation>>>,
-    dataset: Arc<Dataset>,
+    seed: Arc<seed::Seed>,
     pub default_icon: Bytes,
     pub session_key: SessionKey,
     pub workers: WorkerClient,
@@ -97,8 +98,10 @@ pub struct State {
 }
 
 impl State {
+    /// `dataset` is `seed`'s, loaded for the first generation.
     pub fn new(
-        dataset: Dataset,
+        seed: seed::Seed,
+        dataset: Arc<shared::dataset::Dataset>,
         default_icon: Bytes,
         session_key: SessionKey,
         workers: WorkerClient,
@@ -127,7 +130,7 @@ impl State {
             established: AtomicBool::new(false),
             leading: AtomicBool::new(false),
             prepared: parking_lot::Mutex::new(None),
-            dataset: Arc::new(dataset),
+            seed: Arc::new(seed),
             default_icon,
             session_key,
             workers,
@@ -160,12 +163,18 @@ impl State {
         // the owner the map names, and a flip after it would name a cell that never got them.
         // A migration that waits for this lock starts on the new generation.
         let _no_migration = self.migration_lock.lock().await;
-        let dataset = self.dataset.clone();
         let default_icon = self.default_icon.clone();
-        let generation =
-            tokio::task::spawn_blocking(move || Generation::from_dataset(new_generation_id(), &dataset, &default_icon))
-                .await
-                .map_err(|error| ApiError::Internal(error.to_string()))?;
+        let seed = self.seed.clone();
+        // The dataset stays loaded until every worker has its reset (they share it).
+        let (generation, _dataset) = tokio::task::spawn_blocking(move || {
+            let dataset = seed.load();
+            (
+                Generation::from_dataset(new_generation_id(), &dataset, &default_icon),
+                dataset,
+            )
+        })
+        .await
+        .map_err(|error| ApiError::Internal(error.to_string()))?;
         let generation = Arc::new(generation);
         // Committed first, and swapped in by applying the command (here as everywhere): a
         // proposal that fails may still commit, and memory never runs ahead of the log.

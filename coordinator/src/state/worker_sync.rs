@@ -2,7 +2,6 @@
 //! lead (or lets a worker that kept it push its latest conditions again), and resets a
 //! worker that lost its state with its shard as the coordinator knows it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,8 +72,8 @@ impl State {
 
     /// Sends a worker the ISUs of `generation` its cell owns in the current map.
     async fn reset_worker(&self, generation: &Arc<Generation>, cell: CellId) -> anyhow::Result<()> {
-        let (dataset, generation, map) = (self.dataset.clone(), generation.clone(), self.placement.map());
-        let body = tokio::task::spawn_blocking(move || reset_body(&dataset, &generation, &map, cell)).await??;
+        let (seed, generation, map) = (self.seed.clone(), generation.clone(), self.placement.map());
+        let body = tokio::task::spawn_blocking(move || reset_body(&seed.load(), &generation, &map, cell)).await??;
         Ok(self.workers.reset(cell, body).await?)
     }
 
@@ -152,20 +151,20 @@ impl State {
 /// A worker's reset body: the ISUs its cell owns in `map`, with the dataset's conditions and
 /// each ISU's latest known condition, and every user of `generation`.
 fn reset_body(dataset: &Dataset, generation: &Generation, map: &PlacementMap, cell: CellId) -> anyhow::Result<Bytes> {
-    let dataset_conditions: HashMap<&str, &[WireCondition]> = dataset
-        .isus
-        .iter()
-        .map(|isu| (isu.uuid.as_str(), isu.conditions.as_slice()))
-        .collect();
     let isus: Vec<ShardIsu> = generation
         .all
         .read()
         .iter()
         .filter(|isu| map.owner(&isu.uuid) == cell)
         .map(|isu| {
-            let mut conditions = dataset_conditions
-                .get(isu.uuid.as_str())
-                .map_or_else(Vec::new, |known| known.to_vec());
+            // The dataset's ISUs are in id order.
+            let mut conditions = dataset
+                .isus
+                .binary_search_by_key(&isu.id, |known| known.id)
+                .ok()
+                .map(|index| &dataset.isus[index])
+                .filter(|known| known.uuid == isu.uuid)
+                .map_or_else(Vec::new, |known| known.conditions.clone());
             if let Some(latest) = isu.latest() {
                 if conditions.last().is_none_or(|last| last.timestamp < latest.timestamp) {
                     conditions.push(WireCondition {

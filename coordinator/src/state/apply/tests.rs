@@ -39,7 +39,8 @@ fn fresh_state() -> Arc<State> {
     let placement = Placement::new(&cells(), None, Vec::new(), None, SECRET).unwrap();
     let workers = WorkerClient::new(placement.map().cells(), SECRET).unwrap();
     Arc::new(State::new(
-        shared::dataset::Dataset::default(),
+        crate::state::seed::Seed::held(shared::dataset::Dataset::default()),
+        Arc::default(),
         Bytes::from_static(b"default icon"),
         shared::session::SessionKey::from_secret(SECRET),
         workers,
