@@ -235,7 +235,7 @@ async fn migrate(_: ClusterPeer, State(app): State<AppState>, Json(request): Jso
             _ => return refused(format!("slot must be two hex digits (00 to ff), not {slot:?}")),
         },
         (None, Some(uuid)) => {
-            if !app.state.generation().by_uuid.contains_key(&uuid) {
+            if !app.state.generation().by_uuid.contains_key(uuid.as_str()) {
                 return refused(format!("no registered ISU {uuid}"));
             }
             Subject::Pin(uuid)

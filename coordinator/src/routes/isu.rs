@@ -157,7 +157,7 @@ async fn icon(user: SignedIn, State(app): State<AppState>, Path(uuid): Path<Stri
         .generation()
         .owned_isu(&uuid, &user.0)
         .ok_or(ApiError::IsuNotFound)?;
-    let image = match isu.icon {
+    let image = match isu.icon.as_deref().copied() {
         // A replica that has yet to fetch it from a peer.
         Some(hash) if isu.image.is_empty() => app
             .state

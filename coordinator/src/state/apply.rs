@@ -245,7 +245,7 @@ impl State {
             if how == Adopt::Exactly {
                 let kept: std::collections::HashSet<&str> = snapshot.isus.iter().map(|isu| isu.uuid.as_str()).collect();
                 for isu in current.registered() {
-                    if !kept.contains(isu.uuid.as_str()) {
+                    if !kept.contains(&*isu.uuid) {
                         current.remove(&isu.uuid);
                     }
                 }
@@ -318,7 +318,7 @@ impl State {
                 &isu.name,
                 &isu.character,
                 &isu.owner,
-                isu.icon,
+                isu.icon.as_deref(),
                 image,
             )
                 .hash(&mut hasher);

@@ -25,8 +25,12 @@ const EARLY_LATEST_LIMIT: usize = 10_000;
 pub struct Generation {
     pub id: u64,
     pub(super) users: RwLock<HashSet<String>>,
-    pub(crate) by_uuid: DashMap<String, Arc<Isu>>,
-    pub(super) by_owner: DashMap<String, Vec<Arc<Isu>>>,
+    /// Keyed by the ISU's own UUID (shared, not copied).
+    pub(crate) by_uuid: DashMap<Arc<str>, Arc<Isu>>,
+    /// Keyed by the owner every ISU of theirs shares.
+    pub(super) by_owner: DashMap<Arc<str>, Vec<Arc<Isu>>>,
+    /// The characters ISUs have, each string held once.
+    characters: Mutex<HashSet<Arc<str>>>,
     /// All ISUs in id order (the trend is built from them).
     pub(super) all: Arc<RwLock<Vec<Arc<Isu>>>>,
     /// Registrations in flight, by UUID.
@@ -54,6 +58,7 @@ impl Generation {
             users: RwLock::new(dataset.users.iter().cloned().collect()),
             by_uuid: DashMap::new(),
             by_owner: DashMap::new(),
+            characters: Mutex::default(),
             all: Arc::new(RwLock::new(Vec::new())),
             pending: Mutex::new(HashMap::new()),
             early_latest: Mutex::new(HashMap::new()),
@@ -76,10 +81,10 @@ impl Generation {
             generation.users.write().insert(isu.owner.clone());
             generation.insert(Isu {
                 id: isu.id,
-                uuid: isu.uuid.clone(),
-                name: isu.name.clone(),
-                character: isu.character.clone(),
-                owner: isu.owner.clone(),
+                uuid: isu.uuid.as_str().into(),
+                name: isu.name.as_str().into(),
+                character: isu.character.as_str().into(),
+                owner: isu.owner.as_str().into(),
                 image: isu
                     .image
                     .as_ref()
@@ -125,8 +130,21 @@ impl Generation {
         }
     }
 
-    /// Adds an ISU (dataset loading); see [`Generation::publish`] for registrations.
-    pub(super) fn insert(&self, isu: Isu) -> Arc<Isu> {
+    /// Adds an ISU (dataset loading); see [`Generation::publish`] for registrations. Its
+    /// owner and character become the strings the generation holds already, if it does.
+    pub(super) fn insert(&self, mut isu: Isu) -> Arc<Isu> {
+        if let Some(owned) = self.by_owner.get(&*isu.owner) {
+            isu.owner = owned.key().clone();
+        }
+        {
+            let mut characters = self.characters.lock();
+            match characters.get(&*isu.character) {
+                Some(held) => isu.character = held.clone(),
+                None => {
+                    characters.insert(isu.character.clone());
+                }
+            }
+        }
         let isu = Arc::new(isu);
         self.by_uuid.insert(isu.uuid.clone(), isu.clone());
         let mut owned = self.by_owner.entry(isu.owner.clone()).or_default();
@@ -143,7 +161,7 @@ impl Generation {
     /// Adds a registered ISU of the log unless it is here already (a command committed
     /// twice, or a snapshot overlapping the commands after it).
     pub(super) fn publish_logged(&self, isu: &LoggedIsu, default_icon: &Bytes) {
-        if self.by_uuid.contains_key(&isu.uuid) {
+        if self.by_uuid.contains_key(isu.uuid.as_str()) {
             return;
         }
         self.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
@@ -161,7 +179,7 @@ impl Generation {
 
     /// Gives `isu` the condition a push kept for it before it was known, if newer.
     fn adopt_early(&self, isu: &Isu) -> bool {
-        let Some(early) = self.early_latest.lock().remove(isu.uuid.as_str()) else {
+        let Some(early) = self.early_latest.lock().remove(&*isu.uuid) else {
             return false;
         };
         let mut latest = isu.latest.lock();
@@ -176,10 +194,10 @@ impl Generation {
         let Some((_, isu)) = self.by_uuid.remove(uuid) else {
             return;
         };
-        if let Some(mut owned) = self.by_owner.get_mut(&isu.owner) {
-            owned.retain(|other| other.uuid != uuid);
+        if let Some(mut owned) = self.by_owner.get_mut(&*isu.owner) {
+            owned.retain(|other| &*other.uuid != uuid);
         }
-        self.all.write().retain(|other| other.uuid != uuid);
+        self.all.write().retain(|other| &*other.uuid != uuid);
         self.changed();
     }
 
@@ -218,7 +236,7 @@ impl Generation {
     pub fn owned_isu(&self, uuid: &str, user: &str) -> Option<Arc<Isu>> {
         self.by_uuid
             .get(uuid)
-            .filter(|isu| isu.owner == user)
+            .filter(|isu| &*isu.owner == user)
             .map(|isu| isu.clone())
     }
 
@@ -291,17 +309,17 @@ impl Generation {
 fn isu_of(isu: &LoggedIsu, default_icon: &Bytes) -> Isu {
     Isu {
         id: isu.id,
-        uuid: isu.uuid.clone(),
-        name: isu.name.clone(),
-        character: isu.character.clone(),
-        owner: isu.owner.clone(),
+        uuid: isu.uuid.as_str().into(),
+        name: isu.name.as_str().into(),
+        character: isu.character.as_str().into(),
+        owner: isu.owner.as_str().into(),
         // An icon named by its hash whose bytes this replica lacks: fetched when asked.
         image: match (&isu.image, isu.icon) {
             (Some(image), _) => image.clone(),
             (None, Some(_)) => Bytes::new(),
             (None, None) => default_icon.clone(),
         },
-        icon: isu.icon,
+        icon: isu.icon.map(Box::new),
         latest: Mutex::new(None),
     }
 }
@@ -310,12 +328,12 @@ fn isu_of(isu: &LoggedIsu, default_icon: &Bytes) -> Isu {
 pub(super) fn logged(isu: &Isu, default_icon: &Bytes) -> LoggedIsu {
     LoggedIsu {
         id: isu.id,
-        uuid: isu.uuid.clone(),
-        name: isu.name.clone(),
-        character: isu.character.clone(),
-        owner: isu.owner.clone(),
+        uuid: isu.uuid.to_string(),
+        name: isu.name.to_string(),
+        character: isu.character.to_string(),
+        owner: isu.owner.to_string(),
         image: (isu.icon.is_none() && isu.image != *default_icon).then(|| isu.image.clone()),
-        icon: isu.icon,
+        icon: isu.icon.as_deref().copied(),
     }
 }
 
@@ -323,6 +341,37 @@ pub(super) fn logged(isu: &Isu, default_icon: &Bytes) -> LoggedIsu {
 mod tests {
     use super::super::model::tests::{condition, isu};
     use super::*;
+
+    #[test]
+    fn isus_share_their_owner_character_and_index_key_strings() {
+        let dataset = shared::dataset::generated::generate_with_isu_count(100);
+        let generation = Generation::from_dataset(1, &dataset, &Bytes::new());
+        let mine = generation.isus_of(&dataset.isus[50].owner);
+        assert!(mine.len() > 1);
+        assert!(mine.windows(2).all(|pair| Arc::ptr_eq(&pair[0].owner, &pair[1].owner)));
+        let owner_key = generation.by_owner.get(&*mine[0].owner).unwrap().key().clone();
+        assert!(
+            Arc::ptr_eq(&owner_key, &mine[0].owner),
+            "the owner index holds the same string"
+        );
+        let uuid_key = generation.by_uuid.get(&*mine[0].uuid).unwrap().key().clone();
+        assert!(
+            Arc::ptr_eq(&uuid_key, &mine[0].uuid),
+            "the UUID index holds the ISU's own string"
+        );
+        let all = generation.all.read().clone();
+        let same_character: Vec<_> = all.iter().filter(|isu| isu.character == all[0].character).collect();
+        assert!(same_character.len() > 1);
+        assert!(same_character
+            .iter()
+            .all(|isu| Arc::ptr_eq(&isu.character, &all[0].character)));
+        // A registration later shares them too.
+        let mut registered = isu(1_000, &all[0].character);
+        registered.owner = mine[0].owner.to_string().into();
+        let registered = generation.publish(registered);
+        assert!(Arc::ptr_eq(&registered.owner, &mine[0].owner));
+        assert!(Arc::ptr_eq(&registered.character, &all[0].character));
+    }
 
     #[test]
     fn a_condition_pushed_while_its_isu_is_published_is_not_left_behind() {

@@ -214,7 +214,7 @@ impl State {
             .iter()
             .filter(|isu| migration.subject.covers(&isu.uuid, Some(&map)))
             .map(|isu| IsuRef {
-                uuid: isu.uuid.clone(),
+                uuid: isu.uuid.to_string(),
                 id: isu.id,
             })
             .collect();

@@ -3,6 +3,8 @@
 //! generation, the trend and the registration protocol can all hold these without using
 //! each other.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use parking_lot::Mutex;
 use shared::domain::Flags;
@@ -16,19 +18,22 @@ pub struct Latest {
     pub message: Box<str>,
 }
 
-/// A registered (published) ISU.
+/// A registered (published) ISU. A generation holds a million of these on a large
+/// deployment, so it is kept small: the UUID is shared with the generation's index, the
+/// owner and the character with every other ISU of theirs (see `Generation::insert`), and
+/// an icon hash is boxed (most ISUs have none).
 #[derive(Debug)]
 pub struct Isu {
     pub id: i64,
-    pub uuid: String,
-    pub name: String,
-    pub character: String,
-    pub owner: String,
+    pub uuid: Arc<str>,
+    pub name: Box<str>,
+    pub character: Arc<str>,
+    pub owner: Arc<str>,
     /// The icon's bytes; empty on a replica that has yet to fetch the icon `icon` names.
     pub image: Bytes,
     /// Replicas: the icon's hash in the icon stores (`None`: the default icon, or a lone
     /// coordinator, whose log holds the bytes).
-    pub icon: Option<crate::icons::IconHash>,
+    pub icon: Option<Box<crate::icons::IconHash>>,
     pub(super) latest: Mutex<Option<Latest>>,
 }
 
@@ -80,8 +85,8 @@ pub(super) mod tests {
     pub(in crate::state) fn isu(id: i64, character: &str) -> Isu {
         Isu {
             id,
-            uuid: format!("uuid-{id}"),
-            name: format!("isu {id}"),
+            uuid: format!("uuid-{id}").into(),
+            name: format!("isu {id}").into(),
             character: character.into(),
             owner: "alice".into(),
             image: Bytes::new(),

@@ -245,12 +245,12 @@ impl State {
         };
         let isu = Isu {
             id,
-            uuid: registration.uuid.clone(),
-            name: registration.name.clone(),
-            character: character.clone(),
-            owner: registration.owner.clone(),
+            uuid: registration.uuid.as_str().into(),
+            name: registration.name.as_str().into(),
+            character: character.as_str().into(),
+            owner: registration.owner.as_str().into(),
             image: registration.image.clone().unwrap_or_else(|| self.default_icon.clone()),
-            icon,
+            icon: icon.map(Box::new),
             latest: Mutex::new(None),
         };
         // Committed before the worker publishes it: an ISU visible anywhere is in the log.
@@ -410,7 +410,7 @@ impl State {
         }
         generation
             .by_uuid
-            .get(&isu.uuid)
+            .get(&*isu.uuid)
             .map(|isu| isu.clone())
             .ok_or_else(|| ApiError::Unavailable(format!("ISU {} was reset while it registered", isu.uuid)))
     }
@@ -523,9 +523,9 @@ impl State {
             generation.next_id.fetch_max(held.id + 1, Ordering::AcqRel);
             let character = generation
                 .by_uuid
-                .get(&held.uuid)
+                .get(held.uuid.as_str())
                 .filter(|isu| isu.id == held.id)
-                .map(|isu| isu.character.clone());
+                .map(|isu| isu.character.to_string());
             match character {
                 Some(character) => accepted.push(PublishIsu {
                     generation: generation.id,
@@ -590,21 +590,24 @@ impl State {
     /// `finish_registrations`).
     async fn finish_registration(&self, generation: &Arc<Generation>, registration: Unfinished) {
         let cell = self.placement.map().owner(&registration.uuid);
-        let isu = generation.by_uuid.get(&registration.uuid).map(|isu| isu.clone());
+        let isu = generation
+            .by_uuid
+            .get(registration.uuid.as_str())
+            .map(|isu| isu.clone());
         match (registration.accepted, isu) {
             (true, Some(isu)) => {
                 let publish = PublishIsu {
                     generation: generation.id,
-                    uuid: isu.uuid.clone(),
+                    uuid: isu.uuid.to_string(),
                     id: isu.id,
-                    character: isu.character.clone(),
+                    character: isu.character.to_string(),
                 };
                 match self.workers.publish(cell, &publish).await {
                     Ok(()) => {
                         tracing::warn!(uuid = %isu.uuid, "published a registration the old leader left unfinished");
                         let published = Command::Published {
                             generation: generation.id,
-                            uuid: isu.uuid.clone(),
+                            uuid: isu.uuid.to_string(),
                         };
                         if let Err(error) = self.log.propose_as_leader(&published).await {
                             tracing::warn!(%error, uuid = %isu.uuid, "logging a published registration failed");

@@ -102,10 +102,10 @@ impl State {
             .registered()
             .iter()
             .map(|isu| shared::protocol::HeldIsu {
-                uuid: isu.uuid.clone(),
-                owner: isu.owner.clone(),
-                icon_sha256: match isu.icon {
-                    Some(hash) => Some(crate::icons::to_hex(&hash)),
+                uuid: isu.uuid.to_string(),
+                owner: isu.owner.to_string(),
+                icon_sha256: match &isu.icon {
+                    Some(hash) => Some(crate::icons::to_hex(hash)),
                     None => (isu.image != self.default_icon)
                         .then(|| crate::icons::to_hex(&crate::icons::hash_of(&isu.image))),
                 },
@@ -152,7 +152,7 @@ impl State {
                 .generation()
                 .registered()
                 .iter()
-                .filter_map(|isu| isu.icon)
+                .filter_map(|isu| isu.icon.as_deref().copied())
                 .collect();
             let icons = icons.clone();
             match tokio::task::spawn_blocking(move || icons.sweep(&referenced, grace)).await {

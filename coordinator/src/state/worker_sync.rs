@@ -163,7 +163,7 @@ fn reset_body(dataset: &Dataset, generation: &Generation, map: &PlacementMap, ce
                 .binary_search_by_key(&isu.id, |known| known.id)
                 .ok()
                 .map(|index| &dataset.isus[index])
-                .filter(|known| known.uuid == isu.uuid)
+                .filter(|known| *known.uuid == *isu.uuid)
                 .map_or_else(Vec::new, |known| known.conditions.clone());
             if let Some(latest) = isu.latest() {
                 if conditions.last().is_none_or(|last| last.timestamp < latest.timestamp) {
@@ -176,10 +176,10 @@ fn reset_body(dataset: &Dataset, generation: &Generation, map: &PlacementMap, ce
             }
             ShardIsu {
                 id: isu.id,
-                uuid: isu.uuid.clone(),
-                owner: isu.owner.clone(),
-                name: isu.name.clone(),
-                character: isu.character.clone(),
+                uuid: isu.uuid.to_string(),
+                owner: isu.owner.to_string(),
+                name: isu.name.to_string(),
+                character: isu.character.to_string(),
                 conditions,
             }
         })
