@@ -65,9 +65,9 @@ impl Application {
         // Cell ids are positions in the map, so the client follows the map's order (and
         // every map applied later).
         let workers = WorkerClient::new(placement.map().cells(), &config.cluster_secret)?;
+        // `dataset` stays in use (so `State::new` takes it, not another copy) until here.
         let mut state = State::new(
             seed,
-            dataset,
             Bytes::from(default_icon),
             SessionKey::from_secret(&config.cluster_secret),
             workers,
@@ -80,6 +80,7 @@ impl Application {
                 },
             },
         );
+        drop(dataset);
         state.migration_grace = std::time::Duration::from_millis(config.migration_grace_ms);
         if let Some(data_dir) = &config.data_dir {
             state.icons = Some(Arc::new(

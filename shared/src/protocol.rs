@@ -169,6 +169,49 @@ pub struct ResetShard {
     pub isus: Vec<ShardIsu>,
 }
 
+/// A [`ShardIsu`] written from borrowed parts, without copying them: the coordinator
+/// writes a reset of a million ISUs this way. Its JSON is a [`ShardIsu`]'s.
+#[derive(Debug, Serialize)]
+pub struct ShardIsuRef<'a> {
+    pub id: i64,
+    pub uuid: &'a str,
+    pub owner: &'a str,
+    pub name: &'a str,
+    pub character: &'a str,
+    pub conditions: ConditionsRef<'a>,
+}
+
+/// A [`ShardIsu`]'s conditions: a borrowed run, then maybe one more.
+#[derive(Debug)]
+pub struct ConditionsRef<'a> {
+    pub known: &'a [WireCondition],
+    pub then: Option<WireCondition>,
+}
+
+impl Serialize for ConditionsRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.known.iter().chain(&self.then))
+    }
+}
+
+/// A [`ResetShard`] written from an iterator of borrowed ISUs (see [`ShardIsuRef`]); the
+/// iterator is cloned to write them, so it may be written more than once.
+#[derive(Debug, Serialize)]
+pub struct ResetShardRef<'a, I: Iterator<Item = ShardIsuRef<'a>> + Clone> {
+    pub generation: u64,
+    pub users: &'a [String],
+    #[serde(serialize_with = "serialize_iter")]
+    pub isus: I,
+}
+
+fn serialize_iter<'a, I, S>(isus: &I, serializer: S) -> Result<S::Ok, S::Error>
+where
+    I: Iterator<Item = ShardIsuRef<'a>> + Clone,
+    S: serde::Serializer,
+{
+    serializer.collect_seq(isus.clone())
+}
+
 /// Body of [`WORKER_USERS`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UserSync {
@@ -584,6 +627,54 @@ fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_reset_written_from_borrowed_parts_reads_back_as_the_owned_one() {
+        let condition = |timestamp: i64, message: &str| WireCondition {
+            timestamp,
+            flags: crate::domain::Flags(3),
+            message: message.to_owned(),
+        };
+        let known = vec![condition(10, "a \"quoted\" one"), condition(20, "椅子")];
+        let users = vec!["alice".to_owned(), "bob".to_owned()];
+        let isus = [(1, "u-1", Some(condition(30, "latest"))), (2, "u-2", None)];
+        let borrowed = ResetShardRef {
+            generation: 7,
+            users: &users,
+            isus: isus.iter().map(|(id, uuid, then)| ShardIsuRef {
+                id: *id,
+                uuid,
+                owner: "alice",
+                name: "isu",
+                character: "いじっぱり",
+                conditions: ConditionsRef {
+                    known: &known,
+                    then: then.clone(),
+                },
+            }),
+        };
+        let written = serde_json::to_vec(&borrowed).unwrap();
+        assert_eq!(written, serde_json::to_vec(&borrowed).unwrap(), "written twice alike");
+        let read: ResetShard = serde_json::from_slice(&written).unwrap();
+        let owned = ResetShard {
+            generation: 7,
+            users,
+            isus: isus
+                .iter()
+                .map(|(id, uuid, then)| ShardIsu {
+                    id: *id,
+                    uuid: (*uuid).to_owned(),
+                    owner: "alice".to_owned(),
+                    name: "isu".to_owned(),
+                    character: "いじっぱり".to_owned(),
+                    conditions: known.iter().cloned().chain(then.clone()).collect(),
+                })
+                .collect(),
+        };
+        assert_eq!(written, serde_json::to_vec(&owned).unwrap());
+        assert_eq!(read.isus[0].conditions.len(), 3);
+        assert_eq!(read.isus[1].conditions, known);
+    }
+
     use super::*;
 
     #[test]

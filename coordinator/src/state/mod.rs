@@ -98,10 +98,9 @@ pub struct State {
 }
 
 impl State {
-    /// `dataset` is `seed`'s, loaded for the first generation.
+    /// The first generation is built from `seed` (the copy in use, if any).
     pub fn new(
         seed: seed::Seed,
-        dataset: Arc<shared::dataset::Dataset>,
         default_icon: Bytes,
         session_key: SessionKey,
         workers: WorkerClient,
@@ -109,6 +108,7 @@ impl State {
         placement: Placement,
         start: Start,
     ) -> State {
+        let dataset = seed.load();
         let (generation, jia_service_url) = match start {
             Start::Converted(snapshot) => (
                 Generation::from_snapshot(&snapshot, &dataset, &default_icon),

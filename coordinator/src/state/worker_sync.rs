@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use shared::dataset::Dataset;
 use shared::placement_map::{CellId, PlacementMap};
-use shared::protocol::{ResetShard, ShardIsu, WireCondition};
+use shared::protocol::{ConditionsRef, ResetShardRef, ShardIsuRef, WireCondition};
 
 use super::generation::Generation;
 use super::State;
@@ -150,45 +150,54 @@ impl State {
 
 /// A worker's reset body: the ISUs its cell owns in `map`, with the dataset's conditions and
 /// each ISU's latest known condition, and every user of `generation`.
+/// Written from borrowed parts (the ISUs as they are, the dataset's conditions where they
+/// lie), so a reset costs its JSON and no copy of the shard.
 fn reset_body(dataset: &Dataset, generation: &Generation, map: &PlacementMap, cell: CellId) -> anyhow::Result<Bytes> {
-    let isus: Vec<ShardIsu> = generation
+    // The cell's ISUs with their latest conditions now, so registrations are not held up
+    // while the JSON is written.
+    let owned: Vec<(Arc<super::Isu>, Option<WireCondition>)> = generation
         .all
         .read()
         .iter()
         .filter(|isu| map.owner(&isu.uuid) == cell)
         .map(|isu| {
-            // The dataset's ISUs are in id order.
-            let mut conditions = dataset
-                .isus
-                .binary_search_by_key(&isu.id, |known| known.id)
-                .ok()
-                .map(|index| &dataset.isus[index])
-                .filter(|known| *known.uuid == *isu.uuid)
-                .map_or_else(Vec::new, |known| known.conditions.clone());
-            if let Some(latest) = isu.latest() {
-                if conditions.last().is_none_or(|last| last.timestamp < latest.timestamp) {
-                    conditions.push(WireCondition {
-                        timestamp: latest.timestamp,
-                        flags: latest.flags,
-                        message: latest.message.into_string(),
-                    });
-                }
-            }
-            ShardIsu {
-                id: isu.id,
-                uuid: isu.uuid.to_string(),
-                owner: isu.owner.to_string(),
-                name: isu.name.to_string(),
-                character: isu.character.to_string(),
-                conditions,
-            }
+            let latest = isu.latest().map(|latest| WireCondition {
+                timestamp: latest.timestamp,
+                flags: latest.flags,
+                message: latest.message.into_string(),
+            });
+            (isu.clone(), latest)
         })
         .collect();
+    let isus = owned.iter().map(|(isu, latest)| {
+        // The dataset's ISUs are in id order.
+        let known = dataset
+            .isus
+            .binary_search_by_key(&isu.id, |known| known.id)
+            .ok()
+            .map(|index| &dataset.isus[index])
+            .filter(|known| *known.uuid == *isu.uuid)
+            .map_or(&[][..], |known| &known.conditions[..]);
+        let then = latest
+            .as_ref()
+            .filter(|latest| known.last().is_none_or(|last| last.timestamp < latest.timestamp));
+        ShardIsuRef {
+            id: isu.id,
+            uuid: &isu.uuid,
+            owner: &isu.owner,
+            name: &isu.name,
+            character: &isu.character,
+            conditions: ConditionsRef {
+                known,
+                then: then.cloned(),
+            },
+        }
+    });
     let mut users: Vec<String> = generation.users.read().iter().cloned().collect();
     users.sort();
-    Ok(Bytes::from(serde_json::to_vec(&ResetShard {
+    Ok(Bytes::from(serde_json::to_vec(&ResetShardRef {
         generation: generation.id,
-        users,
+        users: &users,
         isus,
     })?))
 }

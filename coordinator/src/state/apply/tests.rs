@@ -40,7 +40,6 @@ fn fresh_state() -> Arc<State> {
     let workers = WorkerClient::new(placement.map().cells(), SECRET).unwrap();
     Arc::new(State::new(
         crate::state::seed::Seed::held(shared::dataset::Dataset::default()),
-        Arc::default(),
         Bytes::from_static(b"default icon"),
         shared::session::SessionKey::from_secret(SECRET),
         workers,
