@@ -413,7 +413,7 @@ function Replicas({ state }: { state: ConsoleState }) {
   return (
     <section class="ops-panel" aria-labelledby="replicas-title">
       <h2 id="replicas-title">Coordinator replicas</h2>
-      <div class="table-scroll">
+      <div class="table-scroll" tabIndex={0} role="region" aria-label="Replicas table">
         <table class="ops-table">
           <Head columns={['Replica', 'Role', 'Term', 'Applied', 'Lag', 'Ready']} />
           <tbody>
@@ -444,7 +444,7 @@ function Migrations({ state }: { state: ConsoleState }) {
       {rows.length === 0 ? (
         <p class="hint">None in flight, none seen since this console opened.</p>
       ) : (
-        <div class="table-scroll">
+        <div class="table-scroll" tabIndex={0} role="region" aria-label="Migrations table">
           <table class="ops-table migrations">
             <Head columns={['Id', 'Subject', 'Cells', 'Outcome', 'Duration', 'Steps']} />
             <tbody>
