@@ -11,10 +11,10 @@ use serde_json::{json, Value};
 use super::cells::placement;
 use e2e::*;
 
-const TOKEN: &str = "ops-token-of-the-e2e-tests-0123456789";
+pub(super) const TOKEN: &str = "ops-token-of-the-e2e-tests-0123456789";
 
 /// A cluster whose coordinators read the operator token from a file; the file's folder.
-async fn cluster_with_console(coordinators: usize, workers: usize) -> (Cluster, ScratchDir) {
+pub(super) async fn cluster_with_console(coordinators: usize, workers: usize) -> (Cluster, ScratchDir) {
     let dir = ScratchDir::new("ops-token");
     let token_file = dir.path.join("ops-token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
@@ -33,14 +33,14 @@ async fn cluster_with_console(coordinators: usize, workers: usize) -> (Cluster, 
 }
 
 /// A browser-like operator: a cookie jar, and the CSRF token once signed in.
-struct Operator {
+pub(super) struct Operator {
     client: reqwest::Client,
     base: String,
     csrf: Option<String>,
 }
 
 impl Operator {
-    fn new(base: &str) -> Operator {
+    pub(super) fn new(base: &str) -> Operator {
         let client = reqwest::Client::builder()
             .cookie_store(true)
             .no_proxy()
@@ -54,7 +54,7 @@ impl Operator {
         }
     }
 
-    async fn sign_in(&mut self, token: &str) -> (StatusCode, Vec<String>, Value) {
+    pub(super) async fn sign_in(&mut self, token: &str) -> (StatusCode, Vec<String>, Value) {
         let answer = self
             .client
             .post(format!("{}/ops/api/signin", self.base))
@@ -74,12 +74,12 @@ impl Operator {
         (status, cookies, body)
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, String) {
+    pub(super) async fn get(&self, path: &str) -> (StatusCode, String) {
         let answer = self.client.get(format!("{}{path}", self.base)).send().await.unwrap();
         (answer.status(), answer.text().await.unwrap())
     }
 
-    async fn post(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> (StatusCode, Value) {
+    pub(super) async fn post(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> (StatusCode, Value) {
         let mut request = self.client.post(format!("{}{path}", self.base)).json(&body);
         for (name, value) in headers {
             request = request.header(*name, *value);

@@ -11,10 +11,11 @@
 //!   derived from the cookie's nonce under the same key (the page reads it from
 //!   `GET /ops/api/session`; the cookie itself is not readable by scripts). A browser sends
 //!   a custom header across origins only after a preflight nobody answers, so a foreign page
-//!   cannot send it. Besides, an `Origin` naming another host and a `Sec-Fetch-Site` other
-//!   than `same-origin` are refused (hosts compared without their ports: nginx passes
-//!   `Host` without one); a request a follower forwarded to the leader had its origin checked
-//!   there, and its token is checked again.
+//!   cannot send it. Besides, an `Origin` naming another host or port than the one the
+//!   browser asked (`X-Forwarded-Host`, which nginx sets from the request's own `Host`; else
+//!   `Host`) and a `Sec-Fetch-Site` other than `same-origin` are refused; a request a
+//!   follower forwarded to the leader had its origin checked there, and its token is checked
+//!   again.
 //!
 //! Pure: no I/O, so the rules are unit-tested here.
 
@@ -151,28 +152,20 @@ pub fn same_origin(headers: &HeaderMap) -> Result<(), Refusal> {
     let Some(origin) = headers.get(header::ORIGIN) else {
         return Ok(());
     };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|host| host.to_str().ok())
-        .map(host_without_port);
-    let origin_host = origin
+    // nginx passes `Host` without its port, and the browser's own in `X-Forwarded-Host`.
+    let asked = headers
+        .get("x-forwarded-host")
+        .or_else(|| headers.get(header::HOST))
+        .and_then(|host| host.to_str().ok());
+    let origin = origin
         .to_str()
         .ok()
         .and_then(|origin| origin.split_once("://"))
-        .map(|(_, rest)| host_without_port(rest));
-    match (origin_host, host) {
-        (Some(origin), Some(host)) if origin.eq_ignore_ascii_case(host) => Ok(()),
+        .map(|(_, authority)| authority.trim_end_matches('/'));
+    match (origin, asked) {
+        (Some(origin), Some(asked)) if origin.eq_ignore_ascii_case(asked) => Ok(()),
         _ => Err(CROSS_ORIGIN),
     }
-}
-
-/// `example.org` of `example.org:8080`, `[::1]` of `[::1]:8080`.
-fn host_without_port(authority: &str) -> &str {
-    let authority = authority.split('/').next().unwrap_or(authority);
-    if authority.starts_with('[') {
-        return authority.split_inclusive(']').next().unwrap_or(authority);
-    }
-    authority.split(':').next().unwrap_or(authority)
 }
 
 /// The value of cookie `name`.
@@ -252,7 +245,11 @@ mod tests {
         let csrf = key.check(&Method::GET, &headers(&[("cookie", &cookie)]), now).unwrap();
         assert_eq!(key.check(&Method::GET, &headers(&[]), now), Err(Refusal::SignedOut));
         let post = |extra: &[(&'static str, &str)]| {
-            let mut pairs = vec![("cookie", cookie.as_str()), ("host", "127.0.0.2")];
+            let mut pairs = vec![
+                ("cookie", cookie.as_str()),
+                ("host", "127.0.0.2"),
+                ("x-forwarded-host", "127.0.0.2:8080"),
+            ];
             pairs.extend_from_slice(extra);
             key.check(&Method::POST, &headers(&pairs), now)
         };
@@ -270,15 +267,12 @@ mod tests {
             Err(Refusal::Forgery(_))
         ));
         assert!(matches!(
+            post(&[(CSRF_HEADER, &csrf), ("origin", "http://127.0.0.2:9999")]),
+            Err(Refusal::Forgery(_))
+        ));
+        assert!(matches!(
             post(&[(CSRF_HEADER, &csrf), ("sec-fetch-site", "cross-site")]),
             Err(Refusal::Forgery(_))
         ));
-    }
-
-    #[test]
-    fn hosts_are_compared_without_ports() {
-        assert_eq!(host_without_port("127.0.0.2:8080"), "127.0.0.2");
-        assert_eq!(host_without_port("example.org/path"), "example.org");
-        assert_eq!(host_without_port("[::1]:8080"), "[::1]");
     }
 }
