@@ -140,6 +140,19 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(10..=5_000))]
     pub raft_heartbeat_ms: u64,
 
+    /// File holding the operator token (at least 16 bytes; `scripts/cluster up` writes a
+    /// random one, mode 600, to `RUN_DIR/ops-token`): signing in at `/ops` with it opens the
+    /// operator console and its API (`/ops/api/*`). Apart from the cluster secret and users'
+    /// sessions. Without it the console is off: `/ops/api/*` answers 404.
+    #[arg(long, env = "ISU_OPS_TOKEN_FILE")]
+    pub ops_token_file: Option<PathBuf>,
+
+    /// Prometheus's base URL (e.g. `http://127.0.0.2:9090`), where the operator console's
+    /// charts and firing alerts come from (`query_range`, `alerts`). Without it the console
+    /// shows the live state only.
+    #[arg(long, env = "ISU_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+
     /// Number of Tokio worker threads (0 = one per core).
     #[arg(long, env = "ISU_THREADS", default_value_t = 0)]
     pub threads: usize,

@@ -113,6 +113,10 @@ pub struct CoordinatorArgs {
     pub dataset: Option<String>,
     pub jwt_public_key: Option<PathBuf>,
     pub default_icon: Option<PathBuf>,
+    /// The operator token's file (the console at `/ops`).
+    pub ops_token_file: Option<PathBuf>,
+    /// Prometheus's base URL (the console's charts and alerts).
+    pub prometheus_url: Option<String>,
     /// Flags with no field here (a test's own), last on the command line: not a setting.
     pub extra: Vec<String>,
 }
@@ -167,6 +171,12 @@ impl CoordinatorArgs {
                 optional_path(&self.jwt_public_key),
             ),
             Setting::new("--default-icon", "ISU_DEFAULT_ICON", optional_path(&self.default_icon)),
+            Setting::new(
+                "--ops-token-file",
+                "ISU_OPS_TOKEN_FILE",
+                optional_path(&self.ops_token_file),
+            ),
+            Setting::new("--prometheus-url", "ISU_PROMETHEUS_URL", optional(&self.prometheus_url)),
         ]);
         given(settings)
     }

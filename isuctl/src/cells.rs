@@ -29,6 +29,10 @@ pub enum Command {
     /// latest-push p99 lag, shaped ISUs, the worker's map version, and the migrations in
     /// progress.
     Status(StatusArgs),
+    /// The placement map slot by slot: a 16 × 16 grid of the cell owning each slot (row: the
+    /// first hex digit, column: the second), the pins, the migrations in progress (JSON:
+    /// the coordinator's answer, the map with its 256 slots as cell indexes).
+    Map,
     /// Move slot HEX (a UUID's first two hex digits, 00-ff) to CELL, or pin one registered
     /// ISU to CELL (moving its data).
     Migrate(MigrateArgs),
@@ -113,6 +117,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
             };
             report(api()?.migrate(&request)?, format)
         }
+        Command::Map => emit(format, &api()?.placement()?, render_map),
         Command::Drain { cell } => report(api()?.drain(&checked_word(&cell)?)?, format),
         Command::Rebalance => report(api()?.rebalance()?, format),
         Command::Replicas { replicas } => {
@@ -393,6 +398,32 @@ pub fn render_summary(summary: &CellsSummary) -> String {
         text.push_str(&format!("router: map file version {}; {nginx}\n", router.file_version));
     }
     text.trim_end().to_owned()
+}
+
+/// The map as 16 rows of 16 slots, each the name of its cell, then the pins and migrations.
+fn render_map(placement: &shared::protocol::cells::PlacementAnswer) -> String {
+    let map = &placement.map;
+    let name = |cell: CellId| map.cells()[usize::from(cell)].name.clone();
+    let mut text = format!("placement map version {}\n   ", map.version());
+    text.extend((0..16).map(|column| format!(" {column:>2x}")));
+    for (row, slots) in map.slots().chunks(16).enumerate() {
+        text.push_str(&format!("\n{row:x}_ "));
+        text.extend(slots.iter().map(|cell| format!(" {:>2}", name(*cell))));
+    }
+    for (uuid, cell) in map.pins() {
+        text.push_str(&format!("\npin {uuid} → {}", name(*cell)));
+    }
+    for migration in &placement.migrations {
+        text.push_str(&format!(
+            "\nmigration {}: {} {} → {}: {}",
+            migration.id,
+            migration.subject,
+            name(migration.from),
+            name(migration.to),
+            migration.phase
+        ));
+    }
+    text
 }
 
 /// The names of the cells, in map order.

@@ -866,7 +866,17 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
         }
         Command::Status => {
             let processes = cluster.status();
-            output::emit(format, &processes, |processes| status_table(processes))?;
+            let console = RunDir::new(&cluster.run_dir).cluster().ok().and_then(|file| {
+                let token = file.ops_token_file?;
+                Some(format!(
+                    "\noperator console: {}/ops (token in {})",
+                    file.public_url,
+                    token.display()
+                ))
+            });
+            output::emit(format, &processes, |processes| {
+                status_table(processes) + console.as_deref().unwrap_or_default()
+            })?;
             if !processes.iter().any(|process| process.alive) {
                 return Err(Exit::quiet(3).into());
             }
@@ -932,6 +942,7 @@ fn cluster_file(cluster: &Cluster, workers: &[Worker], jia: bool) -> ClusterFile
             .prometheus
             .then(|| format!("http://{}", cluster.prometheus_listen())),
         durable: cluster.options.durable,
+        ops_token_file: None,
     }
 }
 

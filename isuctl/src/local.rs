@@ -26,6 +26,9 @@ pub struct ClusterFile {
     pub prometheus_url: Option<String>,
     /// Whether the nodes keep durable logs (`--durable`).
     pub durable: bool,
+    /// The operator token's file (mode 600): sign in with it at `<public_url>/ops`.
+    #[serde(default)]
+    pub ops_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -52,6 +52,15 @@ fn cells_commands_move_slots_show_the_map_and_fail_with_the_coordinators_reason(
         ("a", "slot 0b")
     );
     let version = answer.map_version.expect("a map version");
+    // The map slot by slot: slot 0b (row 0, column b) is b's now, 0a still a's.
+    let map = cluster.isuctl(&["--json", "cells", "map"]);
+    assert!(map.status.success(), "{}", text(&map));
+    let placement: shared::protocol::cells::PlacementAnswer = serde_json::from_slice(&map.stdout).unwrap();
+    assert_eq!((placement.map.slots()[0x0a], placement.map.slots()[0x0b]), (0, 1));
+    let grid = text(&cluster.isuctl(&["cells", "map"]));
+    let row_0 = grid.lines().find(|line| line.starts_with("0_ ")).expect(&grid);
+    assert_eq!(row_0.split_whitespace().nth(11), Some("a"), "{grid}");
+    assert_eq!(row_0.split_whitespace().nth(12), Some("b"), "{grid}");
     let (code, again) = operate(&cluster, &["migrate", "--slot", "0b", "--to", "b"]);
     assert_eq!(
         (code, again.migrations.len()),

@@ -208,9 +208,55 @@ fn up_status_request_kill_start_refuse_and_down() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 
+    // The operator console: its token apart (mode 600), named in cluster.json and
+    // cluster.env; through nginx, /ops is the web app and /ops/api/ the coordinator's.
+    let token_file = sandbox.run_dir().join("ops-token");
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let token = std::fs::read_to_string(&token_file).unwrap().trim().to_owned();
+    assert!(
+        token.len() >= 32
+            && !std::fs::read_to_string(sandbox.run_dir().join("secret"))
+                .unwrap()
+                .contains(&token)
+    );
+    assert!(
+        cluster["ops_token_file"].as_str().unwrap().ends_with("/ops-token"),
+        "{cluster}"
+    );
+    let env = std::fs::read_to_string(sandbox.run_dir().join("cluster.env")).unwrap();
+    assert!(env.contains("ISU_OPS_TOKEN_FILE="), "{env}");
+    let authority = public_url.trim_start_matches("http://");
+    assert!(get(&format!("{public_url}/ops")).1.contains("isuctl test"));
+    assert_eq!(fetch(authority, "/ops/api/state", &[]).status, 401);
+    let signed_in = send(
+        authority,
+        "POST",
+        "/ops/api/signin",
+        &[("Content-Type", "application/json")],
+        &format!("{{\"token\": \"{token}\"}}"),
+    );
+    assert_eq!(signed_in.status, 200, "{}", text(&signed_in.body));
+    let cookie = signed_in
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let state = fetch(authority, "/ops/api/state", &[("Cookie", &cookie)]);
+    assert_eq!(state.status, 200, "{}", text(&state.body));
+    let state: serde_json::Value = serde_json::from_slice(&state.body).unwrap();
+    assert_eq!(state["slots"].as_array().unwrap().len(), 256);
+
     // Every process alive and healthy.
     let (code, status) = sandbox.status();
     assert_eq!(code, Some(0), "{status:#}");
+    let table = text(&sandbox.isuctl(&["cluster", "status"], Duration::from_secs(30)).stdout);
+    assert!(
+        table.contains(&format!("operator console: {public_url}/ops (token in ")),
+        "{table}"
+    );
     let names: Vec<&str> = status
         .as_array()
         .unwrap()
@@ -429,14 +475,23 @@ impl Response {
 /// GET `path` from `authority` with extra request headers (nginx's static files come with a
 /// Content-Length, read as is: no decoding of any kind).
 fn fetch(authority: &str, path: &str, headers: &[(&str, &str)]) -> Response {
+    send(authority, "GET", path, headers, "")
+}
+
+/// `METHOD path` to `authority` with extra request headers and a body, as [`fetch`].
+fn send(authority: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Response {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(authority).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
     request.push_str("\r\n");
+    request.push_str(body);
     stream.write_all(request.as_bytes()).unwrap();
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).unwrap();

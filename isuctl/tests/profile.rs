@@ -86,6 +86,7 @@ fn run_dir_of(addresses: &[SocketAddr], cells: &[&str]) -> (tempfile::TempDir, R
         jia_url: None,
         prometheus_url: None,
         durable: false,
+        ops_token_file: None,
     };
     std::fs::write(
         dir.path().join("cluster.json"),

@@ -43,7 +43,8 @@ pub enum WebCommand {
     Test,
     /// Browser tests: installs Debian's chromium with apt-get when /usr/bin/chromium is
     /// missing (no browser is ever downloaded), builds, starts a cluster of its own with the
-    /// JIA simulator on 127.0.0.52-54 (run dir run/web-e2e), runs the tests in headless
+    /// JIA simulator on 127.0.0.52-54 (run dir run/web-e2e; with Prometheus where Debian's
+    /// prometheus is installed, for the operator console's charts and alerts), runs the tests in headless
     /// Chromium through playwright-core, and always stops that cluster. Screenshots go to
     /// run/web-e2e/screenshots/, time-to-first-render figures to run/web-e2e/first-render.json.
     E2e,
@@ -187,16 +188,24 @@ impl Web {
         }
         std::fs::create_dir_all(&screenshots).with_context(|| format!("creating {}", screenshots.display()))?;
         let static_dir = dist.display().to_string();
-        let up =
-            external::output_checked(cluster(&["up", "--static-dir", &static_dir, "--jia"]).stderr(Stdio::inherit()))
-                .context("web: starting the browser tests' cluster")?;
+        let mut up_args = vec!["up", "--static-dir", &static_dir, "--jia"];
+        // The console's charts and alerts are tested where Debian's prometheus is installed
+        // (CI installs it); without it the console's tests check the plain notice instead.
+        let prometheus = external::on_path("prometheus");
+        if prometheus {
+            up_args.push("--prometheus");
+        }
+        let up = external::output_checked(cluster(&up_args).stderr(Stdio::inherit()))
+            .context("web: starting the browser tests' cluster")?;
         let base_url = String::from_utf8_lossy(&up.stdout)
             .lines()
             .last()
             .unwrap_or("")
             .trim()
             .to_owned();
-        let jia_url = run_dir.cluster()?.jia_url.unwrap_or_default();
+        let recorded = run_dir.cluster()?;
+        let jia_url = recorded.jia_url.unwrap_or_default();
+        let ops_token_file = recorded.ops_token_file.unwrap_or_default();
         anyhow::ensure!(
             !base_url.is_empty() && !jia_url.is_empty(),
             "web: the cluster did not report its URLs"
@@ -208,7 +217,13 @@ impl Web {
             .env("ISU_WEB_BASE_URL", &base_url)
             .env("ISU_WEB_JIA_URL", &jia_url)
             .env("ISU_WEB_SCREENSHOTS", &screenshots)
-            .env("ISU_WEB_METRICS", &first_render);
+            .env("ISU_WEB_METRICS", &first_render)
+            // The console's tests: its token, and the operations tool on the same cluster.
+            .env("ISU_WEB_OPS_TOKEN_FILE", &ops_token_file)
+            .env("ISU_WEB_PROMETHEUS", if prometheus { "1" } else { "" })
+            .env("ISU_WEB_ISUCTL", local::repo_root().join("scripts/isuctl"))
+            .env("ISU_RUN_DIR", &run_dir.path)
+            .envs(E2E_HOSTS);
         let limit = match std::env::var("ISU_WEB_E2E_TIMEOUT") {
             Ok(text) => text
                 .parse()

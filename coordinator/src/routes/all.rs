@@ -4,7 +4,7 @@
 use axum::middleware;
 use axum::Router;
 
-use super::{auth, cells, frontend, internal, isu, leader, trend};
+use super::{auth, cells, frontend, internal, isu, leader, ops, trend};
 use crate::AppState;
 
 pub fn router(state: AppState) -> anyhow::Result<Router> {
@@ -23,6 +23,7 @@ pub fn router(state: AppState) -> anyhow::Result<Router> {
         .merge(internal::router())
         .merge(internal::members_router().route_layer(on_leader.clone()))
         .merge(cells::router().route_layer(on_leader))
+        .merge(ops::router(&state)?)
         .merge(node_http::debug_router())
         .route_layer(middleware::from_fn(node_http::track_request))
         .with_state(state);

@@ -225,6 +225,11 @@ fn answer(app: &AppState, done: Vec<MigrationReport>, error: Option<CellsError>)
 }
 
 async fn migrate(_: ClusterPeer, State(app): State<AppState>, Json(request): Json<MigrateRequest>) -> Response {
+    run_migrate(app, request).await
+}
+
+/// `migrate`'s work, which the operator console's action runs too.
+pub(super) async fn run_migrate(app: AppState, request: MigrateRequest) -> Response {
     let to = match cell_named(&app, &request.to) {
         Ok(to) => to,
         Err(message) => return refused(message),
@@ -250,6 +255,11 @@ async fn migrate(_: ClusterPeer, State(app): State<AppState>, Json(request): Jso
 }
 
 async fn drain(_: ClusterPeer, State(app): State<AppState>, Json(request): Json<DrainRequest>) -> Response {
+    run_drain(app, request).await
+}
+
+/// `drain`'s work, which the operator console's action runs too.
+pub(super) async fn run_drain(app: AppState, request: DrainRequest) -> Response {
     let cell = match cell_named(&app, &request.cell) {
         Ok(cell) => cell,
         Err(message) => return refused(message),

@@ -18,7 +18,8 @@ const BUILT_IN_INDEX: &str =
     "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ISUCONDITION</title></head>\
 <body><h1>ISUCONDITION</h1><p>The API is up. See <a href=\"/api/trend\">/api/trend</a>.</p></body></html>\n";
 
-const SPA_ROUTES: [&str; 5] = [
+const SPA_ROUTES: [&str; 6] = [
+    "/ops",
     "/",
     "/isu/{uuid}",
     "/isu/{uuid}/condition",

@@ -3,7 +3,9 @@
 //! - [`all`]: every area's router merged, with the request metrics middleware;
 //! - `auth`, `isu`, `trend`, `internal`, `cells`, `frontend`: the areas;
 //! - `session`: the signed-in user extractor; `json`: JSON responses;
-//! - `leader`: a follower replica forwards the leader-only writes to its leader.
+//! - `leader`: a follower replica forwards the leader-only writes to its leader;
+//! - [`ops`]: the operator console's API (`/ops/api/*`), behind its own token; its actions
+//!   run the `cells` area's work.
 //!
 //! They use each other in one direction only (checked by `e2e/tests/structure.rs`): `all`
 //! uses the areas, the areas use `session` and `json`, and this module uses none of them
@@ -18,6 +20,7 @@ mod internal;
 mod isu;
 mod json;
 pub mod leader;
+pub mod ops;
 mod session;
 mod trend;
 

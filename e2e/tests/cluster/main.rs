@@ -16,6 +16,7 @@ mod initialize;
 mod internal;
 mod isus;
 mod nodes;
+mod ops;
 mod public;
 mod reads;
 mod recovery;

@@ -488,6 +488,66 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
     cluster.assert_no_crash();
 }
 
+/// The operator console through the real nginx: `/ops` is the front end, `/ops/api/` the
+/// coordinator's, behind the operator token alone (the secret opens nothing there), and the
+/// origin check holds with nginx's `Host` (no port) against the browser's `Origin` (a port).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_console_through_nginx_needs_its_token_and_its_own_origin() {
+    let Some(nginx) = nginx_or_skip() else {
+        return;
+    };
+    let (cluster, _token_dir) = super::ops::cluster_with_console(1, 2).await;
+    let web = fixture_front_end();
+    let (mut server, public) = public_nginx(&cluster, &nginx, &web.path).await;
+    let address = public.trim_start_matches("http://").to_owned();
+    let (status, body) = raw_request(&address, "GET", "/ops", &[]).await;
+    assert!(
+        status == 200 && body.starts_with("<!DOCTYPE html>\n<title>fixture</title>"),
+        "{status} {body}"
+    );
+    let bearer = format!("Bearer {}", cluster.secret);
+    let with_secret = [
+        (SECRET_HEADER, cluster.secret.as_str()),
+        ("Authorization", bearer.as_str()),
+    ];
+    for (method, target) in [
+        ("GET", "/ops/api/state"),
+        ("POST", "/ops/api/migrate"),
+        ("POST", "/ops/api/drain"),
+    ] {
+        let (status, body) = raw_request(&address, method, target, &with_secret).await;
+        assert_eq!(status, 401, "{method} {target} with the secret through nginx: {body}");
+    }
+    let operator = super::ops::Operator::new(&public);
+    let same_origin = [("origin", public.as_str()), ("sec-fetch-site", "same-origin")];
+    let (status, answer) = operator
+        .post(
+            "/ops/api/signin",
+            serde_json::json!({ "token": super::ops::TOKEN }),
+            &same_origin,
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let csrf = answer["csrf"].as_str().unwrap().to_owned();
+    let (status, state) = operator.get("/ops/api/state").await;
+    assert_eq!(status, 200, "{state}");
+    assert!(!state.contains(&cluster.secret));
+    let owner = serde_json::from_str::<serde_json::Value>(&state).unwrap()["slots"][0x5a]
+        .as_u64()
+        .unwrap();
+    let to = ["b", "a"][owner as usize];
+    let body = serde_json::json!({ "slot": "5a", "to": to });
+    // The same host on another port is another origin.
+    let (host, port) = address.rsplit_once(':').unwrap();
+    let other_port = format!("http://{host}:{}", port.parse::<u16>().unwrap() + 1);
+    let forged = [("x-ops-csrf", csrf.as_str()), ("origin", other_port.as_str())];
+    assert_eq!(operator.post("/ops/api/migrate", body.clone(), &forged).await.0, 403);
+    let sent = [("x-ops-csrf", csrf.as_str()), ("origin", public.as_str())];
+    let (status, answer) = operator.post("/ops/api/migrate", body, &sent).await;
+    assert_eq!(status, 200, "{answer}");
+    server.assert_running();
+}
+
 // ------------------------------------------------------------------ sign-in tokens
 
 fn unix_now() -> i64 {

@@ -75,6 +75,7 @@ pub(super) fn up(cluster: &Cluster, format: Format) -> anyhow::Result<()> {
     std::fs::create_dir_all(&cluster.run_dir).with_context(|| format!("creating {}", cluster.run_dir.display()))?;
     let run_dir = std::fs::canonicalize(&cluster.run_dir)?;
     let secret = write_secret(&run_dir)?;
+    write_ops_token(&run_dir)?;
     let served_static_dir = precompressed_static_dir(&inputs.static_dir, &run_dir)?;
     let nginx_conf =
         render_nginx(cluster, &run_dir, &served_static_dir, &workers).context("rendering nginx.conf failed")?;
@@ -91,11 +92,17 @@ pub(super) fn up(cluster: &Cluster, format: Format) -> anyhow::Result<()> {
             cluster.public_url()
         ));
     }
-    let file = cluster_file(cluster, &workers, cluster.options.jia);
+    let mut file = cluster_file(cluster, &workers, cluster.options.jia);
+    file.ops_token_file = Some(run_dir.join(OPS_TOKEN_FILE));
     write_cluster_files(&run_dir, &file, &workers)?;
     if let Some(jia) = &file.jia_url {
         log(format!("JIA simulator at {jia} (sign in at {jia}/)"));
     }
+    log(format!(
+        "operator console at {}/ops (its token is in {}/{OPS_TOKEN_FILE})",
+        file.public_url,
+        run_dir.display()
+    ));
     log(format!(
         "cluster is up: public {}, coordinator {}, workers {}, device servers ({}) {}; logs in {}",
         file.public_url,
@@ -317,23 +324,37 @@ fn build(cluster: &Cluster) -> anyhow::Result<Binaries> {
 
 /// `ISU_CLUSTER_SECRET` or 24 random bytes in hex, written to `RUN_DIR/secret` (mode 600).
 fn write_secret(run_dir: &Path) -> anyhow::Result<String> {
-    use std::io::Write as _;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let secret = match std::env::var("ISU_CLUSTER_SECRET") {
         Ok(secret) if !secret.is_empty() => secret,
         _ => hex::encode(rand::random::<[u8; 24]>()),
     };
-    let path = run_dir.join("secret");
+    write_private(&run_dir.join("secret"), &secret)?;
+    Ok(secret)
+}
+
+/// The operator token's file in the run directory (`--ops-token-file` of every replica).
+pub const OPS_TOKEN_FILE: &str = "ops-token";
+
+/// A new random operator token (the console's sign-in, apart from the cluster secret) in
+/// `RUN_DIR/ops-token`, mode 600.
+fn write_ops_token(run_dir: &Path) -> anyhow::Result<()> {
+    write_private(&run_dir.join(OPS_TOKEN_FILE), &hex::encode(rand::random::<[u8; 24]>()))
+}
+
+/// `text` and a newline in `path`, readable by its owner only.
+fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&path)
+        .open(path)
         .with_context(|| format!("writing {}", path.display()))?;
-    writeln!(file, "{secret}")?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(secret)
+    writeln!(file, "{text}")?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
 }
 
 /// The nginx rendering as `isuctl render nginx` does it for this cluster (the environment's
@@ -566,6 +587,10 @@ fn coordinator_args(
         jwt_public_key: inputs.jwt_public_key.clone(),
         default_icon: inputs.default_icon.clone(),
         jia_service_url: inputs.jia_service_url.clone(),
+        ops_token_file: Some(run_dir.join(OPS_TOKEN_FILE)),
+        prometheus_url: options
+            .prometheus
+            .then(|| format!("http://{}", cluster.prometheus_listen())),
         ..CoordinatorArgs::default()
     };
     if replicas.len() > 1 {
@@ -599,7 +624,7 @@ fn write_cluster_files(run_dir: &Path, file: &ClusterFile, workers: &[Worker]) -
         .map(|worker| format!("{}=http://{} ", worker.name, worker.listen))
         .collect();
     let mut env = format!(
-        "# Written by isuctl cluster up; the secret is in secret (mode 600).
+        "# Written by isuctl cluster up; the secret and the operator token are in secret and ops-token (mode 600).
 ISU_PUBLIC_URL={}
 ISU_COORDINATOR_URL={}
 ISU_WORKER_A_URL={}
@@ -609,6 +634,7 @@ ISU_WORKER_B_DEVICE_URL={}
 ISU_WORKER_NODES=\"{nodes}\"
 ISU_RUN_DIR={}
 ISU_SECRET_FILE={}
+ISU_OPS_TOKEN_FILE={}
 ",
         file.public_url,
         file.coordinator_url,
@@ -617,7 +643,8 @@ ISU_SECRET_FILE={}
         device_url(0),
         device_url(1),
         run_dir.display(),
-        run_dir.join("secret").display()
+        run_dir.join("secret").display(),
+        run_dir.join(OPS_TOKEN_FILE).display()
     );
     if let Some(jia) = &file.jia_url {
         env.push_str(&format!("ISU_JIA_URL={jia}\n"));
