@@ -100,8 +100,8 @@ async fn run_capacity(args: bench::cli::RunArgs, json_path: Option<std::path::Pa
     })
 }
 
-/// `--scale`: one step's table and its figures in the JSON; fails when the coordinator
-/// applied none of the updates.
+/// `--scale`: one step's table and its figures in the JSON; fails when anything was lost
+/// (see [`bench::scale::ScaleReport::held`]).
 async fn run_scale(args: bench::cli::RunArgs, json_path: Option<std::path::PathBuf>) -> ExitCode {
     let outcome = match args.into_scale_config() {
         Ok(config) => bench::scale::run(config).await,
@@ -109,7 +109,7 @@ async fn run_scale(args: bench::cli::RunArgs, json_path: Option<std::path::PathB
     };
     finish_measuring_mode("scale", outcome, json_path, |report| {
         let json = serde_json::json!({ "scale": report });
-        (json, report.pushes.items_applied > 0)
+        (json, report.held())
     })
 }
 

@@ -668,6 +668,18 @@ impl std::fmt::Display for ScaleReport {
 }
 
 impl ScaleReport {
+    /// Nothing was lost: every ISU reached a cell, the coordinators applied updates and every
+    /// one the cells sent (none dropped, no stream broken), and every cell got every map.
+    pub fn held(&self) -> bool {
+        let pushes = &self.pushes;
+        self.isus_in_cells == self.isus
+            && pushes.items_applied > 0
+            && pushes.items_applied == pushes.items_sent
+            && pushes.items_dropped == 0
+            && pushes.streams_broken == 0
+            && self.map_spread.missed == 0
+    }
+
     /// One row per coordinator: its memory (MiB) and CPU.
     fn coordinators_table(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);

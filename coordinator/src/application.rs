@@ -1,4 +1,4 @@
-//! The coordinator as a server: [`Application::build`] loads the dataset and keys, binds the
+//! The coordinator as a server: [`Application::build`] opens the dataset, loads the keys, binds the
 //! listener and starts this coordinator's replica of its group (restoring its state from the
 //! data directory, if any); [`Application::run_until_stopped`] serves and runs the replica's
 //! duties.
@@ -44,10 +44,9 @@ impl Application {
             None => shared::dataset::DEFAULT_ICON.to_vec(),
         };
         let source = config.dataset.clone();
-        let (seed, dataset) = tokio::task::spawn_blocking(move || state::seed::Seed::load_first(&source))
+        let seed = tokio::task::spawn_blocking(move || state::seed::Seed::open(&source))
             .await?
             .context("loading the dataset")?;
-        tracing::info!(users = dataset.users.len(), isus = dataset.isus.len(), "dataset loaded");
         // A journal of an earlier build is converted once (see `old_journal`).
         let converting = match &config.data_dir {
             Some(data_dir) => old_journal::read(data_dir)?,
@@ -65,7 +64,6 @@ impl Application {
         // Cell ids are positions in the map, so the client follows the map's order (and
         // every map applied later).
         let workers = WorkerClient::new(placement.map().cells(), &config.cluster_secret)?;
-        // `dataset` stays in use (so `State::new` takes it, not another copy) until here.
         let mut state = State::new(
             seed,
             Bytes::from(default_icon),
@@ -80,7 +78,6 @@ impl Application {
                 },
             },
         );
-        drop(dataset);
         state.migration_grace = std::time::Duration::from_millis(config.migration_grace_ms);
         if let Some(data_dir) = &config.data_dir {
             state.icons = Some(Arc::new(

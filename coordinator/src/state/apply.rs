@@ -270,6 +270,7 @@ impl State {
                 )),
             };
             *self.current.write() = generation;
+            self.unbuilt.store(false, Ordering::Release);
             tracing::info!(generation = snapshot.generation, "took a new generation");
         }
         *self.jia_service_url.write() = snapshot.jia_service_url.clone();

@@ -78,7 +78,9 @@ impl Generation {
                     flags: condition.flags,
                     message: condition.message.as_str().into(),
                 });
-            generation.users.write().insert(isu.owner.clone());
+            if !generation.has_user(&isu.owner) {
+                generation.users.write().insert(isu.owner.clone());
+            }
             generation.insert(Isu {
                 id: isu.id,
                 uuid: isu.uuid.as_str().into(),

@@ -76,6 +76,8 @@ pub struct State {
     /// being built again from the dataset.
     prepared: parking_lot::Mutex<Option<Arc<Generation>>>,
     seed: Arc<seed::Seed>,
+    /// The current generation is the empty one a fresh start holds (see [`State::new`]).
+    unbuilt: AtomicBool,
     pub default_icon: Bytes,
     pub session_key: SessionKey,
     pub workers: WorkerClient,
@@ -98,7 +100,10 @@ pub struct State {
 }
 
 impl State {
-    /// The first generation is built from `seed` (the copy in use, if any).
+    /// A fresh start holds an empty generation until it knows whether its group has one: a
+    /// replica restarting from its data directory takes the log's, and only a new group's
+    /// first leader builds one from the dataset ([`State::build_first_generation`]), so a
+    /// restart at a million ISUs does not build a generation it throws away.
     pub fn new(
         seed: seed::Seed,
         default_icon: Bytes,
@@ -108,14 +113,14 @@ impl State {
         placement: Placement,
         start: Start,
     ) -> State {
-        let dataset = seed.load();
+        let unbuilt = matches!(start, Start::Fresh { .. });
         let (generation, jia_service_url) = match start {
             Start::Converted(snapshot) => (
-                Generation::from_snapshot(&snapshot, &dataset, &default_icon),
+                Generation::from_snapshot(&snapshot, &seed.load(), &default_icon),
                 snapshot.jia_service_url,
             ),
             Start::Fresh { jia_service_url } => (
-                Generation::from_dataset(new_generation_id(), &dataset, &default_icon),
+                Generation::from_dataset(new_generation_id(), &shared::dataset::Dataset::default(), &default_icon),
                 jia_service_url,
             ),
         };
@@ -131,6 +136,7 @@ impl State {
             leading: AtomicBool::new(false),
             prepared: parking_lot::Mutex::new(None),
             seed: Arc::new(seed),
+            unbuilt: AtomicBool::new(unbuilt),
             default_icon,
             session_key,
             workers,
@@ -143,6 +149,24 @@ impl State {
             migration_lock: tokio::sync::Mutex::new(()),
             migration_grace: DEFAULT_MIGRATION_GRACE,
         }
+    }
+
+    /// A new group's first leader: the current generation built from the dataset (with the
+    /// empty one's id), before it is proposed as the group's. Once only.
+    pub(super) async fn build_first_generation(&self) -> Result<(), ApiError> {
+        if !self.unbuilt.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let (seed, default_icon, id) = (self.seed.clone(), self.default_icon.clone(), self.generation().id);
+        let generation = tokio::task::spawn_blocking(move || Generation::from_dataset(id, &seed.load(), &default_icon))
+            .await
+            .map_err(|error| ApiError::Internal(error.to_string()))?;
+        let mut current = self.current.write();
+        // Unless the log gave this replica a generation meanwhile.
+        if self.unbuilt.swap(false, Ordering::AcqRel) && current.id == id {
+            *current = Arc::new(generation);
+        }
+        Ok(())
     }
 
     pub fn generation(&self) -> Arc<Generation> {

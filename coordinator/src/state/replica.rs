@@ -369,6 +369,11 @@ impl State {
         let taken_over = self.is_established();
         while !self.is_established() {
             // A new group: this replica's own generation becomes the group's.
+            if let Err(error) = self.build_first_generation().await {
+                tracing::warn!(%error, "building the group's first generation failed; retrying");
+                tokio::time::sleep(RETRY_EVERY).await;
+                continue;
+            }
             if let Err(error) = self.log.propose_as_leader(&self.snapshot_command()).await {
                 tracing::warn!(%error, "proposing the group's first generation failed; retrying");
                 tokio::time::sleep(RETRY_EVERY).await;

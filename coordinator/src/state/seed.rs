@@ -30,21 +30,22 @@ enum Source {
 }
 
 impl Seed {
-    /// Reads `source` (a dump's bytes) and loads it once, which checks it; the loaded copy is
-    /// returned for the first generation.
-    pub fn load_first(source: &DatasetSource) -> anyhow::Result<(Seed, Arc<Dataset>)> {
+    /// Reads `source`: a dump's bytes, parsed once to check them (a generated dataset is
+    /// built when first used).
+    pub fn open(source: &DatasetSource) -> anyhow::Result<Seed> {
         let source = match source {
-            DatasetSource::MysqlDump(path) => Source::Dump(
-                std::fs::read(path).map_err(|error| anyhow::anyhow!("reading {}: {error}", path.display()))?,
-            ),
+            DatasetSource::MysqlDump(path) => {
+                let bytes =
+                    std::fs::read(path).map_err(|error| anyhow::anyhow!("reading {}: {error}", path.display()))?;
+                shared::dataset::mysql::import(&bytes)?;
+                Source::Dump(bytes)
+            }
             generated => Source::Generated(generated.clone()),
         };
-        let dataset = Arc::new(build(&source)?);
-        let seed = Seed {
+        Ok(Seed {
             source,
-            in_use: Mutex::new(Arc::downgrade(&dataset)),
-        };
-        Ok((seed, dataset))
+            in_use: Mutex::new(Weak::new()),
+        })
     }
 
     /// A seed that keeps `dataset` as it is.
@@ -84,7 +85,8 @@ mod tests {
 
     #[test]
     fn uses_at_one_time_share_a_copy_and_a_later_use_builds_the_same_again() {
-        let (seed, first) = Seed::load_first(&DatasetSource::GeneratedWithIsus(100)).unwrap();
+        let seed = Seed::open(&DatasetSource::GeneratedWithIsus(100)).unwrap();
+        let first = seed.load();
         let again = seed.load();
         assert!(Arc::ptr_eq(&first, &again), "one copy while it is in use");
         drop((first, again));
@@ -99,14 +101,18 @@ mod tests {
         let path = dir.path().join("1_InitData.sql");
         let dump = "INSERT INTO `user` VALUES ('alice','2021-01-01 00:00:00.000000');\n";
         std::fs::write(&path, dump).unwrap();
-        let (seed, first) = Seed::load_first(&DatasetSource::MysqlDump(path.clone())).unwrap();
-        let users = first.users.clone();
-        drop(first);
+        let seed = Seed::open(&DatasetSource::MysqlDump(path.clone())).unwrap();
+        let users = seed.load().users.clone();
         std::fs::remove_file(&path).unwrap();
         assert_eq!(seed.load().users, users, "the file is no longer needed");
         assert!(
-            Seed::load_first(&DatasetSource::MysqlDump(path)).is_err(),
+            Seed::open(&DatasetSource::MysqlDump(path.clone())).is_err(),
             "a missing dump is an error at start"
+        );
+        std::fs::write(&path, "INSERT INTO `user` VALUES ('alice'").unwrap();
+        assert!(
+            Seed::open(&DatasetSource::MysqlDump(path)).is_err(),
+            "so is one that does not parse"
         );
     }
 }
