@@ -235,7 +235,7 @@ struct Worker {
 
 impl Cluster {
     fn new(options: Options) -> anyhow::Result<Cluster> {
-        if !(1..=shared::placement_map::MAX_CELLS).contains(&options.workers) {
+        if !(1..=local::MAX_LOCAL_CELLS).contains(&options.workers) {
             bail!("--workers must be 1 to 16");
         }
         if !(1..=MAX_COORDINATORS).contains(&options.coordinators) {
@@ -330,7 +330,7 @@ impl Cluster {
         let mut names = vec!["prometheus".to_owned(), "jia".to_owned(), "nginx".to_owned()];
         names.extend((1..=MAX_COORDINATORS).rev().map(coordinator_name));
         names.extend(
-            (0..shared::placement_map::MAX_CELLS)
+            (0..local::MAX_LOCAL_CELLS)
                 .rev()
                 .map(|index| format!("worker-{}", local::cell_name(index))),
         );
@@ -354,7 +354,7 @@ impl Cluster {
 
     /// Workers this run dir has started (a command line recorded), in cell order.
     fn recorded_workers(&self) -> Vec<String> {
-        (0..shared::placement_map::MAX_CELLS)
+        (0..local::MAX_LOCAL_CELLS)
             .map(|index| format!("worker-{}", local::cell_name(index)))
             .filter(|name| self.records.command_file(name).exists())
             .collect()

@@ -128,9 +128,12 @@ pub fn cluster_command() -> std::process::Command {
     command
 }
 
-/// Most cells a local cluster has (16: every worker is a process on this machine), named
-/// a to p.
-const CELL_NAMES: [&str; 16] = [
+/// Most cells a local cluster has: every worker is a process on this machine (a placement
+/// map takes up to `shared::placement_map::MAX_CELLS`).
+pub const MAX_LOCAL_CELLS: usize = 16;
+
+/// The local cells' names, a to p.
+const CELL_NAMES: [&str; MAX_LOCAL_CELLS] = [
     "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p",
 ];
 
