@@ -13,6 +13,10 @@ use shared::protocol::{ConditionsRef, ResetShardRef, ShardIsuRef, WireCondition}
 use super::generation::Generation;
 use super::State;
 
+/// Workers brought up at once. Each reset is written and parsed on the machines' cores: 64
+/// cells at a million ISUs at once left a 2-core machine too busy to answer a 1 s call.
+const RESETS_AT_ONCE: usize = 4;
+
 /// How often the coordinator checks that the workers still hold the current generation.
 const WORKER_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -60,13 +64,13 @@ impl State {
         generation: &Arc<Generation>,
         keep_current: bool,
     ) -> Vec<(CellId, anyhow::Result<()>)> {
+        use futures_util::StreamExt;
         let cells: Vec<CellId> = self.workers.cells().collect();
-        let results = futures_util::future::join_all(
-            cells
-                .iter()
-                .map(|cell| self.bring_worker_up(generation, *cell, keep_current)),
-        )
-        .await;
+        let results: Vec<anyhow::Result<()>> = futures_util::stream::iter(cells.clone())
+            .map(|cell| self.bring_worker_up(generation, cell, keep_current))
+            .buffered(RESETS_AT_ONCE)
+            .collect()
+            .await;
         cells.into_iter().zip(results).collect()
     }
 
