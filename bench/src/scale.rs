@@ -195,19 +195,8 @@ impl Coordinators {
             return Ok(self.urls[0].clone());
         }
         for url in &self.urls {
-            let health = client
-                .get(format!("{url}{}", shared::protocol::HEALTH))
-                .timeout(Duration::from_secs(2))
-                .send()
-                .await;
-            if let Ok(response) = health {
-                if response
-                    .json::<shared::protocol::Health>()
-                    .await
-                    .is_ok_and(|health| health.leader)
-                {
-                    return Ok(url.clone());
-                }
+            if health(client, url).await.is_some_and(|health| health.leader) {
+                return Ok(url.clone());
             }
         }
         anyhow::bail!("no coordinator says it leads")
@@ -219,16 +208,7 @@ impl Coordinators {
         loop {
             let mut generations = std::collections::BTreeSet::new();
             for url in &self.urls {
-                let answer = client
-                    .get(format!("{url}{}", shared::protocol::HEALTH))
-                    .timeout(Duration::from_secs(2))
-                    .send()
-                    .await;
-                let health = match answer {
-                    Ok(response) => response.json::<shared::protocol::Health>().await.ok(),
-                    Err(_) => None,
-                };
-                generations.insert(health.map(|health| health.generation));
+                generations.insert(health(client, url).await.map(|health| health.generation));
             }
             if generations.len() == 1 && !generations.contains(&None) {
                 return Ok(());
@@ -447,6 +427,17 @@ async fn measure_map_spread(
         answer_p50_ms: ms(&mut answers, 0.5),
         missed,
     })
+}
+
+/// A coordinator's `/healthz` answer, if it gave one.
+async fn health(client: &reqwest::Client, url: &str) -> Option<shared::protocol::Health> {
+    let response = client
+        .get(format!("{url}{}", shared::protocol::HEALTH))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?;
+    response.json().await.ok()
 }
 
 /// A free port on 127.0.0.1 (bound on port 0 and released).

@@ -26,6 +26,7 @@ enum Source {
     /// An official dump's bytes.
     Dump(Vec<u8>),
     /// Kept whole, as given (tests).
+    #[cfg(test)]
     Held(Arc<Dataset>),
 }
 
@@ -49,6 +50,7 @@ impl Seed {
     }
 
     /// A seed that keeps `dataset` as it is.
+    #[cfg(test)]
     pub fn held(dataset: Dataset) -> Seed {
         Seed {
             source: Source::Held(Arc::new(dataset)),
@@ -75,6 +77,7 @@ fn build(source: &Source) -> anyhow::Result<Dataset> {
     match source {
         Source::Generated(source) => source.load(),
         Source::Dump(bytes) => shared::dataset::mysql::import(bytes),
+        #[cfg(test)]
         Source::Held(dataset) => Ok((**dataset).clone()),
     }
 }
