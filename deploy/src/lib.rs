@@ -10,13 +10,17 @@
 //! only what changed restarted), `supervise` (starts, records, finds and stops detached
 //! processes: the local cluster's nodes, `run-host`'s services), `assets` (the front end's
 //! precompressed `.gz` files, for nginx's `gzip_static`), `host` (`run-host`: one rendered
-//! host's units without systemd, for the network-namespace hosts of `isuctl hosts`).
+//! host's units without systemd, for the network-namespace hosts of `isuctl hosts`), `mounts`
+//! (`run-host`'s bind mounts in a mount namespace of its own), `external` (the one runner of
+//! the tools the operations stand on: cargo, ip, openssl, curl, apt-get).
 
 pub mod apply;
 pub mod assets;
 pub mod deployment;
+pub mod external;
 pub mod host;
 pub mod inventory;
+pub mod mounts;
 pub mod nginx;
 pub mod node_args;
 pub mod render;

@@ -389,7 +389,7 @@ fn run_scale(plan: &Plan, repo: &Path, format: Format, interrupt: &Interrupt) ->
     let out = repo.join("run/bench").join(shared::clock::timestamp());
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let report = plan.report.clone().unwrap_or_else(|| out.join("report.json"));
-    let release = crate::external::target_dir(repo).join("release");
+    let release = deploy::external::target_dir(repo).join("release");
     let mut bench = Command::new(release.join("bench"));
     bench
         .arg("--coordinator-bin")
@@ -428,7 +428,7 @@ fn prepare(args: Vec<String>) -> anyhow::Result<(Options, Plan, PathBuf)> {
     } else {
         &["bench"]
     };
-    let built = crate::external::cargo_build(&repo, true, packages)
+    let built = deploy::external::cargo_build(&repo, true, packages)
         .status()
         .context("running cargo build")?;
     anyhow::ensure!(built.success(), "bench: cargo build --release -p {packages:?} failed");
@@ -588,7 +588,7 @@ fn bench_command(
     cluster: &ClusterFile,
     out: &Path,
 ) -> anyhow::Result<Command> {
-    let binary = crate::external::target_dir(repo).join("release/bench");
+    let binary = deploy::external::target_dir(repo).join("release/bench");
     let mut command = match plan.bench_prefix.split_first() {
         Some((program, prefix)) => {
             let mut command = Command::new(program);

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::Serialize;
 
-use crate::mounts::{parse_bind, Bind};
 use crate::output::{self, Format};
+use deploy::mounts::{parse_bind, Bind};
 
 /// Render, install or run the cluster's hosts from an inventory.
 #[derive(Debug, clap::Args)]
@@ -175,7 +175,7 @@ fn build_for(inventory: &Path) -> anyhow::Result<()> {
     let root = crate::local::repo_root();
     // deploy as before (when it was the binary run here): the same feature set of the shared
     // dependencies, so release binaries already built are reused.
-    crate::external::build_release(&root, &["coordinator", "worker", "deploy"])?;
+    deploy::external::build_release(&root, &["coordinator", "worker", "deploy"])?;
     let text = std::fs::read_to_string(inventory).with_context(|| format!("reading {}", inventory.display()))?;
     let bundles_web = text.lines().any(|line| {
         line.trim_start()
@@ -183,14 +183,14 @@ fn build_for(inventory: &Path) -> anyhow::Result<()> {
             .is_some_and(|rest| rest.trim_start().starts_with('='))
     });
     if bundles_web && !root.join("web/dist/index.html").is_file() {
-        crate::external::run_checked(std::process::Command::new(root.join("scripts/web")).arg("build"))?;
+        deploy::external::run_checked(std::process::Command::new(root.join("scripts/web")).arg("build"))?;
     }
     Ok(())
 }
 
 fn run_host(args: RunHostArgs) -> anyhow::Result<()> {
     if !args.binds.is_empty() {
-        crate::mounts::bind_privately(&args.binds)?;
+        deploy::mounts::bind_privately(&args.binds)?;
     }
     deploy::host::Host::load(&args.units, &args.log_dir, &args.credentials)?.run()
 }

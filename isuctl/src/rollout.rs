@@ -403,7 +403,7 @@ impl LocalCluster {
     }
 
     fn cluster(&self, args: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
-        crate::external::run_checked(
+        deploy::external::run_checked(
             cluster_command()
                 .env("ISU_RUN_DIR", &self.run_dir.path)
                 .args(args)

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use serde::Serialize;
 
-use isuctl::external::{self, run_checked, run_to_stderr};
+use deploy::external::{self, run_checked, run_to_stderr};
 use isuctl::local::{self, RunDir};
 use isuctl::output::{self, Format};
 

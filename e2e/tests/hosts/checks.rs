@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use bench::report::ReportFile;
-use isuctl::hosts::plan::{self, HostPlan, Role};
-use isuctl::hosts::{BenchArgs, Hosts, Tls, UpArgs};
+use hostlab::plan::{self, HostPlan, Role};
+use hostlab::{BenchArgs, Hosts, Tls, UpArgs};
 
 use super::{leader_cut, metrics, nodes, Shape};
 
@@ -152,7 +152,7 @@ fn bench_over_tls(hosts: &Hosts, checks: &mut Checks, seconds: u64) -> anyhow::R
 
 /// 2. Internal routes from the bench host, even when it routes the internal network its way.
 fn isolation(hosts: &Hosts, checks: &mut Checks, cluster: &[HostPlan], shape: Shape) -> anyhow::Result<()> {
-    isuctl::external::run_checked(std::process::Command::new("ip").args([
+    deploy::external::run_checked(std::process::Command::new("ip").args([
         "netns",
         "exec",
         "isu-hb",
@@ -491,7 +491,7 @@ pub fn read_report(path: &Path) -> anyhow::Result<Option<ReportFile>> {
 
 /// The bench's `result:` and `score:` lines, under a label.
 pub fn summary(checks: &Checks, label: &str, output: &Path) {
-    for line in isuctl::hosts::lines_starting(output, &["result:", "score:"]) {
+    for line in hostlab::lines_starting(output, &["result:", "score:"]) {
         checks.say(&format!("  {label}: {line}"));
     }
 }

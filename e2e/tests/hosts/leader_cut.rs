@@ -38,8 +38,8 @@ use super::checks::{
 use super::probe::Probe;
 use super::{metrics, nodes};
 use bench::takeover::{role, settled_hashes_of, single_leader, term, wait_for_takeover};
-use isuctl::hosts::plan::{HostPlan, Role};
-use isuctl::hosts::{BenchArgs, Hosts};
+use hostlab::plan::{HostPlan, Role};
+use hostlab::{BenchArgs, Hosts};
 
 /// How long the leader's host stays cut off.
 const CUT: Duration = Duration::from_secs(10);

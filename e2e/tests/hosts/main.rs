@@ -14,7 +14,7 @@ mod metrics;
 mod nodes;
 mod probe;
 
-use isuctl::hosts::Hosts;
+use hostlab::Hosts;
 
 /// How many worker hosts and coordinator replicas a run has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,12 +31,12 @@ impl Shape {
             Some(text) => text
                 .parse::<u8>()
                 .ok()
-                .filter(|count| isuctl::hosts::plan::WORKERS.contains(&usize::from(*count)))
+                .filter(|count| hostlab::plan::WORKERS.contains(&usize::from(*count)))
                 .ok_or_else(|| format!("workers {text:?}: 2 or 3"))?,
         };
         let coordinators = match coordinators {
             None => 1,
-            Some(text) => isuctl::hosts::parse_coordinators(text)?,
+            Some(text) => hostlab::parse_coordinators(text)?,
         };
         Ok(Shape { workers, coordinators })
     }
@@ -53,7 +53,7 @@ impl Shape {
 /// The hosts of this checkout, whose hosts run `deploy run-host` with the isuctl that
 /// `scripts/hosts test` built beside this test (not this test's own binary).
 fn hosts() -> Hosts {
-    let mut hosts = Hosts::from_env().expect("the hosts' directories");
+    let mut hosts = Hosts::from_env(e2e::nginx::repository_root()).expect("the hosts' directories");
     hosts.isuctl = e2e::process::node_binary("isuctl");
     hosts
 }

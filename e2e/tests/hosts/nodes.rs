@@ -4,8 +4,8 @@
 use std::process::{Command, Stdio};
 
 use anyhow::Context as _;
-use isuctl::hosts::plan::{self, HostPlan};
-use isuctl::hosts::Hosts;
+use hostlab::plan::{self, HostPlan};
+use hostlab::Hosts;
 
 use super::metrics;
 

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use isuctl::hosts::plan::BENCH_ADDRESS;
-use isuctl::hosts::Hosts;
+use hostlab::plan::BENCH_ADDRESS;
+use hostlab::Hosts;
 
 /// Where the probe's JIA simulator listens on the bench host.
 const PROBE_JIA_PORT: u16 = 5001;

@@ -10,7 +10,8 @@ use std::path::Path;
 use anyhow::Context as _;
 
 use super::{Cluster, Worker};
-use crate::{external, local};
+use crate::local;
+use deploy::external;
 
 /// How often Prometheus scrapes the nodes and evaluates the rules: short, so a test or an
 /// operator sees a fault within seconds (the nodes' `/metrics` costs well under a

@@ -16,7 +16,8 @@ use super::{cluster_file, log, started, Cluster, Devices, Worker};
 use crate::exit::Exit;
 use crate::local::{self, ClusterFile};
 use crate::output::{self, Format};
-use crate::{external, http, render};
+use crate::{http, render};
+use deploy::external;
 
 /// The binaries `up` runs.
 struct Binaries {

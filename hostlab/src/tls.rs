@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use super::plan::DOMAIN;
 use super::which;
-use crate::external::output_checked;
+use deploy::external::output_checked;
 
 /// One certificate for every name up to three workers (like the contest's wildcard), signed
 /// by a CA made here; kept while it is valid for another day.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use netlab::router::PortSpec;
 
-use crate::mounts::Bind;
+use deploy::mounts::Bind;
 
 /// The public domain every cluster host is named in.
 pub const DOMAIN: &str = "t.isucon.dev";
