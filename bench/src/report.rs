@@ -2,6 +2,7 @@
 //! report ([`ReportFile`], `report.json`) that tools read and that the table people read is
 //! printed from (`table`).
 
+pub mod check;
 mod file;
 mod table;
 
