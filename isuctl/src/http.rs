@@ -1,7 +1,6 @@
-//! The plain HTTP/1.1 GET the local cluster's health checks need (a node's `/healthz`, nginx's
-//! `/`), on loopback, never through a proxy, bounded in time: no client library for it.
+//! The plain HTTP GET the local cluster's health checks need (a node's `/healthz`, nginx's
+//! `/`), on loopback, never through a proxy, bounded in time, over ureq's blocking agent.
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -12,19 +11,6 @@ pub struct Answer {
     pub body: String,
 }
 
-/// `host:port` of an `http://` URL and its path.
-fn split_url(url: &str) -> Option<(&str, &str)> {
-    let rest = url.strip_prefix("http://")?;
-    match rest.find('/') {
-        Some(at) => Some((&rest[..at], &rest[at..])),
-        None => Some((rest, "/")),
-    }
-}
-
-fn address(authority: &str) -> Option<SocketAddr> {
-    authority.to_socket_addrs().ok()?.next()
-}
-
 /// GET `url` (http only) within `timeout`; `None` when nothing answers in time.
 pub fn get(url: &str, timeout: Duration) -> Option<Answer> {
     get_with(url, &[], timeout)
@@ -32,22 +18,22 @@ pub fn get(url: &str, timeout: Duration) -> Option<Answer> {
 
 /// [`get`] with extra request headers (`name`, `value`).
 pub fn get_with(url: &str, headers: &[(&str, &str)], timeout: Duration) -> Option<Answer> {
-    let (authority, path) = split_url(url)?;
-    let mut stream = TcpStream::connect_timeout(&address(authority)?, timeout).ok()?;
-    stream.set_read_timeout(Some(timeout)).ok()?;
-    stream.set_write_timeout(Some(timeout)).ok()?;
-    let extra: String = headers
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .proxy(None)
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let request = headers
         .iter()
-        .map(|(name, value)| format!("{name}: {value}\r\n"))
-        .collect();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\n{extra}Connection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut bytes = Vec::new();
-    stream.read_to_end(&mut bytes).ok()?;
-    parse(&bytes)
+        .fold(agent.get(url), |request, (name, value)| request.header(*name, *value));
+    let mut response = request.call().ok()?;
+    let bytes = response.body_mut().read_to_vec().ok()?;
+    Some(Answer {
+        status: response.status().as_u16(),
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    })
 }
 
 /// The status of GET `url`, 0 when nothing answers (as curl's `000`), with a 2 s limit.
@@ -60,54 +46,53 @@ pub fn is_listening(authority: &str) -> bool {
     address(authority).is_some_and(|address| TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok())
 }
 
-fn parse(bytes: &[u8]) -> Option<Answer> {
-    let head_end = bytes.windows(4).position(|window| window == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&bytes[..head_end]);
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    let raw = &bytes[head_end + 4..];
-    let chunked = head.lines().any(|line| {
-        let lower = line.to_ascii_lowercase();
-        lower.starts_with("transfer-encoding:") && lower.contains("chunked")
-    });
-    let body = if chunked { dechunk(raw) } else { raw.to_vec() };
-    Some(Answer {
-        status,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
-}
-
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
-    let mut body = Vec::new();
-    while let Some(line_end) = raw.windows(2).position(|window| window == b"\r\n") {
-        let size_text = String::from_utf8_lossy(&raw[..line_end]);
-        let Ok(size) = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16) else {
-            break;
-        };
-        let start = line_end + 2;
-        if size == 0 || raw.len() < start + size {
-            break;
-        }
-        body.extend_from_slice(&raw[start..start + size]);
-        raw = raw.get(start + size + 2..).unwrap_or_default();
-    }
-    body
+fn address(authority: &str) -> Option<SocketAddr> {
+    authority.to_socket_addrs().ok()?.next()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read as _, Write as _};
+
+    /// Serves one connection with `answer` and returns the request it read.
+    fn serve_once(answer: &'static [u8]) -> (String, std::thread::JoinHandle<String>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/healthz", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut request = Vec::new();
+            let mut buffer = [0; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                let read = stream.read(&mut buffer).unwrap();
+                if read == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buffer[..read]);
+            }
+            stream.write_all(answer).unwrap();
+            String::from_utf8_lossy(&request).into_owned()
+        });
+        (url, server)
+    }
 
     #[test]
-    fn answers_parse_plain_and_chunked() {
-        let plain = parse(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").unwrap();
+    fn answers_parse_plain_and_chunked_and_headers_are_sent() {
+        let (url, server) = serve_once(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        let plain = get_with(&url, &[("x-secret", "s3")], Duration::from_secs(5)).unwrap();
         assert_eq!((plain.status, plain.body.as_str()), (200, "ok"));
-        let chunked =
-            parse(b"HTTP/1.1 503 X\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
+        let request = server.join().unwrap().to_ascii_lowercase();
+        assert!(request.starts_with("get /healthz http/1.1\r\n"), "{request}");
+        assert!(request.contains("x-secret: s3\r\n"), "{request}");
+        let (url, server) = serve_once(
+            b"HTTP/1.1 503 X\r\nTransfer-Encoding: chunked\r\nconnection: close\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        );
+        let chunked = get(&url, Duration::from_secs(5)).unwrap();
         assert_eq!((chunked.status, chunked.body.as_str()), (503, "abcde"));
-        assert_eq!(parse(b"garbage"), None);
-        assert_eq!(split_url("http://127.0.0.2:8080"), Some(("127.0.0.2:8080", "/")));
-        assert_eq!(split_url("http://h:1/healthz"), Some(("h:1", "/healthz")));
-        assert_eq!(split_url("https://h:1/"), None);
+        server.join().unwrap();
+        let (url, server) = serve_once(b"garbage");
+        assert_eq!(get(&url, Duration::from_secs(5)), None);
+        server.join().unwrap();
     }
 
     #[test]
