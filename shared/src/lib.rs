@@ -78,12 +78,20 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Replaces `path` with `bytes` in one step (a temporary file beside it, then a rename), so a
-/// reader or a crash sees the old content or the new, never a part.
+/// reader or a crash sees the old content or the new, never a part. Each call has a
+/// temporary file of its own (process id and a counter): two threads writing the same path
+/// at once each rename whole content, where one shared name let the second find its file
+/// already renamed away (ENOENT; a worker answered a map change 500 that way).
 pub fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let write = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut temporary = path.as_os_str().to_owned();
-    temporary.push(format!(".tmp.{}", std::process::id()));
-    std::fs::write(&temporary, bytes)?;
-    std::fs::rename(&temporary, path)
+    temporary.push(format!(".tmp.{}.{write}", std::process::id()));
+    let written = std::fs::write(&temporary, bytes).and_then(|()| std::fs::rename(&temporary, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
 }
 
 /// Turns transparent huge pages off for this process (Linux; elsewhere nothing). Called first
@@ -119,5 +127,31 @@ mod tests {
     fn error_chain_names_every_cause() {
         let error = Outer(std::io::Error::new(std::io::ErrorKind::TimedOut, "operation timed out"));
         assert_eq!(super::error_chain(&error), "outer: operation timed out");
+    }
+
+    #[test]
+    fn writers_of_one_path_at_once_each_replace_it_whole() {
+        let dir = std::env::temp_dir().join(format!("write-atomically-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("map.json");
+        let contents: Vec<String> = (0..8).map(|writer| format!("{writer}").repeat(4096)).collect();
+        std::thread::scope(|scope| {
+            for content in &contents {
+                let path = &path;
+                scope.spawn(move || {
+                    for _ in 0..200 {
+                        super::write_atomically(path, content.as_bytes()).unwrap();
+                    }
+                });
+            }
+        });
+        let last = std::fs::read_to_string(&path).unwrap();
+        assert!(contents.contains(&last), "the file holds one writer's content whole");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["map.json"], "no temporary file is left");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

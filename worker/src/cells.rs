@@ -20,7 +20,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use shared::placement_map::{CellId, PlacementMap};
 use shared::protocol::FORWARDED_HEADER;
 
@@ -33,6 +33,10 @@ pub struct Cells {
     name: String,
     map: RwLock<Option<(Arc<PlacementMap>, Option<CellId>)>>,
     file: Option<PathBuf>,
+    /// Held across an update's check, save and install: two maps taken at once (a map
+    /// change and a migration's `forget` both bring one) leave the file and the copy at the
+    /// newer, never the file at the older.
+    updating: Mutex<()>,
     client: reqwest::Client,
 }
 
@@ -44,6 +48,7 @@ impl Cells {
             name: name.to_owned(),
             map: RwLock::new(None),
             file,
+            updating: Mutex::new(()),
             client: node_http::internal_client()
                 .http2_prior_knowledge()
                 .pool_idle_timeout(Duration::from_secs(60))
@@ -82,6 +87,7 @@ impl Cells {
     /// Takes `map` if it is newer than the copy (saved first, with a data directory);
     /// returns whether it did.
     pub fn update(&self, map: PlacementMap) -> std::io::Result<bool> {
+        let _updating = self.updating.lock();
         if map.version() <= self.version() {
             return Ok(false);
         }
@@ -195,7 +201,46 @@ pub fn uuid_of(path: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::uuid_of;
+    use super::{uuid_of, Cells};
+    use shared::placement_map::{Cell, PlacementMap};
+
+    #[tokio::test]
+    async fn maps_taken_at_once_leave_the_file_and_the_copy_at_the_newest() {
+        let dir = std::env::temp_dir().join(format!("cells-update-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cells = Cells::new("a", Some(&dir)).unwrap();
+        let cell = |name: &str| Cell {
+            name: name.to_owned(),
+            internal_url: format!("http://{name}"),
+            device_url: format!("http://{name}"),
+        };
+        let mut map = PlacementMap::new(vec![cell("a"), cell("b")]).unwrap();
+        let mut maps = Vec::new();
+        for index in 0..256 {
+            map.pin(&format!("{index:08x}-0000-0000-0000-000000000000"), 1).unwrap();
+            maps.push(map.clone());
+        }
+        let newest = map.version();
+        std::thread::scope(|scope| {
+            for thread in 0..8 {
+                let (cells, maps) = (&cells, &maps);
+                // Thread t takes maps t, t + 8, …: every thread's next map is newer than
+                // the copy, so their checks and saves overlap.
+                scope.spawn(move || {
+                    for map in maps.iter().skip(thread).step_by(8) {
+                        cells
+                            .update(map.clone())
+                            .unwrap_or_else(|error| panic!("thread {thread}: {error}"));
+                    }
+                });
+            }
+        });
+        assert_eq!(cells.version(), newest);
+        let saved: PlacementMap =
+            serde_json::from_slice(&std::fs::read(dir.join("placement-a.json")).unwrap()).unwrap();
+        assert_eq!(saved.version(), newest, "the file holds the newest map");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn per_isu_paths_name_their_uuid() {
