@@ -10,7 +10,9 @@
 //! only what changed restarted), `supervise` (starts, records, finds and stops detached
 //! processes: the local cluster's nodes, `run-host`'s services), `assets` (the front end's
 //! precompressed `.gz` files, for nginx's `gzip_static`), `host` (`run-host`: one rendered
-//! host's units without systemd, for the network-namespace hosts of `isuctl hosts`).
+//! host's units without systemd, for the network-namespace hosts of `isuctl hosts`),
+//! `prometheus` (Prometheus's configuration for the local cluster and for `render`'s
+//! `isu-prometheus` unit, and the series the rules read).
 
 pub mod apply;
 pub mod assets;
@@ -19,5 +21,6 @@ pub mod host;
 pub mod inventory;
 pub mod nginx;
 pub mod node_args;
+pub mod prometheus;
 pub mod render;
 pub mod supervise;

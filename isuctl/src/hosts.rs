@@ -308,6 +308,7 @@ impl Hosts {
         if self.state_file().exists() {
             bail!("already up ({}); isuctl hosts down first", self.state_file().display());
         }
+        crate::cluster::prometheus::ensure_installed()?;
         if !args.no_build {
             // deploy is not run, but built with the rest as always: the same feature set of
             // the shared dependencies, so the release binaries already built are reused.
@@ -447,6 +448,9 @@ impl Hosts {
         let url = format!("{scheme}://isucondition-1.{DOMAIN}");
         wait_for("nginx on isucondition-1", 30, &paths.state, || {
             self.curl_status("isu-hb", &format!("{url}/"), &[]) == "200"
+        })?;
+        wait_for("prometheus on isucondition-1", 30, &paths.state, || {
+            self.curl_status("isu-h1", "http://127.0.0.1:9090/-/ready", &[]) == "200"
         })?;
         Ok(url)
     }

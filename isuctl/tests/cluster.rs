@@ -702,10 +702,7 @@ fn prometheus_scrapes_every_node_and_every_series_the_rules_read_is_exported() {
     every_node_scraped(&url);
 
     // Every series a rule reads is exported by a node, from the first scrape on.
-    let wanted = isuctl::cluster::prometheus::series_named_by_rules(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/prometheus/rules"),
-    )
-    .unwrap();
+    let wanted = deploy::prometheus::series_named_by_rules(&deploy::prometheus::rules_dir()).unwrap();
     assert!(wanted.len() >= 6, "the rules read {wanted:?}");
     let exported: Vec<String> =
         serde_json::from_value(prometheus(&url, "/api/v1/label/__name__/values").unwrap()).unwrap();

@@ -80,7 +80,11 @@ pub fn router(app: &AppState) -> anyhow::Result<Router<AppState>> {
     let ops = Ops {
         app: app.clone(),
         key: Arc::new(key),
-        prometheus: app.config.prometheus_url.as_deref().map(Prometheus::new),
+        prometheus: app
+            .config
+            .prometheus_url
+            .as_deref()
+            .map(|url| Prometheus::new(url, &app.config.cluster_secret)),
         history: Arc::default(),
         peers: node_http::internal_client().timeout(PEER_TIMEOUT).build()?,
     };
