@@ -442,7 +442,7 @@ function Migrations({ state }: { state: ConsoleState }) {
     <section class="ops-panel" aria-labelledby="migrations-title">
       <h2 id="migrations-title">Migrations</h2>
       {rows.length === 0 ? (
-        <p class="hint">None in flight, none seen since this console opened.</p>
+        <p class="hint">None in flight, none among the steps this replica has applied.</p>
       ) : (
         <div class="table-scroll" tabIndex={0} role="region" aria-label="Migrations table">
           <table class="ops-table migrations">
