@@ -1,6 +1,6 @@
 // The operator console (/ops) in headless Chromium against the same real cluster as the
 // user journey: the token sign-in, the grid slot for slot against `isuctl cells map` and
-// `isuctl cells status`, a migration started from the console and one started with isuctl
+// `isuctl cells status`, the grid by keyboard, a migration started from the console and one started with isuctl
 // (each flip shown within 2 s), a killed worker's cell turning red (and, with Prometheus,
 // its CellDown alert listed), charts with data points after load, axe at 1280×800 and on a
 // phone, and the first paint.
@@ -102,6 +102,42 @@ describe('the operator console', () => {
       expect(shown.filter((name) => name === cell.name).length, `cell ${cell.name}`).toBe(cell.slots);
     }
     await shot('ops-02-map');
+  });
+
+  it('reaches the grid with one Tab, moves through it with the arrow keys and picks a slot with Enter', async () => {
+    const focused = () =>
+      page.evaluate(() => {
+        const element = document.activeElement as HTMLElement | null;
+        return { slot: element?.dataset.slot ?? null, name: element?.getAttribute('aria-label') ?? null };
+      });
+    expect(await page.locator('td.slot[tabindex="0"]').count()).toBe(1);
+    await page.getByRole('button', { name: 'Sign out' }).focus();
+    await page.keyboard.press('Tab');
+    const first = await focused();
+    expect(first.slot).toBe('00');
+    expect(first.name).toMatch(/^slot 00: cell [a-z0-9-]+/);
+    for (const key of ['ArrowRight', 'ArrowRight', 'ArrowRight', 'ArrowDown', 'ArrowDown']) await page.keyboard.press(key);
+    expect((await focused()).slot).toBe('23');
+    await page.keyboard.press('End');
+    expect((await focused()).slot).toBe('2f');
+    await page.keyboard.press('ArrowRight'); // the edge: stays
+    expect((await focused()).slot).toBe('2f');
+    await page.keyboard.press('Control+End');
+    expect((await focused()).slot).toBe('ff');
+    await page.keyboard.press('Control+Home');
+    await page.keyboard.press('PageDown');
+    expect((await focused()).slot).toBe('f0');
+    await page.keyboard.press('Enter');
+    expect(await page.getByLabel('Slot').inputValue()).toBe('f0');
+    expect(await page.locator('td.slot[data-slot="f0"]').getAttribute('aria-selected')).toBe('true');
+    const cell = (await page.locator('td.slot[data-slot="f0"]').getAttribute('data-cell'))!;
+    await page.getByRole('gridcell', { name: `slot f0: cell ${cell}` }).waitFor();
+    // One tab stop: the next Tab leaves the grid.
+    await page.keyboard.press('Tab');
+    expect((await focused()).slot).toBeNull();
+    await page.keyboard.press('Shift+Tab');
+    expect((await focused()).slot).toBe('f0');
+    await shot('ops-02b-keyboard');
   });
 
   it('migrates a slot from the console after a confirmation, and shows the flip within 2 s', async () => {
