@@ -267,4 +267,11 @@ fn the_contest_inventory_example_of_three_replicas_holds() {
     let as_is: Inventory = toml::from_str(&text).unwrap();
     as_is.check().unwrap();
     assert!(as_is.replicas().is_empty(), "one coordinator by default");
+    assert!(as_is.prometheus.is_none(), "no Prometheus by default");
+    let with_prometheus: Inventory = toml::from_str(&text.replace("# [prometheus]", "[prometheus]")).unwrap();
+    with_prometheus.check().unwrap();
+    assert!(
+        with_prometheus.prometheus.is_some(),
+        "the file's Prometheus example holds"
+    );
 }
