@@ -128,7 +128,7 @@ describe('the operator console', () => {
     await page.keyboard.press('PageDown');
     expect((await focused()).slot).toBe('f0');
     await page.keyboard.press('Enter');
-    expect(await page.getByLabel('Slot').inputValue()).toBe('f0');
+    expect(await page.getByLabel('Slot', { exact: true }).inputValue()).toBe('f0');
     expect(await page.locator('td.slot[data-slot="f0"]').getAttribute('aria-selected')).toBe('true');
     const cell = (await page.locator('td.slot[data-slot="f0"]').getAttribute('data-cell'))!;
     await page.getByRole('gridcell', { name: `slot f0: cell ${cell}` }).waitFor();
@@ -145,7 +145,7 @@ describe('the operator console', () => {
     const from = (await page.locator(`td.slot[data-slot="${slot}"]`).getAttribute('data-cell'))!;
     const to = from === 'a' ? 'b' : 'a';
     await page.locator(`td.slot[data-slot="${slot}"]`).click();
-    expect(await page.getByLabel('Slot').inputValue()).toBe(slot);
+    expect(await page.getByLabel('Slot', { exact: true }).inputValue()).toBe(slot);
     await page.getByLabel('to cell').selectOption(to);
     await page.getByRole('button', { name: 'Migrate…' }).click();
     const dialog = page.getByRole('dialog');
