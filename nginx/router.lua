@@ -278,19 +278,41 @@ isu_router = (function()
     return diff == 0
   end
 
-  -- content_by_lua of the control server's /map: GET answers the map nginx routes by,
-  -- PUT (or POST) stores a newer one. Both want the cluster secret.
-  function M.control()
+  -- The control server's guard: 401 without the cluster secret (`x-cluster-secret` or
+  -- `Authorization: Bearer`), 403 with a wrong one; the status and its reason, or nothing
+  -- when it is right.
+  local function secret_refused()
     local presented = ngx.var.http_x_cluster_secret
     if not presented then
       local authorization = ngx.var.http_authorization
       presented = authorization and authorization:match("^Bearer (.+)$")
     end
     if not presented then
-      return reply(401, "the cluster secret is required")
+      return 401, "the cluster secret is required"
     end
     if not same(presented, secret) then
-      return reply(403, "wrong cluster secret")
+      return 403, "wrong cluster secret"
+    end
+  end
+
+  -- access_by_lua of the control server's Prometheus locations: the secret, or no answer
+  -- (the status ends the request here; ngx.OK would go on to the proxy).
+  function M.require_secret()
+    local status, reason = secret_refused()
+    if status then
+      ngx.status = status
+      ngx.header["Content-Type"] = "text/plain"
+      ngx.say(reason)
+      return ngx.exit(status)
+    end
+  end
+
+  -- content_by_lua of the control server's /map: GET answers the map nginx routes by,
+  -- PUT (or POST) stores a newer one. Both want the cluster secret.
+  function M.control()
+    local status, reason = secret_refused()
+    if status then
+      return reply(status, reason)
     end
     local method = ngx.req.get_method()
     if method == "GET" or method == "HEAD" then

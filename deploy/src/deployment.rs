@@ -19,6 +19,8 @@ pub struct Rendered {
     pub hosts: Vec<RenderedHost>,
     /// Where a cluster secret was made by this render (none when it existed).
     pub new_secret: Option<PathBuf>,
+    /// Where an operator token was made by this render (none when it existed).
+    pub new_ops_token: Option<PathBuf>,
 }
 
 /// One host's rendered directory.
@@ -50,10 +52,20 @@ pub fn render(
     let secret_path = base.join(&inventory.secret_file);
     let new_secret = make_secret_if_missing(&secret_path)?.then(|| secret_path.clone());
     let secret = read_secret(&secret_path)?;
+    let token_path = base.join(&inventory.ops_token_file);
+    let new_ops_token = make_secret_if_missing(&token_path)?.then(|| token_path.clone());
+    let ops_token = read_secret(&token_path)?;
+    if ops_token == secret {
+        bail!(
+            "{}: the operator token must differ from the cluster secret",
+            token_path.display()
+        );
+    }
     let out = out.map_or_else(|| default_out(inventory_path), Path::to_owned);
     let context = crate::render::Context {
         base: &base,
         secret: &secret,
+        ops_token: &ops_token,
         nginx_template,
     };
     let files = crate::render::render(&inventory, &context)?;
@@ -70,6 +82,7 @@ pub fn render(
         out,
         hosts,
         new_secret,
+        new_ops_token,
     };
     Ok((inventory, rendered))
 }
@@ -129,8 +142,8 @@ pub fn apply(
     Ok(applied)
 }
 
-/// Makes the cluster secret (32 random bytes, hex, mode 600) at `path` if there is none;
-/// whether it did.
+/// Makes a secret (32 random bytes, hex, mode 600: the cluster secret, the operator token)
+/// at `path` if there is none; whether it did.
 fn make_secret_if_missing(path: &Path) -> anyhow::Result<bool> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt;
@@ -143,12 +156,12 @@ fn make_secret_if_missing(path: &Path) -> anyhow::Result<bool> {
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("creating the cluster secret {}", path.display()))?;
+        .with_context(|| format!("creating {}", path.display()))?;
     writeln!(file, "{}", hex::encode(bytes))?;
     Ok(true)
 }
 
-/// The cluster secret at `path`, checked.
+/// The secret at `path` (the cluster secret, the operator token), checked.
 fn read_secret(path: &Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let secret = text.trim();
@@ -158,7 +171,7 @@ fn read_secret(path: &Path) -> anyhow::Result<String> {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.+/=".contains(&b))
     {
         bail!(
-            "{}: the cluster secret must be at least 16 characters of A-Z a-z 0-9 - _ . + / =",
+            "{}: a secret must be at least 16 characters of A-Z a-z 0-9 - _ . + / =",
             path.display()
         );
     }

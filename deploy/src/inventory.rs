@@ -25,6 +25,10 @@ pub struct Inventory {
     /// mode 600) when missing.
     #[serde(default = "default_secret_file")]
     pub secret_file: PathBuf,
+    /// File with the operator token (the console at `/ops`, kept apart from the cluster
+    /// secret), relative to the inventory; made like the secret when missing.
+    #[serde(default = "default_ops_token_file")]
+    pub ops_token_file: PathBuf,
     /// Where the node binaries (`coordinator`, `worker`) are on the hosts.
     #[serde(default = "default_bin_dir")]
     pub bin_dir: PathBuf,
@@ -68,6 +72,9 @@ pub struct Inventory {
     /// Files `--apply` copies to the hosts with the rendered configuration.
     #[serde(default)]
     pub bundle: Bundle,
+    /// Debian's Prometheus on the coordinator host (`[prometheus]`, even empty): it scrapes
+    /// every node, the coordinator replicas reach it for the console's charts and alerts.
+    pub prometheus: Option<Prometheus>,
     /// The hosts: one coordinator, one host per worker (and coordinator replicas on some of them).
     #[serde(rename = "host")]
     pub hosts: Vec<Host>,
@@ -89,6 +96,31 @@ pub struct Bundle {
     pub binaries: Option<PathBuf>,
     /// The built front end, installed into `web_dir` on the coordinator host.
     pub web: Option<PathBuf>,
+}
+
+/// The `isu-prometheus` unit's settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prometheus {
+    /// Its binary on the coordinator host.
+    #[serde(default = "default_prometheus_bin")]
+    pub bin: PathBuf,
+    /// Its loopback port (nginx's control server passes the coordinators' queries to it).
+    #[serde(default = "default_prometheus_port")]
+    pub port: u16,
+    /// How long it keeps its data (`--storage.tsdb.retention.time`).
+    #[serde(default = "default_prometheus_retention")]
+    pub retention: String,
+}
+
+fn default_prometheus_bin() -> PathBuf {
+    PathBuf::from("/usr/bin/prometheus")
+}
+fn default_prometheus_port() -> u16 {
+    9090
+}
+fn default_prometheus_retention() -> String {
+    "15d".to_owned()
 }
 
 /// What a host runs.
@@ -124,6 +156,9 @@ pub struct Host {
 
 fn default_secret_file() -> PathBuf {
     PathBuf::from("secret")
+}
+fn default_ops_token_file() -> PathBuf {
+    PathBuf::from("ops-token")
 }
 fn default_bin_dir() -> PathBuf {
     PathBuf::from("/usr/local/lib/isucondition")
@@ -270,6 +305,27 @@ impl Inventory {
                 return invalid(format!(
                     "{key} {} must be an absolute path without spaces or quotes",
                     path.display()
+                ));
+            }
+        }
+        if let Some(prometheus) = &self.prometheus {
+            if !prometheus.bin.is_absolute() || !is_plain_path(&prometheus.bin) {
+                return invalid(format!(
+                    "prometheus.bin {} must be an absolute path without spaces or quotes",
+                    prometheus.bin.display()
+                ));
+            }
+            let retention = &prometheus.retention;
+            let digits = retention.trim_end_matches(['y', 'w', 'd', 'h', 'm', 's']);
+            if digits.is_empty() || digits.len() == retention.len() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return invalid(format!(
+                    "prometheus.retention {retention:?}: a duration such as \"15d\" or \"12h\""
+                ));
+            }
+            if [self.node_port, self.public_port(), ROUTER_CONTROL_PORT].contains(&prometheus.port) {
+                return invalid(format!(
+                    "prometheus.port {}: taken on the coordinator host",
+                    prometheus.port
                 ));
             }
         }

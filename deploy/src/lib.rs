@@ -12,7 +12,9 @@
 //! precompressed `.gz` files, for nginx's `gzip_static`), `host` (`run-host`: one rendered
 //! host's units without systemd, for the network-namespace hosts of `isuctl hosts`), `mounts`
 //! (`run-host`'s bind mounts in a mount namespace of its own), `external` (the one runner of
-//! the tools the operations stand on: cargo, ip, openssl, curl, apt-get).
+//! the tools the operations stand on: cargo, ip, openssl, curl, apt-get), `prometheus`
+//! (Prometheus's configuration for the local cluster and for `render`'s `isu-prometheus`
+//! unit, and the series the rules read).
 
 pub mod apply;
 pub mod assets;
@@ -23,5 +25,6 @@ pub mod inventory;
 pub mod mounts;
 pub mod nginx;
 pub mod node_args;
+pub mod prometheus;
 pub mod render;
 pub mod supervise;

@@ -132,6 +132,36 @@ pub struct Options {
     pub check: bool,
     /// The nginx binary whose build (`-V`) decides the temp paths and TLS listen options.
     pub nginx_bin: PathBuf,
+    /// Prometheus's two read routes on the control server, for the coordinators' console.
+    pub prometheus: Option<PrometheusProxy>,
+}
+
+/// Prometheus on this host's loopback, reached through the router's control server: the
+/// cluster secret checked, only `GET PREFIX/api/v1/query_range` and `…/alerts` passed on.
+#[derive(Debug, Clone)]
+pub struct PrometheusProxy {
+    /// `/prometheus`.
+    pub prefix: String,
+    /// Prometheus's `127.0.0.1:PORT`.
+    pub listen: String,
+}
+
+impl PrometheusProxy {
+    /// The control server's locations.
+    fn locations(&self) -> String {
+        format!(
+            "        # Prometheus's reads for the coordinators (the console's charts and alerts),
+        # behind the cluster secret; Prometheus itself listens on loopback.
+        location ~ ^{prefix}/api/v1/(query_range|alerts)$ {{
+            limit_except GET {{ deny all; }}
+            access_by_lua_block {{ isu_router.require_secret() }}
+            rewrite ^{prefix}(/.*)$ $1 break;
+            proxy_pass http://{listen};
+        }}",
+            prefix = self.prefix,
+            listen = self.listen
+        )
+    }
 }
 
 /// Where nginx is: `nginx` on PATH, else `/usr/sbin/nginx`.
@@ -622,6 +652,14 @@ impl Resolved<'_> {
             ("REPLICAS_LUA", REPLICAS_LUA.trim_end().to_owned()),
             ("ROUTER_INIT", router_init),
             ("ROUTER_CONTROL_LISTEN", options.router_control.clone()),
+            (
+                "PROMETHEUS_PROXY",
+                options
+                    .prometheus
+                    .as_ref()
+                    .map(PrometheusProxy::locations)
+                    .unwrap_or_default(),
+            ),
             ("USER_DIRECTIVE", self.user_directive.clone()),
             ("WORKER_PROCESSES", options.worker_processes.clone()),
             ("EXTRA_TEMP_PATHS", extra_temp_paths),

@@ -63,6 +63,8 @@ pub struct Context<'a> {
     pub base: &'a Path,
     /// The cluster secret.
     pub secret: &'a str,
+    /// The operator token (the console's sign-in), kept apart from the secret.
+    pub ops_token: &'a str,
     /// `nginx/nginx.conf.template` of this checkout.
     pub nginx_template: &'a Path,
 }
@@ -93,10 +95,11 @@ UMask=0027
 LimitNOFILE=65536
 ";
 
-/// What differs between the two nodes' units.
+/// What differs between the two nodes' units (and Prometheus's, sandboxed the same way).
 struct NodeUnit<'a> {
     description: &'a str,
-    environment_file: &'a str,
+    /// `EnvironmentFile=`, or none.
+    environment_file: Option<&'a str>,
     exec_start: String,
     state: String,
     /// `LoadCredential=` lines, or nothing.
@@ -115,6 +118,7 @@ fn node_unit(unit: NodeUnit) -> String {
         credentials,
         capabilities,
     } = unit;
+    let environment_file = environment_file.map_or_else(String::new, |file| format!("EnvironmentFile={file}\n"));
     format!(
         "{HEADER}
 [Unit]
@@ -126,8 +130,7 @@ Wants=network-online.target
 
 [Service]
 Type=simple
-EnvironmentFile={environment_file}
-ExecStart={exec_start}
+{environment_file}ExecStart={exec_start}
 Restart=always
 RestartSec=1
 StateDirectory={state}
@@ -297,7 +300,12 @@ WantedBy=multi-user.target
         ),
     );
     bundle(inventory, context, &mut files, "coordinator", true)?;
+    let mut units = vec!["isu-coordinator.service", "isu-nginx.service"];
     let mut actions = coordinator_actions(inventory);
+    if let Some(settings) = &inventory.prometheus {
+        actions.extend(prometheus_files(inventory, settings, context, &mut files)?);
+        units.push("isu-prometheus.service");
+    }
     actions.extend([
         ("etc/isucondition/nginx.conf".to_owned(), "reload isu-nginx.service"),
         (
@@ -309,13 +317,7 @@ WantedBy=multi-user.target
             "restart isu-nginx.service",
         ),
     ]);
-    plan(
-        &mut files,
-        inventory,
-        host,
-        &["isu-coordinator.service", "isu-nginx.service"],
-        &actions,
-    );
+    plan(&mut files, inventory, host, &units, &actions);
     Ok(files)
 }
 
@@ -371,22 +373,127 @@ fn coordinator_node(inventory: &Inventory, host: &Host, context: &Context, files
         raft_heartbeat_ms: inventory.raft_heartbeat_ms.filter(|_| group.is_some()),
         group,
         data_dir: Some(PathBuf::from(STATE_DIRECTORY)),
+        // Read through `LoadCredential=`: the file stays root-only.
+        ops_token_file: Some(PathBuf::from("${CREDENTIALS_DIRECTORY}/ops-token")),
+        prometheus_url: inventory
+            .prometheus
+            .as_ref()
+            .map(|_| format!("http://{}{PROMETHEUS_PREFIX}", router_control(inventory))),
         ..CoordinatorArgs::default()
     };
     let (flags, env) = for_systemd(args.settings());
     files.text("etc/isucondition/coordinator.env", 0o600, env_file(&env));
     files.text(
+        OPS_TOKEN_FILE.trim_start_matches('/'),
+        0o600,
+        format!("{}\n", context.ops_token),
+    );
+    files.text(
         "etc/systemd/system/isu-coordinator.service",
         0o644,
         node_unit(NodeUnit {
             description: &description,
-            environment_file: "/etc/isucondition/coordinator.env",
+            environment_file: Some("/etc/isucondition/coordinator.env"),
             exec_start: format!("{}/coordinator {flags}", inventory.bin_dir.display()),
             state,
-            credentials: String::new(),
+            credentials: format!("LoadCredential=ops-token:{OPS_TOKEN_FILE}\n"),
             capabilities: "CapabilityBoundingSet=\n",
         }),
     );
+}
+
+/// The operator token on every host running a coordinator (root only; the unit reads it
+/// through `LoadCredential=`).
+const OPS_TOKEN_FILE: &str = "/etc/isucondition/ops-token";
+
+/// Where nginx's control server passes the coordinators' queries on to Prometheus (after the
+/// cluster secret is checked): Prometheus itself listens on the coordinator host's loopback.
+const PROMETHEUS_PREFIX: &str = "/prometheus";
+
+/// Prometheus's configuration, its copy of the cluster secret and the rules, on the
+/// coordinator host.
+const PROMETHEUS_DIR: &str = "etc/isucondition/prometheus";
+
+/// `[prometheus]`: the `isu-prometheus` unit on the coordinator host and its files. It
+/// scrapes every node (each replica, each worker) with the cluster secret, evaluates the
+/// project's rules, keeps its data in its state directory and listens on loopback only. The
+/// configuration and the secret reach it through `LoadCredential=` (the secret stays root
+/// only), so the configuration names the secret by a path relative to its own directory.
+fn prometheus_files(
+    inventory: &Inventory,
+    settings: &crate::inventory::Prometheus,
+    context: &Context,
+    files: &mut HostFiles,
+) -> anyhow::Result<Vec<(String, &'static str)>> {
+    let rules = Path::new("/").join(PROMETHEUS_DIR).join("rules");
+    let mut targets: Vec<crate::prometheus::Target> = match inventory.replicas().as_slice() {
+        [] => vec![crate::prometheus::Target {
+            address: inventory.coordinator_listen(inventory.coordinator()).to_string(),
+            node: "coordinator".to_owned(),
+            cell: "coordinator".to_owned(),
+        }],
+        replicas => replicas
+            .iter()
+            .map(|host| crate::prometheus::Target {
+                address: inventory.coordinator_listen(host).to_string(),
+                node: replica_node(host.coordinator_replica.expect("a replica")),
+                cell: "coordinator".to_owned(),
+            })
+            .collect(),
+    };
+    targets.extend(inventory.workers().map(|worker| crate::prometheus::Target {
+        address: internal(inventory, worker),
+        node: worker.node_name(),
+        cell: worker.cell.clone().expect("checked"),
+    }));
+    let config = crate::prometheus::configuration(HEADER, &targets, Path::new("cluster-secret"), &rules);
+    let dir = Path::new(PROMETHEUS_DIR);
+    files.text(dir.join("prometheus.yml"), 0o644, config);
+    files.text(dir.join("secret"), 0o600, format!("{}\n", context.secret));
+    let mut actions = Vec::new();
+    let rules_dir = crate::prometheus::rules_dir();
+    let mut entries: Vec<_> = std::fs::read_dir(&rules_dir)
+        .with_context(|| format!("reading {}", rules_dir.display()))?
+        .collect::<Result<_, _>>()?;
+    entries.sort_by_key(|entry| entry.file_name());
+    for entry in entries {
+        let path = entry.path();
+        if path.extension().is_some_and(|extension| extension == "yml") {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            let target = dir.join("rules").join(entry.file_name());
+            actions.push((target.display().to_string(), "restart isu-prometheus.service"));
+            files.text(target, 0o644, text);
+        }
+    }
+    let unit = "etc/systemd/system/isu-prometheus.service";
+    let dir = dir.display();
+    files.text(
+        unit,
+        0o644,
+        node_unit(NodeUnit {
+            description: "ISUCONDITION Prometheus (every node scraped with the cluster secret, the rules evaluated)",
+            environment_file: None,
+            exec_start: format!(
+                "{bin} --config.file=${{CREDENTIALS_DIRECTORY}}/prometheus.yml --storage.tsdb.path=${{STATE_DIRECTORY}} --storage.tsdb.retention.time={retention} --web.listen-address=127.0.0.1:{port} --log.level=warn",
+                bin = settings.bin.display(),
+                retention = settings.retention,
+                port = settings.port,
+            ),
+            state: state_directory(inventory, "prometheus"),
+            credentials: format!(
+                "LoadCredential=prometheus.yml:/{dir}/prometheus.yml\nLoadCredential=cluster-secret:/{dir}/secret\n"
+            ),
+            capabilities: "CapabilityBoundingSet=\n",
+        }),
+    );
+    for path in [
+        format!("{PROMETHEUS_DIR}/prometheus.yml"),
+        format!("{PROMETHEUS_DIR}/secret"),
+        unit.to_owned(),
+    ] {
+        actions.push((path, "restart isu-prometheus.service"));
+    }
+    Ok(actions)
 }
 
 /// A node's durable log: its unit's state directory, which systemd names on `ExecStart=`.
@@ -422,6 +529,10 @@ fn coordinator_actions(inventory: &Inventory) -> Vec<(String, &'static str)> {
             "restart isu-coordinator.service",
         ),
         (bin_path(inventory, "coordinator"), "restart isu-coordinator.service"),
+        (
+            OPS_TOKEN_FILE.trim_start_matches('/').to_owned(),
+            "restart isu-coordinator.service",
+        ),
     ]
 }
 
@@ -478,7 +589,7 @@ fn worker_host(inventory: &Inventory, host: &Host, context: &Context) -> anyhow:
                 "ISUCONDITION worker of cell {} (condition history, device posts)",
                 host.cell.as_deref().expect("checked")
             ),
-            environment_file: "/etc/isucondition/worker.env",
+            environment_file: Some("/etc/isucondition/worker.env"),
             exec_start: format!("{}/worker {flags}", inventory.bin_dir.display()),
             state: state_directory(inventory, &host.node_name()),
             credentials,
@@ -650,6 +761,13 @@ fn render_nginx(inventory: &Inventory, host: &Host, context: &Context) -> anyhow
         }),
         check: false,
         nginx_bin: inventory.nginx_bin.clone(),
+        prometheus: inventory
+            .prometheus
+            .as_ref()
+            .map(|settings| crate::nginx::PrometheusProxy {
+                prefix: PROMETHEUS_PREFIX.to_owned(),
+                listen: format!("127.0.0.1:{}", settings.port),
+            }),
     };
     let text = crate::nginx::render_for_host(&options, &inventory.nginx_user)
         .with_context(|| format!("rendering nginx.conf for host {}", host.name))?;

@@ -35,6 +35,7 @@ fn options(run_dir: &Path, static_dir: &Path, cells: &[&str]) -> Options {
         tls: None,
         check: true,
         nginx_bin: nginx::default_nginx_bin(),
+        prometheus: None,
     }
 }
 
@@ -270,7 +271,7 @@ fn local_two_cells_pass_nginx_t_with_the_default_map() {
 }
 
 #[test]
-fn local_three_cells_with_tls_pass_nginx_t() {
+fn local_three_cells_with_tls_and_prometheus_pass_nginx_t() {
     let (dir, run_dir, static_dir) = local_dirs();
     let certified = rcgen::generate_simple_self_signed(vec!["isucondition-1.t.isucon.dev".to_owned()]).unwrap();
     let cert = dir.path().join("cert.pem");
@@ -290,6 +291,11 @@ fn local_three_cells_with_tls_pass_nginx_t() {
         cert: cert.clone(),
         key,
     });
+    // Prometheus's two routes on the control server, behind the secret: nginx takes them.
+    options.prometheus = Some(nginx::PrometheusProxy {
+        prefix: "/prometheus".to_owned(),
+        listen: "127.0.0.1:9090".to_owned(),
+    });
     options.out = Some(dir.path().join("elsewhere/front.conf"));
     let out = nginx::render_local(&options).unwrap();
     assert_eq!(out, dir.path().join("elsewhere/front.conf"));
@@ -299,6 +305,7 @@ fn local_three_cells_with_tls_pass_nginx_t() {
         cert.canonicalize().unwrap().display()
     )));
     assert!(text.contains("listen 127.0.0.2:8080 ssl http2 default_server reuseport backlog=4096;"));
+    assert!(text.contains("access_by_lua_block { isu_router.require_secret() }"));
     assert!(text.contains(
         "listen 127.0.0.5:8080 ssl http2 reuseport backlog=4096;\n        server_name isucondition-4.t.isucon.dev;"
     ));
@@ -367,4 +374,111 @@ fn the_default_placement_is_the_fixtures() {
     .collect();
     let text = nginx::default_placement(&cells).unwrap();
     assert_fixture("nginx", &text, "placement-3-cells.map");
+}
+
+/// A free loopback port (bound, then let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP/1.0 exchange with `address`: the status and the body.
+fn exchange(address: &str, request: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body).to_owned();
+    (status, body)
+}
+
+/// The Prometheus routes through a running nginx: 401 without the cluster secret, 403 with a
+/// wrong one, passed on with it (path and query kept); no other Prometheus path, and no
+/// write, gets through.
+#[test]
+fn the_prometheus_routes_want_the_secret_and_pass_only_two_reads() {
+    let (dir, run_dir, static_dir) = local_dirs();
+    // A stand-in Prometheus: answers every request with the line it was asked.
+    let prometheus = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let prometheus_address = prometheus.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        use std::io::{BufRead as _, Write as _};
+        for stream in prometheus.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(stream);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let body = format!("prometheus saw {}", line.trim());
+            let _ = write!(
+                reader.get_mut(),
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let control = format!("127.0.0.1:{}", free_port());
+    let mut options = options(&run_dir, &static_dir, &["a=127.0.0.1:1,127.0.0.1:2"]);
+    options.public_listen = format!("127.0.0.1:{}", free_port());
+    options.router_control = control.clone();
+    options.device_servers = false;
+    options.access_log = false;
+    options.prometheus = Some(nginx::PrometheusProxy {
+        prefix: "/prometheus".to_owned(),
+        listen: prometheus_address,
+    });
+    let conf = nginx::render_local(&options).unwrap();
+    let mut child = std::process::Command::new(nginx::default_nginx_bin())
+        .arg("-p")
+        .arg(format!("{}/", run_dir.display()))
+        .arg("-c")
+        .arg(&conf)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(&control).is_err() {
+        assert!(started.elapsed().as_secs() < 10, "nginx did not listen on {control}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let get = |path: &str, secret: Option<&str>| {
+        let header = secret.map_or_else(String::new, |secret| format!("X-Cluster-Secret: {secret}\r\n"));
+        exchange(&control, &format!("GET {path} HTTP/1.0\r\nHost: x\r\n{header}\r\n"))
+    };
+    let alerts = "/prometheus/api/v1/alerts";
+    let range = "/prometheus/api/v1/query_range?query=up&step=1";
+    let results = [
+        get(alerts, None),
+        get(alerts, Some("a-wrong-secret")),
+        get(alerts, Some("a-test-secret")),
+        get(range, Some("a-test-secret")),
+        get("/prometheus/api/v1/query?query=up", Some("a-test-secret")),
+        get("/prometheus/api/v1/status/config", Some("a-test-secret")),
+        exchange(
+            &control,
+            "POST /prometheus/api/v1/query_range HTTP/1.0\r\nHost: x\r\nX-Cluster-Secret: a-test-secret\r\nContent-Length: 0\r\n\r\n",
+        ),
+    ];
+    // SIGTERM: the master stops its workers too (SIGKILL would leave them running).
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+    drop(dir);
+    let statuses: Vec<u16> = results.iter().map(|(status, _)| *status).collect();
+    assert_eq!(statuses, [401, 403, 200, 200, 404, 404, 403], "{results:?}");
+    assert_eq!(results[2].1, "prometheus saw GET /api/v1/alerts HTTP/1.1");
+    assert_eq!(
+        results[3].1,
+        "prometheus saw GET /api/v1/query_range?query=up&step=1 HTTP/1.1"
+    );
+    assert!(!results[0].1.contains("prometheus saw"), "{results:?}");
 }

@@ -153,6 +153,7 @@ fn render_config(request: &RenderRequest) -> PathBuf {
         tls: None,
         check: true,
         nginx_bin: request.nginx.to_owned(),
+        prometheus: None,
     };
     deploy::nginx::render_local(&options).unwrap_or_else(|error| panic!("rendering nginx.conf: {error}"))
 }

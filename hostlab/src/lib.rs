@@ -164,7 +164,8 @@ impl Hosts {
             Some(dir) => std::path::absolute(PathBuf::from(dir))?,
             None => repo.join("run/hosts"),
         };
-        let release = repo.join("target/release");
+        // Where `up` builds them: CARGO_TARGET_DIR when set, as cargo does.
+        let release = deploy::external::target_dir(&repo).join("release");
         let built = repo.join("web/dist");
         let web = if built.join("index.html").is_file() {
             built
@@ -236,6 +237,7 @@ impl Hosts {
         if self.state_file().exists() {
             bail!("already up ({}); isuctl hosts down first", self.state_file().display());
         }
+        deploy::prometheus::ensure_installed()?;
         if !args.no_build {
             // deploy is not run, but built with the rest as always: the same feature set of
             // the shared dependencies, so the release binaries already built are reused.
@@ -375,6 +377,9 @@ impl Hosts {
         let url = format!("{scheme}://isucondition-1.{DOMAIN}");
         wait_for("nginx on isucondition-1", 30, &paths.state, || {
             self.curl_status("isu-hb", &format!("{url}/"), &[]) == "200"
+        })?;
+        wait_for("prometheus on isucondition-1", 30, &paths.state, || {
+            self.curl_status("isu-h1", "http://127.0.0.1:9090/-/ready", &[]) == "200"
         })?;
         Ok(url)
     }

@@ -226,6 +226,8 @@ pub fn inventory(hosts: &[HostPlan], tls: bool, paths: &Paths) -> String {
         .unwrap();
     }
     write!(text, "\n[bundle]\nweb = {:?}\n", paths.web.display().to_string()).unwrap();
+    // Debian's Prometheus on isucondition-1, as a deployment runs it.
+    text.push_str("\n[prometheus]\n");
     for host in hosts.iter().filter(|host| host.is_cluster_host()) {
         write!(text, "\n[[host]]\nname = \"{}\"\n", host.name).unwrap();
         match &host.role {
@@ -409,6 +411,7 @@ mod tests {
             let text = inventory(&hosts(workers, coordinators), tls, &paths());
             assert!(!text.contains("bench"), "the bench host is not deployed to");
             assert!(text.contains("[bundle]\nweb = \"/r/web/dist\""), "{text}");
+            assert!(text.contains("\n[prometheus]\n"), "{text}");
             std::fs::write(&path, &text).unwrap();
             let loaded = deploy::inventory::Inventory::load(&path).unwrap();
             assert_eq!(loaded.workers().count(), workers);

@@ -137,8 +137,13 @@ fn render_and_apply(args: &RenderArgs, target: Option<&TargetArgs>, format: Form
     }
     let nginx_template = args.nginx_template.clone().unwrap_or_else(default_nginx_template);
     let (loaded, rendered) = deploy::deployment::render(inventory, args.out.as_deref(), &nginx_template)?;
-    if let Some(secret) = &rendered.new_secret {
-        eprintln!("isuctl: made a new cluster secret in {} (mode 600)", secret.display());
+    for (made, what) in [
+        (&rendered.new_secret, "cluster secret"),
+        (&rendered.new_ops_token, "operator token"),
+    ] {
+        if let Some(path) = made {
+            eprintln!("isuctl: made a new {what} in {} (mode 600)", path.display());
+        }
     }
     if format == Format::Human {
         println!("{}", rendered_lines(&rendered));

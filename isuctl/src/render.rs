@@ -171,6 +171,7 @@ impl NginxArgs {
                 .map(|(cert, key)| Tls { cert, key }),
             check: !self.no_check && self.for_host.is_none(),
             nginx_bin: self.nginx_bin.clone().unwrap_or_else(nginx::default_nginx_bin),
+            prometheus: None,
         })
     }
 }

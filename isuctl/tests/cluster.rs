@@ -5,7 +5,7 @@
 //! three-worker cluster replaces a worker in place. With `--prometheus`, a real Prometheus
 //! scrapes every node and finds every series the rules read, and its alerts fire on real
 //! faults (a worker killed, two of three replicas stopped, a follower stopped under writes)
-//! and clear after the heal.
+//! and clear after the heal, and a flooding ISU shows in its cell's quota metrics.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -702,10 +702,7 @@ fn prometheus_scrapes_every_node_and_every_series_the_rules_read_is_exported() {
     every_node_scraped(&url);
 
     // Every series a rule reads is exported by a node, from the first scrape on.
-    let wanted = isuctl::cluster::prometheus::series_named_by_rules(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/prometheus/rules"),
-    )
-    .unwrap();
+    let wanted = deploy::prometheus::series_named_by_rules(&deploy::prometheus::rules_dir()).unwrap();
     assert!(wanted.len() >= 6, "the rules read {wanted:?}");
     let exported: Vec<String> =
         serde_json::from_value(prometheus(&url, "/api/v1/label/__name__/values").unwrap()).unwrap();
@@ -841,6 +838,134 @@ fn alerts_fire_on_a_killed_worker_a_group_without_leader_and_a_stopped_follower_
     eprintln!(
         "{alert} fired {fired:?} after {signed_in} of 200 sign-ins (first failure: {failure:?}), cleared {cleared:?} after the resume"
     );
+}
+
+/// Prometheus's instant answer to `query`: each series' `cell` and value.
+fn instant(url: &str, query: &str) -> Vec<(String, f64)> {
+    let address = reqwest::Url::parse_with_params(&format!("{url}/api/v1/query"), [("query", query)]).unwrap();
+    let Some(data) = prometheus(address.as_str(), "") else {
+        return Vec::new();
+    };
+    data["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|series| {
+            let cell = series["metric"]["cell"].as_str()?.to_owned();
+            let value = series["value"][1].as_str()?.parse().ok()?;
+            Some((cell, value))
+        })
+        .collect()
+}
+
+/// The cells whose series of `query` are above 0, within `limit`: none when no cell's is.
+fn cells_above_zero(url: &str, query: &str, want: bool, limit: Duration) -> Option<Vec<String>> {
+    within(limit, || {
+        let cells: Vec<String> = instant(url, query)
+            .into_iter()
+            .filter(|(_, value)| *value > 0.0)
+            .map(|(cell, _)| cell)
+            .collect();
+        (cells.is_empty() != want).then_some(cells)
+    })
+}
+
+#[test]
+fn a_flooding_isu_shows_in_the_quotas_metrics_in_a_real_scrape_and_leaves_them_after() {
+    build_nodes();
+    let mut sandbox = Sandbox::new(6);
+    // A quota of 2,000 conditions per 10 s window (the workers read ISU_QUOTA), so that a
+    // flood is quick to send from a debug build.
+    sandbox.env.push(("ISU_QUOTA", "2000".to_owned()));
+    let url = up_with_prometheus(&mut sandbox, &[]);
+    every_node_scraped(&url);
+    let shaped = "cell:ingest_shaped_isus:max";
+    assert_eq!(
+        cells_above_zero(&url, shaped, false, Duration::from_secs(20)),
+        Some(Vec::new()),
+        "nothing shaped before the flood"
+    );
+
+    // One ISU of the dataset posts a batch of 200 conditions through nginx every 200 ms for
+    // 15 s: five times its quota, for longer than a window, so that it stays shaped across
+    // scrapes (the gauge counts the ISUs shaped in the current window).
+    let uuid = shared::dataset::generated::generate().isus[0].uuid.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let statuses: Vec<u16> = runtime.block_on(async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap();
+        let post = format!("http://{}.2:8080/api/condition/{uuid}", sandbox.host_prefix);
+        let mut statuses = Vec::new();
+        let mut every = tokio::time::interval(Duration::from_millis(200));
+        for round in 0..75_i64 {
+            every.tick().await;
+            let batch: Vec<serde_json::Value> = (0..200_i64)
+                .map(|index| {
+                    serde_json::json!({
+                        "is_sitting": true,
+                        "condition": "is_dirty=false,is_overweight=false,is_broken=false",
+                        "message": "flood",
+                        "timestamp": 1_000_000 + round * 1000 + index,
+                    })
+                })
+                .collect();
+            let reply = client.post(&post).json(&batch).send().await.expect("nginx answers");
+            statuses.push(reply.status().as_u16());
+        }
+        statuses
+    });
+    assert_eq!(statuses[0], 202, "the ISU is known and within its quota: {statuses:?}");
+    assert!(
+        statuses.iter().all(|status| [202, 429].contains(status)),
+        "shaped (202) or refused for now (429), nothing else: {statuses:?}"
+    );
+
+    // Its cell, and only its cell, showed a shaped ISU (the rules' recorded series) and
+    // shaped batches in Prometheus.
+    let flooded = cells_above_zero(
+        &url,
+        &format!("max_over_time({shaped}[1m])"),
+        true,
+        Duration::from_secs(30),
+    );
+    let Some([cell]) = flooded.as_deref() else {
+        panic!(
+            "not one cell with a shaped ISU: {flooded:?}; {:?}",
+            instant(&url, shaped)
+        );
+    };
+    assert!(["a", "b"].contains(&cell.as_str()), "a worker's cell: {cell}");
+    let batches = cells_above_zero(
+        &url,
+        "sum by (cell) (increase(ingest_shaped_batches_total[1m]))",
+        true,
+        Duration::from_secs(15),
+    );
+    assert_eq!(
+        batches,
+        Some(vec![cell.clone()]),
+        "shaped batches counted on {cell} alone"
+    );
+    if statuses.contains(&429) {
+        let refused = cells_above_zero(
+            &url,
+            "sum by (cell) (cell:ingest_rejected_batches:rate5m{reason=\"shaping_full\"})",
+            true,
+            Duration::from_secs(15),
+        );
+        assert_eq!(
+            refused,
+            Some(vec![cell.clone()]),
+            "429s counted as shaping_full on {cell}"
+        );
+    }
+
+    // The flood over, both windows of the quota turn (10 s each): the ISU is no longer shaped.
+    let cleared = cells_above_zero(&url, shaped, false, Duration::from_secs(60));
+    assert_eq!(cleared, Some(Vec::new()), "still shaped: {:?}", instant(&url, shaped));
+    eprintln!("flood on cell {cell}: statuses {statuses:?}");
 }
 
 /// The bench (its JIA simulator, `cluster up --jia`), built once (debug) beside the nodes.

@@ -19,15 +19,16 @@ fn repo() -> PathBuf {
 fn inventory(dir: &Path, fsync: &str) -> PathBuf {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    for name in ["coordinator", "worker"] {
+    for name in ["coordinator", "worker", "prometheus"] {
         std::fs::write(bin.join(name), "#!/bin/sh\nexit 0\n").unwrap();
         std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let contest = std::fs::read_to_string(repo().join("ops/deploy/contest.toml")).unwrap();
     let (_, hosts) = contest.split_once("[[host]]").unwrap();
     let text = format!(
-        "bin_dir = {bin:?}\nfsync = {fsync:?}\n[tls]\ncert = \"/etc/ssl/isu/cert.pem\"\nkey = \"/etc/ssl/isu/key.pem\"\n\n[[host]]{hosts}",
-        bin = bin.display().to_string()
+        "bin_dir = {bin:?}\nfsync = {fsync:?}\n[tls]\ncert = \"/etc/ssl/isu/cert.pem\"\nkey = \"/etc/ssl/isu/key.pem\"\n\n[prometheus]\nbin = {prometheus:?}\n\n[[host]]{hosts}",
+        bin = bin.display().to_string(),
+        prometheus = bin.join("prometheus").display().to_string()
     );
     let path = dir.join("inventory.toml");
     std::fs::write(&path, text).unwrap();
@@ -59,13 +60,30 @@ fn rendered_units_verify_and_secrets_are_private() {
     let out = dir.path().join("out");
     let said = run(&["render", inventory.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     assert!(said.contains("made a new cluster secret"), "{said}");
+    assert!(said.contains("made a new operator token"), "{said}");
     let secret = std::fs::read_to_string(dir.path().join("secret")).unwrap();
     assert_eq!(secret.trim().len(), 64);
+    let token = std::fs::read_to_string(dir.path().join("ops-token")).unwrap();
+    assert_eq!(token.trim().len(), 64);
+    assert_ne!(token, secret, "the operator token is apart from the secret");
+    for (path, contents) in [
+        ("isucondition-1/etc/isucondition/ops-token", &token),
+        ("isucondition-1/etc/isucondition/prometheus/secret", &secret),
+    ] {
+        let path = out.join(path);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600,
+            "{}",
+            path.display()
+        );
+        assert_eq!(&std::fs::read_to_string(&path).unwrap(), contents, "{}", path.display());
+    }
     for (host, env, units) in [
         (
             "isucondition-1",
             "coordinator.env",
-            vec!["isu-coordinator.service", "isu-nginx.service"],
+            vec!["isu-coordinator.service", "isu-nginx.service", "isu-prometheus.service"],
         ),
         ("isucondition-2", "worker.env", vec!["isu-worker.service"]),
         ("isucondition-3", "worker.env", vec!["isu-worker.service"]),
@@ -77,6 +95,10 @@ fn rendered_units_verify_and_secrets_are_private() {
         assert!(
             env_text.contains(&format!("ISU_CLUSTER_SECRET={}", secret.trim())),
             "{env_text}"
+        );
+        assert!(
+            !env_text.contains(token.trim()),
+            "the operator token is in no environment file"
         );
         // Internal listeners on internal addresses only.
         assert!(env_text.contains("ISU_LISTEN=192.168.0.1"), "{env_text}");
@@ -135,9 +157,19 @@ fn rendered_units_verify_and_secrets_are_private() {
         "the coordinator's upstream is its internal address"
     );
     assert!(
-        !nginx.replace("127.0.0.1:3099", "").contains("127.0.0."),
-        "nothing of the local cluster leaks into a host's file (the control server is the host's loopback)"
+        !nginx
+            .replace("127.0.0.1:3099", "")
+            .replace("proxy_pass http://127.0.0.1:9090;", "")
+            .contains("127.0.0."),
+        "nothing of the local cluster leaks into a host's file (the control server and Prometheus are the host's loopback)"
     );
+    // Prometheus on the host's loopback, reached by the coordinator through the control
+    // server (which wants the secret).
+    assert!(
+        coordinator_env.contains("ISU_PROMETHEUS_URL=http://127.0.0.1:3099/prometheus\n"),
+        "{coordinator_env}"
+    );
+    assert!(nginx.contains("access_by_lua_block { isu_router.require_secret() }"));
 }
 
 /// The bundled front end lands on the coordinator host with a .gz beside each compressible

@@ -3,10 +3,11 @@
 //! new version handed to nginx's control server: no reload), and the slot gate that keeps
 //! registrations and migrations of the same slot apart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use parking_lot::{Mutex, RwLock};
 use shared::migration::Migration;
@@ -31,11 +32,26 @@ struct RouterCopy {
     handed: AtomicU64,
 }
 
+/// One migration step as this replica applied it: its state after the step, and when.
+#[derive(Debug, Clone)]
+pub struct AppliedStep {
+    /// Counts the steps this replica applied, from 1.
+    pub seq: u64,
+    pub at: SystemTime,
+    pub migration: Migration,
+}
+
+/// How many applied steps [`Placement`] keeps for the console (about 6 a migration).
+pub const APPLIED_STEPS: usize = 1024;
+
 /// The map, the unfinished migrations and the router file (see the module documentation).
 pub struct Placement {
     map: Arc<RwLock<Arc<PlacementMap>>>,
     /// Unfinished migrations by id (their last logged state).
     pub(crate) migrations: Arc<Mutex<BTreeMap<u64, Migration>>>,
+    /// The last [`APPLIED_STEPS`] migration steps applied, each with its time: the console's
+    /// record of migrations, steps and durations (none sampled, none missed).
+    applied_steps: Mutex<VecDeque<AppliedStep>>,
     router: Option<RouterFile>,
     /// The cells this coordinator is configured with (`--worker`).
     configured: Vec<Cell>,
@@ -67,6 +83,7 @@ impl Placement {
                     .map(|migration| (migration.id, migration))
                     .collect(),
             )),
+            applied_steps: Mutex::default(),
             router,
             configured: configured.to_vec(),
             router_copy: RouterCopy::default(),
@@ -111,12 +128,33 @@ impl Placement {
 
     /// Keeps a migration's latest state while it is unfinished.
     pub(super) fn record_migration(&self, migration: &Migration) {
+        // Noted before the unfinished set changes: a reader of both, in that order, finds
+        // the step of every migration the set no longer holds.
+        {
+            let mut steps = self.applied_steps.lock();
+            let seq = steps.back().map_or(1, |last| last.seq + 1);
+            if steps.len() == APPLIED_STEPS {
+                steps.pop_front();
+            }
+            steps.push_back(AppliedStep {
+                seq,
+                at: SystemTime::now(),
+                migration: migration.clone(),
+            });
+        }
         let mut migrations = self.migrations.lock();
         if migration.is_finished() {
             migrations.remove(&migration.id);
         } else {
             migrations.insert(migration.id, migration.clone());
         }
+    }
+
+    /// The migration steps applied after step `seq`, in order (as many as are kept).
+    pub fn applied_steps_since(&self, seq: u64) -> Vec<AppliedStep> {
+        let steps = self.applied_steps.lock();
+        let first = steps.partition_point(|step| step.seq <= seq);
+        steps.range(first..).cloned().collect()
     }
 
     /// The unfinished migrations of a snapshot, in place of those held.

@@ -53,7 +53,7 @@ pub(super) fn up(cluster: &Cluster, format: Format) -> anyhow::Result<()> {
     }
     ensure_nginx()?;
     if cluster.options.prometheus {
-        super::prometheus::ensure_installed()?;
+        deploy::prometheus::ensure_installed()?;
     }
     let inputs = inputs(cluster)?;
     let binaries = build(cluster)?;

@@ -14,7 +14,9 @@ import {
   leaderChanges,
   parseSlot,
   RANGES,
+  slotAfterKey,
   slotHex,
+  slotLabel,
   slotViews,
 } from './model';
 import './ops.css';
@@ -180,7 +182,7 @@ function Dashboard({ csrf, onSignedOut }: { csrf: string; onSignedOut: () => voi
         </p>
       )}
       <div class="ops-top">
-        <PlacementGrid state={state} onPick={(slot) => setSelected(slotHex(slot))} />
+        <PlacementGrid state={state} picked={parseSlot(selected)} onPick={(slot) => setSelected(slotHex(slot))} />
         <div class="ops-side">
           <Cells state={state} />
           <Actions state={state} csrf={csrf} slot={selected} onSlot={setSelected} onDone={refresh} />
@@ -194,16 +196,52 @@ function Dashboard({ csrf, onSignedOut }: { csrf: string; onSignedOut: () => voi
   );
 }
 
-function PlacementGrid({ state, onPick }: { state: ConsoleState; onPick: (slot: number) => void }) {
+/**
+ * The map as a keyboard grid: one slot in the tab order at a time (roving tabindex, the
+ * slot last moved to); the arrows, Home/End (with Ctrl: first and last slot) and
+ * PageUp/PageDown move between slots, Enter or Space picks one for a migration, as a click
+ * does. Each slot is named by its label (slot, cell, down, migrating, pins).
+ */
+function PlacementGrid({
+  state,
+  picked,
+  onPick,
+}: {
+  state: ConsoleState;
+  picked: number | null;
+  onPick: (slot: number) => void;
+}) {
   const views = slotViews(state);
   const rows = Array.from({ length: 16 }, (_, row) => views.slice(row * 16, row * 16 + 16));
   const hex = Array.from({ length: 16 }, (_, i) => i.toString(16));
+  const [active, setActive] = useState(0);
+  const table = useRef<HTMLTableElement>(null);
+  const onKeyDown = (event: KeyboardEvent) => {
+    if (event.key === 'Enter' || event.key === ' ') {
+      event.preventDefault();
+      onPick(active);
+      return;
+    }
+    const next = slotAfterKey(active, event.key, event.ctrlKey || event.metaKey);
+    if (next === null) return;
+    event.preventDefault();
+    setActive(next);
+    table.current?.querySelector<HTMLElement>(`td[data-slot="${slotHex(next)}"]`)?.focus();
+  };
   return (
     <section class="ops-panel" aria-labelledby="map-title">
       <h2 id="map-title">
         Placement map <span class="hint">version {state.map_version}</span>
       </h2>
-      <table class="slot-grid" data-map-version={state.map_version}>
+      <table
+        ref={table}
+        class="slot-grid"
+        role="grid"
+        aria-labelledby="map-title"
+        aria-describedby="map-keys"
+        data-map-version={state.map_version}
+        onKeyDown={onKeyDown}
+      >
         <caption class="visually-hidden">
           The 256 slots (row: a UUID's first hex digit, column: its second) and the cell owning each
         </caption>
@@ -229,10 +267,14 @@ function PlacementGrid({ state, onPick }: { state: ConsoleState; onPick: (slot: 
                   data-slot={slotHex(view.slot)}
                   data-cell={view.name}
                   data-migrating={view.migrating ? 'true' : undefined}
-                  title={`slot ${slotHex(view.slot)}: cell ${view.name}${view.down ? ' (down)' : ''}${
-                    view.migrating ? ', migrating' : ''
-                  }${view.pinned ? `, ${view.pinned} pinned ISU(s) elsewhere` : ''}`}
-                  onClick={() => onPick(view.slot)}
+                  tabIndex={view.slot === active ? 0 : -1}
+                  aria-label={slotLabel(view)}
+                  aria-selected={view.slot === picked}
+                  title={slotLabel(view)}
+                  onClick={() => {
+                    setActive(view.slot);
+                    onPick(view.slot);
+                  }}
                 >
                   {view.name}
                   {view.pinned > 0 && <span class="pin-mark">•</span>}
@@ -242,9 +284,9 @@ function PlacementGrid({ state, onPick }: { state: ConsoleState; onPick: (slot: 
           ))}
         </tbody>
       </table>
-      <p class="hint">
+      <p class="hint" id="map-keys">
         Dashed outline: a slot in migration. •: the slot has ISUs pinned to another cell. Red: its cell is down. Click a
-        slot to pick it for a migration.
+        slot, or move to it with the arrow keys and press Enter, to pick it for a migration.
       </p>
     </section>
   );
@@ -442,7 +484,7 @@ function Migrations({ state }: { state: ConsoleState }) {
     <section class="ops-panel" aria-labelledby="migrations-title">
       <h2 id="migrations-title">Migrations</h2>
       {rows.length === 0 ? (
-        <p class="hint">None in flight, none seen since this console opened.</p>
+        <p class="hint">None in flight, none among the steps this replica has applied.</p>
       ) : (
         <div class="table-scroll" tabIndex={0} role="region" aria-label="Migrations table">
           <table class="ops-table migrations">

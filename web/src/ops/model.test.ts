@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Charts, ConsoleState } from './api';
-import { aligned, cellColour, leaderChanges, parseSlot, slotHex, slotViews } from './model';
+import { aligned, cellColour, leaderChanges, parseSlot, slotAfterKey, slotHex, slotLabel, slotViews } from './model';
 
 function state(overrides: Partial<ConsoleState> = {}): ConsoleState {
   return {
@@ -23,6 +23,32 @@ function state(overrides: Partial<ConsoleState> = {}): ConsoleState {
 }
 
 describe('the slot grid', () => {
+  it('moves the keyboard focus by arrows, Home/End and PageUp/PageDown, stopping at the edges', () => {
+    expect(slotAfterKey(0x3d, 'ArrowRight')).toBe(0x3e);
+    expect(slotAfterKey(0x3d, 'ArrowLeft')).toBe(0x3c);
+    expect(slotAfterKey(0x3d, 'ArrowDown')).toBe(0x4d);
+    expect(slotAfterKey(0x3d, 'ArrowUp')).toBe(0x2d);
+    expect(slotAfterKey(0x3f, 'ArrowRight')).toBe(0x3f);
+    expect(slotAfterKey(0x30, 'ArrowLeft')).toBe(0x30);
+    expect(slotAfterKey(0x0d, 'ArrowUp')).toBe(0x0d);
+    expect(slotAfterKey(0xfd, 'ArrowDown')).toBe(0xfd);
+    expect(slotAfterKey(0x3d, 'Home')).toBe(0x30);
+    expect(slotAfterKey(0x3d, 'End')).toBe(0x3f);
+    expect(slotAfterKey(0x3d, 'Home', true)).toBe(0x00);
+    expect(slotAfterKey(0x3d, 'End', true)).toBe(0xff);
+    expect(slotAfterKey(0x3d, 'PageUp')).toBe(0x0d);
+    expect(slotAfterKey(0x3d, 'PageDown')).toBe(0xfd);
+    expect(slotAfterKey(0x3d, 'Enter')).toBeNull();
+    expect(slotAfterKey(0x3d, 'a')).toBeNull();
+  });
+
+  it('names each slot for a screen reader', () => {
+    const views = slotViews(state());
+    expect(slotLabel(views[0x0b]!)).toBe('slot 0b: cell a, 1 pinned ISU(s) elsewhere');
+    expect(slotLabel(views[0x1b]!)).toBe('slot 1b: cell b (down)');
+    expect(slotLabel(views[0x2c]!)).toBe('slot 2c: cell a, migrating');
+  });
+
   it('names each slot’s cell and marks down cells, migrations and pins', () => {
     const views = slotViews(state());
     expect(views).toHaveLength(256);

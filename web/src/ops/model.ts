@@ -24,6 +24,43 @@ export function parseSlot(text: string): number | null {
   return parseInt(digits, 16);
 }
 
+/**
+ * The slot a key moves the grid's focus to from `slot` (16 × 16, row-major), or null for a
+ * key that does not move it: arrows by one (stopping at the edges), Home/End to the row's
+ * ends, with Ctrl to the first and last slot, PageUp/PageDown to the column's ends.
+ */
+export function slotAfterKey(slot: number, key: string, ctrl = false): number | null {
+  const row = slot >> 4;
+  const column = slot & 15;
+  switch (key) {
+    case 'ArrowLeft':
+      return column > 0 ? slot - 1 : slot;
+    case 'ArrowRight':
+      return column < 15 ? slot + 1 : slot;
+    case 'ArrowUp':
+      return row > 0 ? slot - 16 : slot;
+    case 'ArrowDown':
+      return row < 15 ? slot + 16 : slot;
+    case 'Home':
+      return ctrl ? 0 : row * 16;
+    case 'End':
+      return ctrl ? 255 : row * 16 + 15;
+    case 'PageUp':
+      return column;
+    case 'PageDown':
+      return 240 + column;
+    default:
+      return null;
+  }
+}
+
+/** What a slot's grid cell says to a screen reader (and in its tooltip). */
+export function slotLabel(view: SlotView): string {
+  return `slot ${slotHex(view.slot)}: cell ${view.name}${view.down ? ' (down)' : ''}${
+    view.migrating ? ', migrating' : ''
+  }${view.pinned ? `, ${view.pinned} pinned ISU(s) elsewhere` : ''}`;
+}
+
 export interface SlotView {
   slot: number;
   cell: number;

@@ -1,27 +1,22 @@
 //! The migrations the console lists: those in flight and the recent ones, with the steps
-//! each went through and when, as this replica saw them.
+//! each went through and when, as this replica applied them.
 //!
-//! The coordinator keeps only its unfinished migrations (their last logged state, on every
-//! replica: each applies the log). While a console is open, a watcher samples them every
-//! [`SAMPLE_EVERY`] and notes each new phase with the time it saw it; a migration that left
-//! the set ended (forgotten, or rolled back when its last phase seen was before the flip).
-//! So steps and durations are as exact as the sampling: a step shorter than 50 ms can go
-//! unseen (its next one is noted), and migrations that started and ended while no console
-//! was open are not listed. The watcher stops once no console asked for
-//! [`IDLE_AFTER`], so a closed console costs nothing.
+//! Every replica applies each step of a migration from the log, and notes it with the time
+//! it applied it (`Placement::applied_steps_since`, the last 1,024 steps). The console's
+//! history takes in the steps applied since it last asked, in order: every step is listed,
+//! with the time it was applied here, whether or not a console was open then. A migration
+//! that ended inside a snapshot this replica installed (its steps never applied here) ends
+//! when the history sees it gone from the unfinished set.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use serde::Serialize;
 use shared::migration::{Migration, Phase, Subject};
 
-/// How often the watcher samples the unfinished migrations.
-pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
-/// The watcher stops when no console asked for this long.
-pub const IDLE_AFTER: Duration = Duration::from_secs(60);
+use crate::state::placement::AppliedStep;
+
 /// How many ended migrations are kept.
 pub const RECENT: usize = 50;
 
@@ -61,59 +56,31 @@ pub struct History {
 struct Inner {
     in_flight: BTreeMap<u64, SeenMigration>,
     recent: VecDeque<SeenMigration>,
-    last_asked: Option<Instant>,
-    watching: bool,
+    /// The last applied step taken in.
+    seen: u64,
 }
 
 /// The cell names of a map, to name a migration's cells.
 pub type CellNames = Vec<String>;
 
 impl History {
-    /// Notes that a console asked; true when the watcher must be started.
-    pub fn asked(&self) -> bool {
-        let mut inner = self.inner.lock();
-        inner.last_asked = Some(Instant::now());
-        let start = !inner.watching;
-        inner.watching = true;
-        start
+    /// The last applied step taken in: ask for the steps after it.
+    pub fn seen(&self) -> u64 {
+        self.inner.lock().seen
     }
 
-    /// Whether the watcher may stop (no console asked for [`IDLE_AFTER`]); it then counts
-    /// as stopped.
-    pub fn idle(&self) -> bool {
+    /// Takes in `steps` (applied in this order; those already taken in are skipped), then
+    /// ends, at `now`, a migration listed in flight that `unfinished` no longer holds (it
+    /// ended inside an installed snapshot). `unfinished` must be read before `steps`: a
+    /// migration gone from it then has its last step among them.
+    pub fn update(&self, unfinished: &[Migration], steps: &[AppliedStep], cells: &CellNames, now: SystemTime) {
         let mut inner = self.inner.lock();
-        let idle = inner.last_asked.is_none_or(|asked| asked.elapsed() >= IDLE_AFTER);
-        if idle {
-            inner.watching = false;
-        }
-        idle
-    }
-
-    /// Takes one sample of the unfinished migrations.
-    pub fn sample(&self, unfinished: &[Migration], cells: &CellNames, now: SystemTime) {
-        let now_ms = unix_millis(now);
-        let name = |id: u8| cells.get(usize::from(id)).cloned().unwrap_or_else(|| id.to_string());
-        let mut inner = self.inner.lock();
-        for migration in unfinished {
-            let phase = migration.phase.to_string();
-            let seen = inner.in_flight.entry(migration.id).or_insert_with(|| SeenMigration {
-                id: migration.id,
-                subject: migration.subject.to_string(),
-                slot: migration.subject.slot(),
-                pin: matches!(migration.subject, Subject::Pin(_)),
-                from: name(migration.from),
-                to: name(migration.to),
-                steps: Vec::new(),
-                outcome: "in flight",
-                millis: 0,
-            });
-            if seen.steps.last().is_none_or(|last| last.phase != phase) {
-                seen.steps.push(Step { phase, at_ms: now_ms });
+        for step in steps {
+            if step.seq <= inner.seen {
+                continue;
             }
-            seen.millis = now_ms.saturating_sub(seen.steps[0].at_ms);
-            if matches!(migration.phase, Phase::RolledBack) {
-                seen.outcome = "rolled back";
-            }
+            inner.take(&step.migration, unix_millis(step.at), cells);
+            inner.seen = step.seq;
         }
         let ended: Vec<u64> = inner
             .in_flight
@@ -122,21 +89,7 @@ impl History {
             .copied()
             .collect();
         for id in ended {
-            let mut seen = inner.in_flight.remove(&id).expect("listed");
-            let flipped = seen.steps.iter().any(|step| step.phase.starts_with("flipped"));
-            if seen.outcome == "in flight" {
-                seen.outcome = if flipped { "done" } else { "rolled back" };
-            }
-            let phase = if flipped { "forgotten" } else { "rolled back" };
-            if seen.steps.last().is_none_or(|last| last.phase != phase) {
-                seen.steps.push(Step {
-                    phase: phase.to_owned(),
-                    at_ms: now_ms,
-                });
-            }
-            seen.millis = now_ms.saturating_sub(seen.steps[0].at_ms);
-            inner.recent.push_front(seen);
-            inner.recent.truncate(RECENT);
+            inner.end(id, unix_millis(now));
         }
     }
 
@@ -150,25 +103,59 @@ impl History {
     }
 }
 
-/// Samples `unfinished()` every [`SAMPLE_EVERY`] until the history is idle or `stop` is
-/// cancelled.
-pub async fn watch(
-    history: Arc<History>,
-    unfinished: impl Fn() -> (Vec<Migration>, CellNames),
-    stop: tokio_util::sync::CancellationToken,
-) {
-    let mut every = tokio::time::interval(SAMPLE_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = every.tick() => {}
-            _ = stop.cancelled() => return,
+impl Inner {
+    /// One applied step, at `at_ms`: a new phase noted; a last one ends the migration.
+    fn take(&mut self, migration: &Migration, at_ms: u64, cells: &CellNames) {
+        let name = |id: u8| cells.get(usize::from(id)).cloned().unwrap_or_else(|| id.to_string());
+        let seen = self.in_flight.entry(migration.id).or_insert_with(|| SeenMigration {
+            id: migration.id,
+            subject: migration.subject.to_string(),
+            slot: migration.subject.slot(),
+            pin: matches!(migration.subject, Subject::Pin(_)),
+            from: name(migration.from),
+            to: name(migration.to),
+            steps: Vec::new(),
+            outcome: "in flight",
+            millis: 0,
+        });
+        let phase = migration.phase.to_string();
+        if seen.steps.last().is_none_or(|last| last.phase != phase) {
+            seen.steps.push(Step { phase, at_ms });
         }
-        if history.idle() {
+        seen.millis = at_ms.saturating_sub(seen.steps[0].at_ms);
+        if migration.is_finished() {
+            self.end(migration.id, at_ms);
+        }
+    }
+
+    /// Moves a migration to the recent ones: done when it flipped, else rolled back (its
+    /// last step noted at `at_ms` when its steps were not applied here).
+    fn end(&mut self, id: u64, at_ms: u64) {
+        let Some(mut seen) = self.in_flight.remove(&id) else {
             return;
+        };
+        let flipped = seen.steps.iter().any(|step| step.phase.starts_with("flipped"));
+        let rolled_back = Phase::RolledBack.to_string();
+        let last = if flipped && seen.steps.last().is_none_or(|step| step.phase != rolled_back) {
+            Phase::Forgotten.to_string()
+        } else {
+            rolled_back
+        };
+        seen.outcome = if last == Phase::Forgotten.to_string() {
+            "done"
+        } else {
+            "rolled back"
+        };
+        if seen.steps.last().is_none_or(|step| step.phase != last) {
+            seen.steps.push(Step { phase: last, at_ms });
         }
-        let (migrations, cells) = unfinished();
-        history.sample(&migrations, &cells, SystemTime::now());
+        seen.millis = seen
+            .steps
+            .last()
+            .map_or(0, |step| step.at_ms)
+            .saturating_sub(seen.steps[0].at_ms);
+        self.recent.push_front(seen);
+        self.recent.truncate(RECENT);
     }
 }
 
@@ -181,46 +168,98 @@ pub fn unix_millis(time: SystemTime) -> u64 {
 mod tests {
     use super::*;
     use shared::migration::Event;
+    use std::time::Duration;
+
+    /// `migrations` as applied steps, the first at 1000 s, then each `gap_ms` later.
+    fn steps(migrations: &[Migration], first_seq: u64, at_ms: &[u64]) -> Vec<AppliedStep> {
+        migrations
+            .iter()
+            .zip(at_ms)
+            .enumerate()
+            .map(|(index, (migration, at))| AppliedStep {
+                seq: first_seq + index as u64,
+                at: UNIX_EPOCH + Duration::from_secs(1000) + Duration::from_millis(*at),
+                migration: migration.clone(),
+            })
+            .collect()
+    }
 
     #[test]
-    fn each_phase_is_noted_once_and_an_ended_migration_is_recent() {
+    fn every_applied_step_is_listed_with_its_time_however_short() {
         let history = History::default();
         let cells: CellNames = vec!["a".into(), "b".into()];
-        let start = UNIX_EPOCH + Duration::from_secs(1000);
         let planned = Migration::plan(7, Subject::Slot(0x0b), 0, 1).unwrap();
         let cloning = planned.apply(Event::CloneStarted).unwrap();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        history.sample(std::slice::from_ref(&planned), &cells, at(0));
-        history.sample(std::slice::from_ref(&planned), &cells, at(50));
-        history.sample(std::slice::from_ref(&cloning), &cells, at(100));
+        let caught_up = cloning.apply(Event::CaughtUp).unwrap();
+        let flipped = caught_up.apply(Event::Flipped { map_version: 3 }).unwrap();
+        let now = UNIX_EPOCH + Duration::from_secs(2000);
+        // Read in two goes, the second overlapping the first (a step is taken in once).
+        let applied = steps(
+            &[planned, cloning.clone(), caught_up, flipped.clone()],
+            1,
+            &[0, 1, 2, 40],
+        );
+        history.update(std::slice::from_ref(&cloning), &applied[..2], &cells, now);
         let (in_flight, recent) = history.listed();
         assert!(recent.is_empty());
         assert_eq!(in_flight[0].subject, "slot 0b");
         assert_eq!((in_flight[0].from.as_str(), in_flight[0].to.as_str()), ("a", "b"));
-        assert_eq!(in_flight[0].steps.len(), 2, "{:?}", in_flight[0].steps);
-        let flipped = cloning
-            .apply(Event::CaughtUp)
-            .unwrap()
-            .apply(Event::Flipped { map_version: 3 })
-            .unwrap();
-        history.sample(std::slice::from_ref(&flipped), &cells, at(150));
-        history.sample(&[], &cells, at(2200));
+        assert_eq!(history.seen(), 2);
+        history.update(std::slice::from_ref(&flipped), &applied[1..], &cells, now);
+        let forgotten = flipped.apply(Event::Forgotten).unwrap();
+        history.update(&[], &steps(&[forgotten], 5, &[2200]), &cells, now);
         let (in_flight, recent) = history.listed();
         assert!(in_flight.is_empty());
         assert_eq!(recent[0].outcome, "done");
         assert_eq!(recent[0].millis, 2200);
-        let phases: Vec<&str> = recent[0].steps.iter().map(|step| step.phase.as_str()).collect();
-        assert_eq!(phases.last(), Some(&"forgotten"));
-        assert!(phases.iter().any(|phase| phase.starts_with("flipped")), "{phases:?}");
+        let phases: Vec<(&str, u64)> = recent[0]
+            .steps
+            .iter()
+            .map(|step| (step.phase.as_str(), step.at_ms - 1_000_000))
+            .collect();
+        assert_eq!(
+            phases,
+            [
+                ("planned", 0),
+                ("cloning", 1),
+                ("caught up", 2),
+                ("flipped at map v3", 40),
+                ("forgotten", 2200)
+            ],
+            "every step, even one a millisecond long, at the time it was applied"
+        );
     }
 
     #[test]
-    fn a_migration_gone_before_its_flip_was_rolled_back() {
+    fn a_rollback_is_listed_as_one_and_a_migration_gone_unseen_ends_now() {
         let history = History::default();
         let cells: CellNames = vec!["a".into(), "b".into()];
         let planned = Migration::plan(1, Subject::Slot(1), 1, 0).unwrap();
-        history.sample(&[planned], &cells, UNIX_EPOCH);
-        history.sample(&[], &cells, UNIX_EPOCH + Duration::from_millis(50));
-        assert_eq!(history.listed().1[0].outcome, "rolled back");
+        let rolled_back = planned.apply(Event::Failed).unwrap();
+        let now = UNIX_EPOCH + Duration::from_secs(3000);
+        history.update(&[], &steps(&[planned, rolled_back], 1, &[0, 30]), &cells, now);
+        let (_, recent) = history.listed();
+        assert_eq!((recent[0].outcome, recent[0].millis), ("rolled back", 30));
+        // A migration whose end this replica never applied (a snapshot installed instead).
+        let flipped = Migration::plan(2, Subject::Slot(2), 0, 1)
+            .unwrap()
+            .apply(Event::CloneStarted)
+            .unwrap()
+            .apply(Event::CaughtUp)
+            .unwrap()
+            .apply(Event::Flipped { map_version: 4 })
+            .unwrap();
+        history.update(
+            std::slice::from_ref(&flipped),
+            &steps(std::slice::from_ref(&flipped), 3, &[100]),
+            &cells,
+            now,
+        );
+        history.update(&[], &[], &cells, now);
+        let (in_flight, recent) = history.listed();
+        assert!(in_flight.is_empty());
+        assert_eq!(recent[0].outcome, "done");
+        assert_eq!(recent[0].steps.last().unwrap().phase, "forgotten");
+        assert_eq!(recent[0].steps.last().unwrap().at_ms, 3_000_000);
     }
 }

@@ -80,7 +80,11 @@ pub fn router(app: &AppState) -> anyhow::Result<Router<AppState>> {
     let ops = Ops {
         app: app.clone(),
         key: Arc::new(key),
-        prometheus: app.config.prometheus_url.as_deref().map(Prometheus::new),
+        prometheus: app
+            .config
+            .prometheus_url
+            .as_deref()
+            .map(|url| Prometheus::new(url, &app.config.cluster_secret)),
         history: Arc::default(),
         peers: node_http::internal_client().timeout(PEER_TIMEOUT).build()?,
     };
@@ -239,38 +243,14 @@ struct ReplicaRow {
     lag: Option<u64>,
 }
 
-/// Starts the migrations' watcher when no console asked for a while.
-fn watch_migrations(ops: &Ops) {
-    if !ops.history.asked() {
-        return;
-    }
-    let app = ops.app.clone();
-    let unfinished = move || {
-        let migrations = app.state.placement.migrations.lock().values().cloned().collect();
-        let cells = app
-            .state
-            .placement
-            .map()
-            .cells()
-            .iter()
-            .map(|cell| cell.name.clone())
-            .collect();
-        (migrations, cells)
-    };
-    tokio::spawn(history::watch(
-        ops.history.clone(),
-        unfinished,
-        ops.app.stopping.clone(),
-    ));
-}
-
 async fn state(State(ops): State<Ops>) -> Json<ConsoleState> {
-    watch_migrations(&ops);
     let app = &ops.app;
     let map = app.state.placement.map();
+    // The unfinished set first, then the steps (see `History::update`).
     let unfinished: Vec<_> = app.state.placement.migrations.lock().values().cloned().collect();
+    let steps = app.state.placement.applied_steps_since(ops.history.seen());
     let names: Vec<String> = map.cells().iter().map(|cell| cell.name.clone()).collect();
-    ops.history.sample(&unfinished, &names, SystemTime::now());
+    ops.history.update(&unfinished, &steps, &names, SystemTime::now());
     let (in_flight, recent) = ops.history.listed();
     let workers = &app.state.workers;
     let health = futures_util::future::join_all(workers.cells().map(|cell| async move {

@@ -116,7 +116,9 @@ struct RawAlert {
     active_at: Option<String>,
 }
 
-/// Prometheus at a base URL.
+/// Prometheus at a base URL. Every query carries the cluster secret: a deployment reaches
+/// Prometheus (on the coordinator host's loopback) through nginx's control server, which
+/// wants it (`deploy::nginx::PrometheusProxy`); Prometheus itself ignores the header.
 #[derive(Clone)]
 pub struct Prometheus {
     base: String,
@@ -124,8 +126,15 @@ pub struct Prometheus {
 }
 
 impl Prometheus {
-    pub fn new(base: &str) -> Prometheus {
+    pub fn new(base: &str, cluster_secret: &str) -> Prometheus {
+        let mut headers = reqwest::header::HeaderMap::new();
+        // Every node sends it in this header; one that cannot be is refused by nginx (401).
+        if let Ok(mut secret) = reqwest::header::HeaderValue::from_str(cluster_secret) {
+            secret.set_sensitive(true);
+            headers.insert(shared::protocol::SECRET_HEADER, secret);
+        }
         let client = node_http::internal_client()
+            .default_headers(headers)
             .timeout(QUERY_TIMEOUT)
             .build()
             .expect("building Prometheus's client");
