@@ -105,10 +105,16 @@ impl Application {
             heartbeat_ms: config.raft_heartbeat_ms,
         };
         let applier = Arc::new(state::apply::StateApplier::new(&state));
-        // Restores the data directory's snapshot and applies the committed log after it.
+        // Restores the data directory's snapshot and applies the committed log after it,
+        // building the generation it ends with once, at the end.
+        state.begin_replay();
         let replica = consensus::Replica::start(options, applier)
             .await
             .context("starting this coordinator's replica")?;
+        let replayed = state.clone();
+        tokio::task::spawn_blocking(move || replayed.end_replay())
+            .await
+            .context("building the generation the log holds")?;
         state.log.attach(replica.proposer());
         // A logged map that names a cell not configured any more would leave its ISUs without
         // a worker: refused, with what to do.
