@@ -106,15 +106,16 @@ impl Application {
         };
         let applier = Arc::new(state::apply::StateApplier::new(&state));
         // Restores the data directory's snapshot and applies the committed log after it,
-        // building the generation it ends with once, at the end.
+        // building the generation it ends with once, at the end (`Applier::replayed`, before
+        // the replica takes part in its group: one whose raft ran while it built for seconds,
+        // its state machine blocked and raft not yet served here, led meanwhile: on its saved
+        // vote, or by an election it called, hearing no heartbeat).
         state.begin_replay();
         let replica = consensus::Replica::start(options, applier)
             .await
             .context("starting this coordinator's replica")?;
-        let replayed = state.clone();
-        tokio::task::spawn_blocking(move || replayed.end_replay())
-            .await
-            .context("building the generation the log holds")?;
+        // (Ended already; a no-op unless the replica was told of no replay.)
+        state.end_replay();
         state.log.attach(replica.proposer());
         // A logged map that names a cell not configured any more would leave its ISUs without
         // a worker: refused, with what to do.

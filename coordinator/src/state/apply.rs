@@ -136,6 +136,12 @@ impl consensus::Applier for StateApplier {
         }
     }
 
+    fn replayed(&self) {
+        if let Some(state) = self.state.upgrade() {
+            state.end_replay();
+        }
+    }
+
     fn restore(&self, snapshot: &[u8]) -> Result<(), String> {
         if snapshot.is_empty() {
             return Ok(());
@@ -192,6 +198,12 @@ impl State {
         let mut replay = self.replay.lock();
         replay.active = false;
         self.build_deferred_locked(&mut replay);
+    }
+
+    /// Whether the replay has begun and not ended.
+    #[cfg(test)]
+    pub(super) fn replaying(&self) -> bool {
+        self.replay.lock().active
     }
 
     /// Builds a deferred generation now (the replay goes on).

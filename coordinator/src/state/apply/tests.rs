@@ -228,7 +228,7 @@ impl Running {
         let replica = consensus::Replica::start(options, Arc::new(StateApplier::new(&state)))
             .await
             .unwrap();
-        state.end_replay();
+        assert!(!state.replaying(), "the replica ended the replay before it started");
         state.log.attach(replica.proposer());
         let address = members[&id].trim_start_matches("http://").to_owned();
         let listener = loop {
