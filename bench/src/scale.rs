@@ -3,7 +3,8 @@
 //! ([`crate::cellsim`]), a coordinator (its release binary) told those cells and
 //! `--dataset generated:N`, initializes it, has every simulated cell push latest conditions
 //! at a rate per ISU for a while, and reports the coordinator's memory per ISU, its CPU per
-//! thousand applied latest updates and the trend's size and time.
+//! thousand applied latest updates, the trend's size and time, a new map's way to every
+//! cell and registrations per second.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
