@@ -190,6 +190,10 @@ pub struct RunArgs {
     /// cell's latest conditions; a lone coordinator, in memory only, resets every cell).
     #[arg(long)]
     pub scale_restart: bool,
+    /// Scale: after the map changes, sign in users and register this many new ISUs through
+    /// the leader (64 at a time; 10 per user) and report registrations per second.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub scale_registrations: u32,
     /// Scale: the coordinator binary; default: `coordinator` beside this bench binary.
     #[arg(long, value_name = "PATH")]
     pub coordinator_bin: Option<PathBuf>,
@@ -329,6 +333,8 @@ impl RunArgs {
             first_host: self.scale_first_host,
             out: self.out,
             restart: self.scale_restart,
+            registrations: self.scale_registrations as usize,
+            private_key: self.private_key,
         })
     }
 

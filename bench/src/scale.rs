@@ -3,7 +3,8 @@
 //! ([`crate::cellsim`]), a coordinator (its release binary) told those cells and
 //! `--dataset generated:N`, initializes it, has every simulated cell push latest conditions
 //! at a rate per ISU for a while, and reports the coordinator's memory per ISU, its CPU per
-//! thousand applied latest updates and the trend's size and time.
+//! thousand applied latest updates, the trend's size and time, a new map's way to every
+//! cell and registrations per second.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use deploy::node_args::{CoordinatorArgs, ReplicaGroup};
+use futures::StreamExt;
 use serde::Serialize;
 
 use crate::cellsim::{CellSim, CellSimConfig, PushTotals};
@@ -35,6 +37,10 @@ pub struct ScaleConfig {
     pub out: PathBuf,
     /// After the measures, kill the last coordinator, start it again and time it until ready.
     pub restart: bool,
+    /// New ISUs registered after the map changes (none: 0).
+    pub registrations: usize,
+    /// The key that signs the users' sign-in JWTs (default: the project's).
+    pub private_key: Option<PathBuf>,
 }
 
 /// What the step measured.
@@ -69,10 +75,33 @@ pub struct ScaleReport {
     pub trend: TrendFigures,
     /// New maps from the leader to every cell.
     pub map_spread: MapSpread,
+    /// New ISUs registered through the leader, after the map changes.
+    pub registration: Option<RegistrationFigures>,
     /// With `restart`: from starting the last coordinator again (killed after the pushes)
     /// until its `/healthz` answered 200.
     pub restart_seconds: Option<f64>,
 }
+
+/// Registrations of new ISUs (`POST /api/isu` through the leader, [`REGISTERING_AT_ONCE`]
+/// at a time, against JIA's simulator answering at once), with a dataset's ISUs held.
+#[derive(Debug, Clone, Serialize)]
+pub struct RegistrationFigures {
+    pub registered: usize,
+    pub failed: usize,
+    /// Users signed in first (one per [`ISUS_PER_USER`]), not timed.
+    pub users: usize,
+    pub seconds: f64,
+    pub per_second: f64,
+    /// Every coordinator's CPU over the registrations, summed, per registration.
+    pub cpu_ms_per_registration: f64,
+}
+
+/// Registrations in flight at once.
+const REGISTERING_AT_ONCE: usize = 64;
+/// A user signs in for every this many new ISUs.
+const ISUS_PER_USER: usize = 10;
+/// The UUIDs the step registers start with this: JIA's simulator runs no device for them.
+const REGISTERED_PREFIX: &str = "5ca1e";
 
 /// One coordinator's memory and CPU.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -293,8 +322,19 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     let client = reqwest::Client::builder().no_proxy().build()?;
     coordinators.wait_ready(&client, Duration::from_secs(120)).await?;
     let rss_at_start = coordinators.memory("VmRSS:")?;
+    // Activates any UUID at once; no device posts for the step's registrations.
+    let jia = jia_sim::JiaSimulator::start(jia_sim::JiaConfig {
+        keep_sent_log: false,
+        lean_devices: true,
+        accept_any_uuid: true,
+        activation_delay: Duration::ZERO,
+        silent_uuid_prefix: Some(REGISTERED_PREFIX.to_owned()),
+        ..jia_sim::JiaConfig::default()
+    })
+    .await
+    .context("starting the JIA simulator")?;
     let started = Instant::now();
-    initialize(&client, &urls[0]).await?;
+    initialize(&client, &urls[0], &jia.url()).await?;
     let initialize_seconds = started.elapsed().as_secs_f64();
     // Followers refuse (412) pushes of the new generation until they applied it.
     coordinators
@@ -321,13 +361,19 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     let trend = measure_trend(&client, &urls[0]).await?;
     let leader = coordinators.leader(&client).await?;
     let map_spread = measure_map_spread(&client, &leader, &secret, &cells).await?;
+    let isus_in_cells = cells.isu_count();
+    let registration = if config.registrations > 0 {
+        Some(measure_registrations(&config, &leader, &coordinators).await?)
+    } else {
+        None
+    };
+    jia.shutdown().await;
     let restart_seconds = if config.restart {
         let restart = coordinators.restart_last(&client, Duration::from_secs(600)).await?;
         Some(restart.as_secs_f64())
     } else {
         None
     };
-    let isus_in_cells = cells.isu_count();
     cells.shutdown().await;
     drop(coordinators);
     let figures: Vec<CoordinatorFigures> = (0..config.coordinators)
@@ -359,7 +405,82 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
             .then(|| coordinator_cpu_seconds * 1e6 / pushes.items_applied as f64),
         trend,
         map_spread,
+        registration,
         restart_seconds,
+    })
+}
+
+/// Signs in a user for every [`ISUS_PER_USER`] registrations (not timed), then registers
+/// `config.registrations` new ISUs through the leader, [`REGISTERING_AT_ONCE`] at a time.
+async fn measure_registrations(
+    config: &ScaleConfig,
+    leader: &str,
+    coordinators: &Coordinators,
+) -> anyhow::Result<RegistrationFigures> {
+    let signer = match &config.private_key {
+        Some(path) => jia_sim::jwt::JwtSigner::from_file(path)?,
+        None => jia_sim::jwt::JwtSigner::project_default(),
+    };
+    let users = config.registrations.div_ceil(ISUS_PER_USER);
+    let mut clients = Vec::with_capacity(users);
+    for user in 0..users {
+        let client = reqwest::Client::builder()
+            .cookie_store(true)
+            .no_proxy()
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let response = client
+            .post(format!("{leader}/api/auth"))
+            .bearer_auth(signer.sign(&format!("scale-{user}")))
+            .send()
+            .await
+            .context("signing a user in")?;
+        anyhow::ensure!(response.status() == 200, "signing in answered {}", response.status());
+        clients.push(client);
+    }
+    let cpu_before = coordinators.cpu_seconds()?;
+    let started = Instant::now();
+    let failed = futures::stream::iter(0..config.registrations)
+        .map(|index| {
+            let client = clients[index / ISUS_PER_USER].clone();
+            let uuid = format!(
+                "{REGISTERED_PREFIX}{}",
+                &uuid::Uuid::new_v4().to_string()[REGISTERED_PREFIX.len()..]
+            );
+            let url = format!("{leader}/api/isu");
+            async move {
+                let form = reqwest::multipart::Form::new()
+                    .text("jia_isu_uuid", uuid.clone())
+                    .text("isu_name", "scale");
+                match client.post(url).multipart(form).send().await {
+                    Ok(response) if response.status() == 201 => false,
+                    Ok(response) => {
+                        tracing::warn!(uuid, status = %response.status(), "scale: a registration failed");
+                        true
+                    }
+                    Err(error) => {
+                        tracing::warn!(uuid, error = %shared::error_chain(&error), "scale: a registration failed");
+                        true
+                    }
+                }
+            }
+        })
+        .buffer_unordered(REGISTERING_AT_ONCE)
+        .filter(|failed| std::future::ready(*failed))
+        .count()
+        .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu: f64 = (coordinators.cpu_seconds()?.iter().zip(&cpu_before))
+        .map(|(after, before)| after - before)
+        .sum();
+    let registered = config.registrations - failed;
+    Ok(RegistrationFigures {
+        registered,
+        failed,
+        users,
+        seconds,
+        per_second: registered as f64 / seconds,
+        cpu_ms_per_registration: cpu * 1e3 / config.registrations as f64,
     })
 }
 
@@ -490,10 +611,10 @@ fn spawn_coordinators(
     Ok(coordinators)
 }
 
-async fn initialize(client: &reqwest::Client, base: &str) -> anyhow::Result<()> {
+async fn initialize(client: &reqwest::Client, base: &str, jia: &str) -> anyhow::Result<()> {
     let response = client
         .post(format!("{base}/initialize"))
-        .json(&serde_json::json!({ "jia_service_url": "http://127.0.0.1:5000" }))
+        .json(&serde_json::json!({ "jia_service_url": jia }))
         .timeout(Duration::from_secs(600))
         .send()
         .await
@@ -651,6 +772,18 @@ impl std::fmt::Display for ScaleReport {
             spread.answer_p50_ms,
             spread.missed
         )?;
+        if let Some(registration) = &self.registration {
+            write!(
+                out,
+                "\n  registrations               {:>12.0} /s ({} of {} in {:.2} s, {} failed; {:.2} ms coordinator CPU each)",
+                registration.per_second,
+                registration.registered,
+                registration.registered + registration.failed,
+                registration.seconds,
+                registration.failed,
+                registration.cpu_ms_per_registration
+            )?;
+        }
         match self.restart_seconds {
             Some(restart) => write!(out, "\n  restart of the last, ready   {restart:>11.2} s"),
             None => Ok(()),
@@ -669,6 +802,10 @@ impl ScaleReport {
             && pushes.items_dropped == 0
             && pushes.streams_broken == 0
             && self.map_spread.missed == 0
+            && self
+                .registration
+                .as_ref()
+                .is_none_or(|registration| registration.failed == 0)
     }
 
     /// One row per coordinator: its memory (MiB) and CPU.

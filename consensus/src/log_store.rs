@@ -173,6 +173,11 @@ impl LogStore {
         })
     }
 
+    /// The index of the last entry known committed (0: none).
+    pub fn committed_index(&self) -> u64 {
+        self.copy.lock().committed.map_or(0, |log_id| log_id.index)
+    }
+
     /// Where the log is (`None`: in memory only).
     pub fn path(&self) -> Option<&Path> {
         self.wal.as_ref().map(|(_, path)| path.as_path())

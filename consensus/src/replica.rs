@@ -319,6 +319,8 @@ impl<A: Applier> Replica<A> {
             None if options.members.len() > 1 => return Err(StartError::NotDurable(options.members.len())),
             None => (LogStore::in_memory(), StateMachineStore::in_memory(applier)),
         };
+        // openraft applies the committed entries again inside `Raft::new`, before its core runs.
+        state_machine.replay_until(log_store.committed_index());
         let config = config(options.snapshot_every, options.heartbeat_ms);
         let heartbeat = std::time::Duration::from_millis(config.heartbeat_interval);
         let (network, rival_terms) = Network::new(&options.secret);

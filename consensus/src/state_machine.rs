@@ -41,6 +41,10 @@ pub trait Applier: Send + Sync + 'static {
     fn snapshot(&self) -> Vec<u8>;
     /// Replaces the whole state with a snapshot's (an empty slice: the initial state).
     fn restore(&self, snapshot: &[u8]) -> Result<(), String>;
+    /// Called once at start, when the entries the log held committed are applied again
+    /// (openraft does that before the replica takes part in its group), or at once when there
+    /// are none: work the replay deferred can be done then.
+    fn replayed(&self) {}
 }
 
 /// Which entry the application has applied last, and the group's membership as of then.
@@ -61,6 +65,8 @@ struct Stored {
 pub struct StateMachineStore<A: Applier> {
     applier: Arc<A>,
     applied: Arc<Mutex<Applied>>,
+    /// At start: the last entry of the replay, until it is applied (see [`Applier::replayed`]).
+    replay_until: Arc<Mutex<Option<u64>>>,
     current: Arc<Mutex<Option<Stored>>>,
     /// The snapshot file (`None`: snapshots are kept in memory only).
     path: Option<Arc<PathBuf>>,
@@ -71,6 +77,7 @@ impl<A: Applier> Clone for StateMachineStore<A> {
         StateMachineStore {
             applier: self.applier.clone(),
             applied: self.applied.clone(),
+            replay_until: self.replay_until.clone(),
             current: self.current.clone(),
             path: self.path.clone(),
         }
@@ -118,6 +125,7 @@ impl<A: Applier> StateMachineStore<A> {
         Ok(StateMachineStore {
             applier,
             applied: Arc::new(Mutex::new(applied)),
+            replay_until: Arc::default(),
             current: Arc::new(Mutex::new(stored)),
             path: Some(Arc::new(path)),
         })
@@ -128,8 +136,19 @@ impl<A: Applier> StateMachineStore<A> {
         StateMachineStore {
             applier,
             applied: Arc::default(),
+            replay_until: Arc::default(),
             current: Arc::default(),
             path: None,
+        }
+    }
+
+    /// At start, before the raft runs: the replay ends once the entry at `committed` (the
+    /// log's last committed one) is applied; at once if it is applied already.
+    pub fn replay_until(&self, committed: u64) {
+        if committed <= self.applied_index() {
+            self.applier.replayed();
+        } else {
+            *self.replay_until.lock() = Some(committed);
         }
     }
 
@@ -282,6 +301,11 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachineStore<A> {
                     Reply::default()
                 }
             });
+        }
+        let mut replay_until = self.replay_until.lock();
+        if replay_until.is_some_and(|until| applied.last.is_some_and(|last| last.index >= until)) {
+            *replay_until = None;
+            self.applier.replayed();
         }
         Ok(replies)
     }

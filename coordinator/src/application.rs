@@ -105,10 +105,17 @@ impl Application {
             heartbeat_ms: config.raft_heartbeat_ms,
         };
         let applier = Arc::new(state::apply::StateApplier::new(&state));
-        // Restores the data directory's snapshot and applies the committed log after it.
+        // Restores the data directory's snapshot and applies the committed log after it,
+        // building the generation it ends with once, at the end (`Applier::replayed`, before
+        // the replica takes part in its group: one whose raft ran while it built for seconds,
+        // its state machine blocked and raft not yet served here, led meanwhile: on its saved
+        // vote, or by an election it called, hearing no heartbeat).
+        state.begin_replay();
         let replica = consensus::Replica::start(options, applier)
             .await
             .context("starting this coordinator's replica")?;
+        // (Ended already; a no-op unless the replica was told of no replay.)
+        state.end_replay();
         state.log.attach(replica.proposer());
         // A logged map that names a cell not configured any more would leave its ISUs without
         // a worker: refused, with what to do.

@@ -99,6 +99,16 @@ impl SimCell {
     pub(super) fn replace_isus(&self, isus: Vec<SimIsu>) {
         *self.isus.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(isus);
     }
+
+    /// Adds a published ISU unless held: in place when no pusher holds the list at the
+    /// moment (a copy of a cell's tens of thousands of ISUs per registration made the
+    /// simulator, not the coordinator, the bottleneck of registrations at a million ISUs).
+    pub(super) fn add_isu(&self, uuid: String) {
+        let mut isus = self.isus.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !isus.iter().any(|held| held.uuid == uuid) {
+            Arc::make_mut(&mut isus).push(SimIsu { uuid, latest: None });
+        }
+    }
 }
 
 /// A running simulator: its cells' servers and, while pushing, their pushers.

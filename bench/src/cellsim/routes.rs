@@ -123,14 +123,7 @@ async fn publish(State(cell): State<Arc<SimCell>>, Json(isu): Json<PublishIsu>) 
     if let Err(status) = current(&cell, isu.generation) {
         return status;
     }
-    let mut isus = cell.isus().as_ref().clone();
-    if !isus.iter().any(|held| held.uuid == isu.uuid) {
-        isus.push(SimIsu {
-            uuid: isu.uuid,
-            latest: None,
-        });
-        cell.replace_isus(isus);
-    }
+    cell.add_isu(isu.uuid);
     StatusCode::OK
 }
 

@@ -127,8 +127,18 @@ impl consensus::Applier for StateApplier {
 
     fn snapshot(&self) -> Vec<u8> {
         match self.state.upgrade() {
-            Some(state) => state.snapshot_command().encode(),
+            Some(state) => {
+                // A generation the replay has not built yet is in the snapshot.
+                state.build_deferred();
+                state.snapshot_command().encode()
+            }
             None => Vec::new(),
+        }
+    }
+
+    fn replayed(&self) {
+        if let Some(state) = self.state.upgrade() {
+            state.end_replay();
         }
     }
 
@@ -142,7 +152,7 @@ impl consensus::Applier for StateApplier {
         match Command::decode(snapshot) {
             Some(Command::Snapshot(mut snapshot)) => {
                 state.resolve_icons(&mut snapshot.isus);
-                state.adopt(snapshot, Adopt::Exactly);
+                state.restore(snapshot);
                 Ok(())
             }
             _ => Err("the raft snapshot does not hold a coordinator snapshot".into()),
@@ -159,7 +169,67 @@ enum Adopt {
     Exactly,
 }
 
+/// The replay of the log at start ([`State::begin_replay`] to [`State::end_replay`]): a
+/// generation the log names is built once, when the replay ends, instead of once for each
+/// snapshot command replayed (a log without a raft snapshot yet holds the group's first
+/// generation and every `/initialize` after it: seconds each at a million ISUs).
+#[derive(Default)]
+pub(super) struct Replay {
+    active: bool,
+    /// The last new generation replayed, not built yet, and the commands of it after it.
+    deferred: Option<Deferred>,
+}
+
+struct Deferred {
+    snapshot: Snapshot,
+    after: Vec<Command>,
+}
+
 impl State {
+    /// From here until [`State::end_replay`], a snapshot of a new generation is taken
+    /// without building it (see [`Replay`]): call before the replica starts.
+    pub fn begin_replay(&self) {
+        self.replay.lock().active = true;
+    }
+
+    /// Ends the replay: builds the generation it ended with, if it named a new one, and
+    /// applies the commands of it that came after (blocking: seconds at a million ISUs).
+    pub fn end_replay(&self) {
+        let mut replay = self.replay.lock();
+        replay.active = false;
+        self.build_deferred_locked(&mut replay);
+    }
+
+    /// Whether the replay has begun and not ended.
+    #[cfg(test)]
+    pub(super) fn replaying(&self) -> bool {
+        self.replay.lock().active
+    }
+
+    /// Builds a deferred generation now (the replay goes on).
+    fn build_deferred(&self) {
+        self.build_deferred_locked(&mut self.replay.lock());
+    }
+
+    fn build_deferred_locked(&self, replay: &mut Replay) {
+        let Some(Deferred { snapshot, after }) = replay.deferred.take() else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        let generation = Generation::from_snapshot(&snapshot, &self.seed.load(), &self.default_icon);
+        self.take_generation(Arc::new(generation));
+        self.established.store(true, Ordering::Release);
+        tracing::info!(
+            generation = snapshot.generation,
+            commands_after = after.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "built the generation the log replay took"
+        );
+        for command in after {
+            self.apply_now(command);
+        }
+    }
+
     /// Applies one committed command: the only code that changes the authoritative state.
     pub(super) fn apply(&self, mut command: Command) {
         match &mut command {
@@ -167,6 +237,56 @@ impl State {
             Command::Snapshot(snapshot) => self.resolve_icons(&mut snapshot.isus),
             _ => {}
         }
+        let mut replay = self.replay.lock();
+        if replay.active {
+            let taken = replay.deferred.as_ref().map(|deferred| deferred.snapshot.generation);
+            match (command.generation(), command) {
+                // A new generation: taken, built when the replay ends (or replaced).
+                (Some(generation), Command::Snapshot(snapshot))
+                    if generation != taken.unwrap_or_else(|| self.generation().id) =>
+                {
+                    self.defer(&mut replay, snapshot);
+                }
+                // The deferred generation's: applied once it is built; another's: nothing.
+                (Some(generation), command) if taken.is_some() => {
+                    if Some(generation) == taken {
+                        let deferred = replay.deferred.as_mut().expect("a deferred generation");
+                        deferred.after.push(command);
+                    }
+                }
+                (_, command) => self.apply_now(command),
+            }
+            return;
+        }
+        drop(replay);
+        self.apply_now(command);
+    }
+
+    /// An installed (or restored) snapshot: the state becomes exactly it.
+    fn restore(&self, snapshot: Snapshot) {
+        let mut replay = self.replay.lock();
+        if replay.active {
+            // A new generation, or the one deferred (replaced, with what came after it).
+            if replay.deferred.is_some() || snapshot.generation != self.generation().id {
+                self.defer(&mut replay, snapshot);
+                return;
+            }
+        }
+        drop(replay);
+        self.adopt(snapshot, Adopt::Exactly);
+    }
+
+    /// Takes a new generation's snapshot without building it: what outlives a generation
+    /// (JIA's URL, the map, the migrations) now, in log order; the generation at the end.
+    fn defer(&self, replay: &mut Replay, snapshot: Snapshot) {
+        self.adopt_beyond_generation(&snapshot);
+        replay.deferred = Some(Deferred {
+            snapshot,
+            after: Vec::new(),
+        });
+    }
+
+    fn apply_now(&self, command: Command) {
         let current = self.generation();
         match command {
             Command::Snapshot(snapshot) => self.adopt(snapshot, Adopt::Adding),
@@ -269,16 +389,28 @@ impl State {
                     &self.default_icon,
                 )),
             };
-            *self.current.write() = generation;
-            self.unbuilt.store(false, Ordering::Release);
-            tracing::info!(generation = snapshot.generation, "took a new generation");
+            self.take_generation(generation);
         }
+        self.adopt_beyond_generation(&snapshot);
+        self.established.store(true, Ordering::Release);
+    }
+
+    /// Swaps `generation` in.
+    fn take_generation(&self, generation: Arc<Generation>) {
+        let id = generation.id;
+        *self.current.write() = generation;
+        self.unbuilt.store(false, Ordering::Release);
+        tracing::info!(generation = id, "took a new generation");
+    }
+
+    /// A snapshot's state that outlives its generation: JIA's URL, the map if newer, the
+    /// unfinished migrations.
+    fn adopt_beyond_generation(&self, snapshot: &Snapshot) {
         *self.jia_service_url.write() = snapshot.jia_service_url.clone();
         if let Some(map) = snapshot.placement.clone() {
             self.take_map(map);
         }
         self.placement.replace_migrations(&snapshot.migrations);
-        self.established.store(true, Ordering::Release);
     }
 
     /// Takes a committed map (if newer); the worker client calls its cells from then on.

@@ -165,6 +165,21 @@ impl LoggedIsu {
 }
 
 impl Command {
+    /// The generation the command changes (`None`: the map and migrations, which outlive
+    /// a generation).
+    pub fn generation(&self) -> Option<u64> {
+        match self {
+            Command::Snapshot(snapshot) => Some(snapshot.generation),
+            Command::User { generation, .. }
+            | Command::Isu { generation, .. }
+            | Command::Removed { generation, .. }
+            | Command::Abandoned { generation, .. }
+            | Command::Registering { generation, .. }
+            | Command::Published { generation, .. } => Some(*generation),
+            Command::Map(_) | Command::Migration(_) => None,
+        }
+    }
+
     /// The command as the log holds it (this build's [`VERSION`]).
     pub fn encode(&self) -> Vec<u8> {
         let mut encoder = Encoder::new(VERSION_BASE + VERSION);

@@ -53,6 +53,13 @@ pub struct Generation {
 
 impl Generation {
     pub(super) fn from_dataset(id: u64, dataset: &Dataset, default_icon: &Bytes) -> Generation {
+        let generation = Generation::of_dataset(id, dataset, default_icon);
+        generation.trend_cache.rebuild(&generation.all);
+        generation
+    }
+
+    /// The dataset's generation, its trend not built yet.
+    fn of_dataset(id: u64, dataset: &Dataset, default_icon: &Bytes) -> Generation {
         let generation = Generation {
             id,
             users: RwLock::new(dataset.users.iter().cloned().collect()),
@@ -95,13 +102,12 @@ impl Generation {
                 latest: Mutex::new(latest),
             });
         }
-        generation.trend_cache.rebuild(&generation.all);
         generation
     }
 
     /// The dataset's generation with the users and registered ISUs of a snapshot.
     pub(super) fn from_snapshot(snapshot: &Snapshot, dataset: &Dataset, default_icon: &Bytes) -> Generation {
-        let generation = Generation::from_dataset(snapshot.generation, dataset, default_icon);
+        let generation = Generation::of_dataset(snapshot.generation, dataset, default_icon);
         generation.users.write().extend(snapshot.users.iter().cloned());
         for isu in &snapshot.isus {
             generation.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);

@@ -76,6 +76,8 @@ pub struct State {
     /// being built again from the dataset.
     prepared: parking_lot::Mutex<Option<Arc<Generation>>>,
     seed: Arc<seed::Seed>,
+    /// The log's replay at start (see [`apply::Replay`]).
+    replay: parking_lot::Mutex<apply::Replay>,
     /// The current generation is the empty one a fresh start holds (see [`State::new`]).
     unbuilt: AtomicBool,
     pub default_icon: Bytes,
@@ -136,6 +138,7 @@ impl State {
             leading: AtomicBool::new(false),
             prepared: parking_lot::Mutex::new(None),
             seed: Arc::new(seed),
+            replay: parking_lot::Mutex::default(),
             unbuilt: AtomicBool::new(unbuilt),
             default_icon,
             session_key,

@@ -4,14 +4,12 @@
 //! coordinator replica that serves no trend (nginx keeps each viewer on one replica) builds
 //! none, and the first request after [`DEMAND_WINDOW`] without one builds it on the spot.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
-use serde::Serialize;
 
 use super::model::Isu;
 
@@ -189,15 +187,14 @@ fn gzip(json: &[u8]) -> Option<Vec<u8>> {
     encoder.finish().ok()
 }
 
-#[derive(Serialize)]
+/// One character's entry while it is built.
 struct TrendEntry<'a> {
     character: &'a str,
-    info: Vec<TrendCondition>,
-    warning: Vec<TrendCondition>,
-    critical: Vec<TrendCondition>,
+    /// Info, warning, critical.
+    levels: [Vec<TrendCondition>; 3],
 }
 
-#[derive(Serialize, Clone, Copy)]
+#[derive(Clone, Copy)]
 struct TrendCondition {
     isu_id: i64,
     timestamp: i64,
@@ -205,41 +202,86 @@ struct TrendCondition {
 
 /// One entry per character of any registered ISU; each ISU with a condition
 /// appears once, under its latest condition's level; lists newest first.
+///
+/// Written by hand, not with serde: at a million ISUs the JSON is 41 MB, and the entries
+/// found by the character string's address (a generation holds each once) rather than by
+/// comparing it. The same bytes as `serde_json` wrote (a test checks).
 fn build_trend(isus: &[Arc<Isu>]) -> Vec<u8> {
-    let mut by_character: BTreeMap<&str, TrendEntry<'_>> = BTreeMap::new();
+    let mut entries: Vec<TrendEntry<'_>> = Vec::new();
+    // Each character string seen (by address) and its entry's index.
+    let mut seen: Vec<(*const u8, usize)> = Vec::new();
     for isu in isus {
-        let entry = by_character.entry(&isu.character).or_insert_with(|| TrendEntry {
-            character: &isu.character,
-            info: Vec::new(),
-            warning: Vec::new(),
-            critical: Vec::new(),
-        });
+        let address = isu.character.as_ptr();
+        let index = match seen.iter().find(|(seen, _)| *seen == address) {
+            Some((_, index)) => *index,
+            None => {
+                let index = match entries.iter().position(|entry| entry.character == &*isu.character) {
+                    Some(index) => index,
+                    None => {
+                        entries.push(TrendEntry {
+                            character: &isu.character,
+                            levels: Default::default(),
+                        });
+                        entries.len() - 1
+                    }
+                };
+                seen.push((address, index));
+                index
+            }
+        };
         let Some((timestamp, flags)) = isu.latest_key() else {
             continue;
         };
-        let item = TrendCondition {
+        let level = match flags.level() {
+            shared::domain::Level::Info => 0,
+            shared::domain::Level::Warning => 1,
+            shared::domain::Level::Critical => 2,
+        };
+        entries[index].levels[level].push(TrendCondition {
             isu_id: isu.id,
             timestamp,
-        };
-        match flags.level() {
-            shared::domain::Level::Info => entry.info.push(item),
-            shared::domain::Level::Warning => entry.warning.push(item),
-            shared::domain::Level::Critical => entry.critical.push(item),
-        }
+        });
     }
-    let mut entries: Vec<TrendEntry<'_>> = by_character.into_values().collect();
-    for entry in &mut entries {
-        for list in [&mut entry.info, &mut entry.warning, &mut entry.critical] {
+    entries.sort_unstable_by(|one, other| one.character.cmp(other.character));
+    let listed: usize = entries.iter().flat_map(|entry| &entry.levels).map(Vec::len).sum();
+    // `{"isu_id":…,"timestamp":…}` is 40 bytes or so for ids below a million.
+    let mut json = Vec::with_capacity(listed * 42 + entries.len() * 96 + 2);
+    json.push(b'[');
+    let mut numbers = itoa::Buffer::new();
+    for (position, entry) in entries.iter_mut().enumerate() {
+        if position > 0 {
+            json.push(b',');
+        }
+        json.extend_from_slice(b"{\"character\":");
+        serde_json::to_writer(&mut json, entry.character).expect("a string serialises into memory");
+        for (name, list) in ["info", "warning", "critical"].iter().zip(&mut entry.levels) {
             list.sort_unstable_by_key(|item| std::cmp::Reverse(item.timestamp));
+            json.extend_from_slice(b",\"");
+            json.extend_from_slice(name.as_bytes());
+            json.extend_from_slice(b"\":[");
+            for (index, item) in list.iter().enumerate() {
+                if index > 0 {
+                    json.push(b',');
+                }
+                json.extend_from_slice(b"{\"isu_id\":");
+                json.extend_from_slice(numbers.format(item.isu_id).as_bytes());
+                json.extend_from_slice(b",\"timestamp\":");
+                json.extend_from_slice(numbers.format(item.timestamp).as_bytes());
+                json.push(b'}');
+            }
+            json.push(b']');
         }
+        json.push(b'}');
     }
-    serde_json::to_vec(&entries).unwrap_or_else(|_| b"[]".to_vec())
+    json.push(b']');
+    json
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::model::tests::{condition, isu};
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn trend_groups_by_character_and_level_newest_first() {
@@ -298,6 +340,149 @@ mod tests {
             assert!(Instant::now() < deadline, "the change was not built");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// The trend as it was built before 2026-12-06 (serde, the characters in a map): the
+    /// hand-written one must give the same bytes.
+    fn build_trend_with_serde(isus: &[Arc<Isu>]) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Entry<'a> {
+            character: &'a str,
+            info: Vec<Condition>,
+            warning: Vec<Condition>,
+            critical: Vec<Condition>,
+        }
+        #[derive(serde::Serialize)]
+        struct Condition {
+            isu_id: i64,
+            timestamp: i64,
+        }
+        let mut by_character: BTreeMap<&str, Entry<'_>> = BTreeMap::new();
+        for isu in isus {
+            let entry = by_character.entry(&isu.character).or_insert_with(|| Entry {
+                character: &isu.character,
+                info: Vec::new(),
+                warning: Vec::new(),
+                critical: Vec::new(),
+            });
+            let Some((timestamp, flags)) = isu.latest_key() else {
+                continue;
+            };
+            let item = Condition {
+                isu_id: isu.id,
+                timestamp,
+            };
+            match flags.level() {
+                shared::domain::Level::Info => entry.info.push(item),
+                shared::domain::Level::Warning => entry.warning.push(item),
+                shared::domain::Level::Critical => entry.critical.push(item),
+            }
+        }
+        let mut entries: Vec<Entry<'_>> = by_character.into_values().collect();
+        for entry in &mut entries {
+            for list in [&mut entry.info, &mut entry.warning, &mut entry.critical] {
+                list.sort_unstable_by_key(|item| std::cmp::Reverse(item.timestamp));
+            }
+        }
+        serde_json::to_vec(&entries).unwrap()
+    }
+
+    #[test]
+    fn the_hand_written_trend_is_the_serde_one_byte_for_byte() {
+        let levels = [
+            "is_dirty=false,is_overweight=false,is_broken=false",
+            "is_dirty=true,is_overweight=false,is_broken=false",
+            "is_dirty=true,is_overweight=true,is_broken=true",
+        ];
+        // Characters shared and not (a string held twice), one needing escapes, ISUs
+        // without a condition, equal timestamps, negative and large numbers.
+        let shared_name: Arc<str> = Arc::from("すなお");
+        let isus: Vec<Arc<Isu>> = (1..=2_000i64)
+            .map(|id| {
+                let mut made = isu(id * 1_000_003, ["のんき", "a\"b\\c\n", "てれや"][(id % 3) as usize]);
+                if id % 5 == 0 {
+                    made.character = shared_name.clone();
+                }
+                if id % 11 != 0 {
+                    made.offer_latest(&condition((id % 97) * 1_000_000_007 - 5, levels[(id % 3) as usize]));
+                }
+                Arc::new(made)
+            })
+            .collect();
+        assert_eq!(
+            String::from_utf8(build_trend(&isus)).unwrap(),
+            String::from_utf8(build_trend_with_serde(&isus)).unwrap()
+        );
+        assert_eq!(build_trend(&[]), build_trend_with_serde(&[]));
+    }
+
+    /// This thread's CPU time (user and system).
+    fn thread_cpu() -> Duration {
+        let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD).unwrap();
+        let micros = |time: nix::sys::time::TimeVal| time.tv_sec() as u64 * 1_000_000 + time.tv_usec() as u64;
+        Duration::from_micros(micros(usage.user_time()) + micros(usage.system_time()))
+    }
+
+    /// The trend's build at a million ISUs (25 characters, as the generated dataset has,
+    /// every ISU with a condition), in CPU time, each part the median of 5:
+    /// `cargo test --release -p coordinator trend_build_cpu -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement (seconds in release, long in debug)"]
+    fn trend_build_cpu_at_a_million_isus() {
+        let levels = [
+            "is_dirty=false,is_overweight=false,is_broken=false",
+            "is_dirty=true,is_overweight=false,is_broken=false",
+            "is_dirty=true,is_overweight=true,is_broken=true",
+        ];
+        let characters: Vec<Arc<str>> = shared::domain::CHARACTERS.iter().map(|name| Arc::from(*name)).collect();
+        let isus: Vec<Arc<Isu>> = (1..=1_000_000i64)
+            .map(|id| {
+                let mut made = isu(id, "");
+                made.character = characters[(id - 1) as usize % characters.len()].clone();
+                made.offer_latest(&condition(
+                    1_600_000_000 + (id * 7919) % 86_400,
+                    levels[(id % 7 % 3) as usize],
+                ));
+                Arc::new(made)
+            })
+            .collect();
+        let isus = RwLock::new(isus);
+        let median = |mut times: Vec<Duration>| {
+            times.sort_unstable();
+            times[times.len() / 2]
+        };
+        let (mut json_times, mut gzip_times, mut whole_times) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut json_bytes, mut gzip_bytes) = (0, 0);
+        let (mut serde_times, mut miniz_times, mut miniz_bytes) = (Vec::new(), Vec::new(), 0);
+        for _ in 0..5 {
+            let started = thread_cpu();
+            let json = build_trend(&isus.read().clone());
+            let built = thread_cpu();
+            let compressed = gzip(&json).unwrap();
+            json_times.push(built - started);
+            gzip_times.push(thread_cpu() - built);
+            (json_bytes, gzip_bytes) = (json.len(), compressed.len());
+            // As before 2026-12-06: serde's JSON, miniz_oxide's deflate at the same level.
+            let started = thread_cpu();
+            let old = build_trend_with_serde(&isus.read().clone());
+            let built = thread_cpu();
+            miniz_bytes = miniz_oxide::deflate::compress_to_vec(&old, 1).len();
+            serde_times.push(built - started);
+            miniz_times.push(thread_cpu() - built);
+            assert_eq!(old, json);
+            let cache = TrendCache::new();
+            let started = thread_cpu();
+            cache.rebuild(&isus);
+            whole_times.push(thread_cpu() - started);
+        }
+        println!(
+            "trend at 1,000,000 ISUs, CPU medians of 5: JSON {:?} ({json_bytes} B), gzip {:?} ({gzip_bytes} B), a whole rebuild {:?}; before: serde JSON {:?}, miniz_oxide deflate {:?} ({miniz_bytes} B)",
+            median(json_times),
+            median(gzip_times),
+            median(whole_times),
+            median(serde_times),
+            median(miniz_times)
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::super::{Placement, Start, State};
 use super::StateApplier;
 use crate::jia_client::JiaClient;
 use crate::worker_client::WorkerClient;
+use consensus::Applier as _;
 
 const SECRET: &str = "apply-test-secret-0123456789";
 
@@ -171,6 +172,36 @@ proptest! {
             prop_assert_eq!(first.state_hash(), second.state_hash());
         }
     }
+
+    #[test]
+    fn a_replay_that_builds_its_generation_at_the_end_gives_the_same_state(
+        seed in any::<u64>(),
+        length in 1usize..120,
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let _entered = runtime.enter();
+        let commands = history(seed, length);
+        let (direct, replayed) = (fresh_state(), fresh_state());
+        // A snapshot taken during the replay holds what was applied up to it.
+        let cut = cut.index(commands.len());
+        apply_all(&direct, &commands[..cut]);
+        replayed.begin_replay();
+        apply_all(&replayed, &commands[..cut]);
+        // (Before the history's first snapshot, two fresh states differ: their own generations.)
+        if cut > 0 {
+            let during = fresh_state();
+            during.apply(Command::decode(&StateApplier::new(&replayed).snapshot()).unwrap());
+            prop_assert_eq!(during.state_hash(), direct.state_hash(), "a snapshot during the replay");
+        }
+        apply_all(&direct, &commands[cut..]);
+        apply_all(&replayed, &commands[cut..]);
+        replayed.end_replay();
+        prop_assert_eq!(replayed.state_hash(), direct.state_hash());
+        prop_assert_eq!(replayed.placement.migrations(), direct.placement.migrations());
+        prop_assert_eq!(&*replayed.jia_service_url.read(), &*direct.jia_service_url.read());
+        prop_assert_eq!(replayed.is_established(), direct.is_established());
+    }
 }
 
 /// One replica running: its state, its raft, and its routes served on its port.
@@ -193,9 +224,11 @@ impl Running {
             snapshot_every: 7,
             heartbeat_ms: 50,
         };
+        state.begin_replay();
         let replica = consensus::Replica::start(options, Arc::new(StateApplier::new(&state)))
             .await
             .unwrap();
+        assert!(!state.replaying(), "the replica ended the replay before it started");
         state.log.attach(replica.proposer());
         let address = members[&id].trim_start_matches("http://").to_owned();
         let listener = loop {
