@@ -1,28 +1,28 @@
 //! The checker: the history split into one object per key, each searched for a
-//! linearization by stateright's `LinearizabilityTester` against [`crate::models`], and the
-//! invariants beside it. A check that fails names the operations involved and the faults
-//! active while they ran.
+//! linearization by `todc-utils`' WGL checker against [`crate::models`], and the invariants
+//! beside it. A check that fails names the operations involved and the faults active while
+//! they ran.
 //!
-//! How operations enter the search: a write that got no answer or a 5xx is invoked and never
-//! returns (it may or may not have taken effect, at any time after its invocation), on a
-//! thread of its own so its client goes on; a read without a usable answer is left out (it
-//! changed nothing and told nothing).
+//! How operations enter the search: a write that got no answer or a 5xx returns after every
+//! other event, as a process of its own so its client goes on (it may or may not have taken
+//! effect, at any time after its invocation: [`crate::models`]); a read without a usable
+//! answer is left out (it changed nothing and told nothing).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
 
 use serde::{Deserialize, Serialize};
-use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
+use todc_utils::linearizability::history::{Action, History as Actions};
+use todc_utils::linearizability::WGLChecker;
+use todc_utils::specifications::Specification;
 
 use crate::history::{Answer, Call, FaultWindow, History, Nanos, Op};
-use crate::models::{IsuOp, IsuRet, IsuSpec, Observe, SessionOp, SessionRet, SessionSpec, VersionSpec};
+use crate::models::{IsuOp, IsuSpec, Observe, Registered, SessionOp, SessionSpec, VersionSpec};
 
 /// How many operations and faults a violation lists at most.
 const NAMED: usize = 12;
-/// The thread ids of operations that never returned start here (a client's are its process).
-const IN_FLIGHT_THREADS: u64 = 1 << 40;
-/// The search recurses once per operation of a key: a stack for long histories.
-const SEARCH_STACK: usize = 1 << 30;
+/// The search runs on a thread of its own, with room for the longest histories.
+const SEARCH_STACK: usize = 64 << 20;
 
 /// One check's outcome.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -45,7 +45,6 @@ pub struct Violation {
 /// counts as the fault's.
 pub fn check(history: &History, grace: Nanos) -> Vec<Check> {
     let history = history.clone();
-    // stateright's search recurses once per operation of a key.
     std::thread::Builder::new()
         .name("checker".to_owned())
         .stack_size(SEARCH_STACK)
@@ -68,62 +67,60 @@ fn check_here(history: &History, grace: Nanos) -> Vec<Check> {
     ]
 }
 
-/// One operation as the search takes it: `ret` `None` for one that never returned.
-struct Entry<Op, Ret> {
-    thread: u64,
+/// One operation as the search takes it: `returned` false for a write without an answer.
+struct Entry<O> {
+    process: u64,
     invoked: Nanos,
     completed: Nanos,
-    op: Op,
-    ret: Option<Ret>,
+    returned: bool,
+    op: O,
 }
 
-/// Whether the entries, fed in real-time order, have a linearization under `init`.
-fn linearizable<S>(init: S, entries: &[Entry<S::Op, S::Ret>]) -> bool
-where
-    S: SequentialSpec + Clone,
-    S::Op: Clone + Debug,
-    S::Ret: Clone + Debug + PartialEq,
-{
-    // Invocations before returns at the same instant: the weaker order.
-    let mut events: Vec<(Nanos, bool, usize)> = Vec::new();
+/// Whether the entries, in real-time order, have a linearization under `S`.
+fn linearizable<S: Specification>(entries: &[Entry<S::Operation>]) -> bool {
+    if entries.is_empty() {
+        return true;
+    }
+    // Dense process ids; an operation without an answer is a process of its own, its response
+    // after every other event.
+    let mut processes: HashMap<u64, usize> = HashMap::new();
+    let mut events: Vec<(Nanos, bool, usize, usize)> = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
-        events.push((entry.invoked, false, index));
-        if entry.ret.is_some() {
-            events.push((entry.completed, true, index));
-        }
+        let next = processes.len();
+        let process = match entry.returned {
+            true => *processes.entry(entry.process).or_insert(next),
+            false => *processes.entry(u64::MAX - index as u64).or_insert(next),
+        };
+        let completed = if entry.returned { entry.completed } else { Nanos::MAX };
+        // Invocations before responses at the same instant: the weaker order.
+        events.push((entry.invoked, false, index, process));
+        events.push((completed, true, index, process));
     }
     events.sort_unstable();
-    let mut tester = LinearizabilityTester::new(init);
-    for (_, returns, index) in events {
-        let entry = &entries[index];
-        let fed = match (returns, &entry.ret) {
-            (true, Some(ret)) => tester.on_return(entry.thread, ret.clone()).map(|_| ()),
-            _ => tester.on_invoke(entry.thread, entry.op.clone()).map(|_| ()),
-        };
-        if fed.is_err() {
-            return false;
-        }
-    }
-    tester.serialized_history().is_some()
+    let actions = events
+        .into_iter()
+        .map(|(_, response, index, process)| {
+            let op = entries[index].op.clone();
+            (
+                process,
+                if response {
+                    Action::Response(op)
+                } else {
+                    Action::Call(op)
+                },
+            )
+        })
+        .collect();
+    WGLChecker::<S>::is_linearizable(Actions::from_actions(actions))
 }
 
-/// The thread an operation runs on in the search, and whether it returned.
-fn thread_of(op: &Op) -> (u64, bool) {
-    if op.call.writes() && op.indeterminate() {
-        (IN_FLIGHT_THREADS + op.id, false)
-    } else {
-        (op.process, true)
-    }
-}
-
-fn entry<O, R>(op: &Op, call: O, ret: R) -> Entry<O, R> {
-    let (thread, returned) = thread_of(op);
+fn entry<O>(op: &Op, call: O) -> Entry<O> {
     Entry {
-        thread,
+        process: op.process,
         invoked: op.invoked,
         completed: op.completed,
+        returned: !(op.call.writes() && op.indeterminate()),
         op: call,
-        ret: returned.then_some(ret),
     }
 }
 
@@ -137,15 +134,14 @@ fn isus<'h>(history: &'h History) -> Check {
             tried.entry(user).or_default().push(uuid);
         }
     }
-    let mut keys: BTreeMap<&str, Vec<(usize, Entry<IsuOp, IsuRet>)>> = BTreeMap::new();
+    let mut keys: BTreeMap<&str, Vec<(usize, Entry<IsuOp>)>> = BTreeMap::new();
     for (index, op) in history.ops.iter().enumerate() {
-        let mut add =
-            |uuid: &'h str, call: IsuOp, ret: IsuRet| keys.entry(uuid).or_default().push((index, entry(op, call, ret)));
+        let mut add = |uuid: &'h str, call: IsuOp| keys.entry(uuid).or_default().push((index, entry(op, call)));
         match (&op.call, op.status) {
             (Call::Register { user, uuid }, status) => match status {
-                Some(201) => add(uuid, IsuOp::Register(user.clone()), IsuRet::Created),
-                Some(409) => add(uuid, IsuOp::Register(user.clone()), IsuRet::Conflict),
-                _ if op.indeterminate() => add(uuid, IsuOp::Register(user.clone()), IsuRet::Created),
+                Some(201) => add(uuid, IsuOp::Register(user.clone(), Some(Registered::Created))),
+                Some(409) => add(uuid, IsuOp::Register(user.clone(), Some(Registered::Conflict))),
+                _ if op.indeterminate() => add(uuid, IsuOp::Register(user.clone(), None)),
                 _ => {}
             },
             (
@@ -153,14 +149,13 @@ fn isus<'h>(history: &'h History) -> Check {
                 | Call::Conditions { user, uuid, .. }
                 | Call::FinalConditions { user, uuid },
                 Some(status @ (200 | 404)),
-            ) => add(uuid, IsuOp::Read(user.clone()), IsuRet::Owned(status == 200)),
+            ) => add(uuid, IsuOp::Read(user.clone(), status == 200)),
             (Call::List { user }, Some(200)) => {
                 let Answer::Uuids { uuids } = &op.answer else { continue };
                 for uuid in tried.get(user.as_str()).into_iter().flatten().copied() {
                     add(
                         uuid,
-                        IsuOp::Read(user.clone()),
-                        IsuRet::Owned(uuids.iter().any(|listed| listed == uuid)),
+                        IsuOp::Read(user.clone(), uuids.iter().any(|listed| listed == uuid)),
                     );
                 }
             }
@@ -171,7 +166,7 @@ fn isus<'h>(history: &'h History) -> Check {
     for (uuid, entries) in keys {
         check.checked += 1;
         let (indexes, entries): (Vec<usize>, Vec<_>) = entries.into_iter().unzip();
-        if !linearizable(IsuSpec::default(), &entries) {
+        if !linearizable::<IsuSpec>(&entries) {
             check
                 .violations
                 .push(violation(history, format!("ISU {uuid}: no linearization"), &indexes));
@@ -183,28 +178,26 @@ fn isus<'h>(history: &'h History) -> Check {
 /// Each client's session: signed in after a sign-in, out after a sign-out, and every call
 /// that needs it answered 401 exactly when it is out.
 fn sessions(history: &History) -> Check {
-    let mut keys: BTreeMap<u64, Vec<(usize, Entry<SessionOp, SessionRet>)>> = BTreeMap::new();
+    let mut keys: BTreeMap<u64, Vec<(usize, Entry<SessionOp>)>> = BTreeMap::new();
     for (index, op) in history.ops.iter().enumerate() {
         let found = match (&op.call, op.status) {
-            (Call::SignIn { .. }, Some(200)) => Some((SessionOp::SignIn, SessionRet::Done)),
-            (Call::SignIn { .. }, _) if op.indeterminate() => Some((SessionOp::SignIn, SessionRet::Done)),
-            (Call::SignOut { .. }, Some(200)) => Some((SessionOp::SignOut, SessionRet::SignedIn(true))),
-            (Call::SignOut { .. }, Some(401)) => Some((SessionOp::SignOut, SessionRet::SignedIn(false))),
-            (Call::SignOut { .. }, _) if op.indeterminate() => Some((SessionOp::SignOut, SessionRet::SignedIn(true))),
-            (call, Some(status)) if call.session().is_some() && status < 500 => {
-                Some((SessionOp::Read, SessionRet::SignedIn(status != 401)))
-            }
+            (Call::SignIn { .. }, Some(200)) => Some(SessionOp::SignIn),
+            (Call::SignIn { .. }, _) if op.indeterminate() => Some(SessionOp::SignIn),
+            (Call::SignOut { .. }, Some(200)) => Some(SessionOp::SignOut(Some(true))),
+            (Call::SignOut { .. }, Some(401)) => Some(SessionOp::SignOut(Some(false))),
+            (Call::SignOut { .. }, _) if op.indeterminate() => Some(SessionOp::SignOut(None)),
+            (call, Some(status)) if call.session().is_some() && status < 500 => Some(SessionOp::Read(status != 401)),
             _ => None,
         };
-        if let Some((call, ret)) = found {
-            keys.entry(op.process).or_default().push((index, entry(op, call, ret)));
+        if let Some(call) = found {
+            keys.entry(op.process).or_default().push((index, entry(op, call)));
         }
     }
     let mut check = named("linearizable_sessions");
     for (process, entries) in keys {
         check.checked += 1;
         let (indexes, entries): (Vec<usize>, Vec<_>) = entries.into_iter().unzip();
-        if !linearizable(SessionSpec::default(), &entries) {
+        if !linearizable::<SessionSpec>(&entries) {
             check.violations.push(violation(
                 history,
                 format!("the session of client p{process}: no linearization"),
@@ -230,7 +223,6 @@ fn placement(history: &History) -> Check {
                         lineage: *lineage,
                         version: *version,
                     },
-                    true,
                 ),
             )),
             _ => None,
@@ -238,7 +230,7 @@ fn placement(history: &History) -> Check {
         .unzip();
     let mut check = named("placement_version");
     check.checked = entries.len() as u64;
-    if !linearizable(VersionSpec::default(), &entries) {
+    if !linearizable::<VersionSpec>(&entries) {
         check.violations.push(violation(
             history,
             "the placement map's version went back".to_owned(),

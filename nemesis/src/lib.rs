@@ -1,6 +1,6 @@
 //! The nemesis: a seeded, reproducible schedule of faults against a running local cluster
 //! while clients record a history of what they asked and were answered, then the checker of
-//! that history (linearizability per key with stateright, and invariants beside it).
+//! that history (linearizability per key with todc-utils' WGL checker, and invariants beside it).
 //!
 //! Layout: [`history`] (operations and fault windows), [`models`] (the sequential
 //! specifications), [`checker`] (the checks), [`schedule`] (the faults from the seed),

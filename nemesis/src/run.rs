@@ -130,7 +130,7 @@ fn load(options: &Options, cluster: Arc<Cluster>) -> anyhow::Result<(History, f6
     tasks.push(runtime.spawn(observe_placement(recorder.clone(), cluster.clone())));
     let nemesis = {
         let cluster = cluster.clone();
-        std::thread::spawn(move || faults::run_schedule(cluster, schedule, start, |line| say(line)))
+        std::thread::spawn(move || faults::run_schedule(cluster, schedule, start, |line: String| say(line)))
     };
     std::thread::sleep(options.duration);
     recorder.stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -323,3 +323,30 @@ fn a_trend_going_back_repeated_activations_and_differing_replicas_fail() {
     passes(&build, "single_activation");
     passes(&build, "replica_state_hash");
 }
+
+#[test]
+fn a_long_history_of_one_isu_is_searched_in_seconds() {
+    // Three users race for the ISU (one answer lost), then 1,000 reads by each: the search of
+    // these 3,003 operations of one key (quadratic in them) must end quickly, either way.
+    let mut build = Build::default()
+        .register(1, "alice", (0, 10), Some(201))
+        .register(2, "bob", (5, 15), Some(409))
+        .register(3, "carol", (6, 5000), None);
+    for round in 0..1_000u64 {
+        let at = 20 + round * 10;
+        build = build
+            .detail(1, "alice", (at, at + 5), 200)
+            .detail(2, "bob", (at + 1, at + 6), 404)
+            .detail(3, "carol", (at + 2, at + 7), 404);
+    }
+    let started = std::time::Instant::now();
+    passes(&build, "linearizable_isus");
+    // One stale read at the end: the search must fail it as quickly.
+    let build = build.detail(1, "alice", (20_000, 20_001), 404);
+    fails_naming(&build, &[0]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
