@@ -71,10 +71,15 @@ impl Cluster {
 
     /// The replica that says it leads, by index (else the first).
     pub fn leader(&self) -> usize {
+        self.single_leader().unwrap_or(0)
+    }
+
+    /// The one replica that says it leads, if exactly one does.
+    pub fn single_leader(&self) -> Option<usize> {
         let answers: Vec<_> = (0..self.group.replicas())
             .map(|index| self.group.answer(index))
             .collect();
-        single_leader(&answers).unwrap_or(0)
+        single_leader(&answers).ok()
     }
 
     /// A replica that answers as a follower (else the one after the leader).

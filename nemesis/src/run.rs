@@ -196,13 +196,17 @@ async fn initialize(base: &str, jia_url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every 500 ms, the placement map's version as the leader of the moment answers it.
+/// Every 500 ms, the placement map's version as the leader of the moment answers it (none
+/// read while no replica, or more than one, says it leads: a follower's map may lag).
 async fn observe_placement(recorder: Arc<Recorder>, cluster: Arc<Cluster>) {
     let client = clients::client();
     let secret = cluster.run_dir.secret().unwrap_or_default();
     while !recorder.stopped() {
         let found = cluster.clone();
-        let leader = tokio::task::spawn_blocking(move || found.leader()).await.unwrap_or(0);
+        let Ok(Some(leader)) = tokio::task::spawn_blocking(move || found.single_leader()).await else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
         let url = format!(
             "{}{COORDINATOR_PLACEMENT}",
             cluster.file.replicas[leader].url.trim_end_matches('/')
