@@ -2,6 +2,7 @@
 //! same mechanisms as the operator's (`isuctl cluster kill|start|pause|resume NAME`, the
 //! typed cells API `isuctl cells` uses), each recorded as a window of the history.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -132,14 +133,19 @@ pub fn run_schedule(
     let windows: Arc<Mutex<Vec<FaultWindow>>> = Arc::default();
     let log = Arc::new(log);
     let mut healing = Vec::new();
+    // A fault waits until the one before it on the same resource is healed (a restart may
+    // take longer than the schedule allowed for it).
+    let mut resources: HashMap<String, Arc<Mutex<()>>> = HashMap::new();
     for planned in schedule {
         let due = start + planned.at;
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
         let (cluster, windows, log) = (cluster.clone(), windows.clone(), log.clone());
+        let resource = resources.entry(planned.fault.holds()).or_default().clone();
         // Each fault holds and heals on a thread of its own: they overlap.
         healing.push(std::thread::spawn(move || {
+            let _held = resource.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let window = apply(&cluster, planned, start);
             log(window.describe());
             windows.lock().expect("windows poisoned").push(window);

@@ -56,6 +56,14 @@ impl Fault {
         }
     }
 
+    /// What it holds busy, by name: each worker is one, the others one each.
+    pub fn holds(&self) -> String {
+        match self.worker() {
+            Some(cell) => format!("worker-{cell}"),
+            None => self.resource().to_owned(),
+        }
+    }
+
     fn worker(&self) -> Option<usize> {
         match self {
             Fault::Kill(Target::Worker(cell)) | Fault::Pause(Target::Worker(cell)) => Some(*cell),
@@ -102,11 +110,7 @@ pub fn plan(seed: u64, duration: Duration, cells: usize) -> Vec<Planned> {
             Fault::Migrate { .. } => Duration::ZERO,
             _ => Duration::from_millis(rng.gen_range(1_000..8_000)),
         };
-        // A worker is its own resource; the others one each.
-        let resource = match fault.worker() {
-            Some(cell) => format!("worker-{cell}"),
-            None => fault.resource().to_owned(),
-        };
+        let resource = fault.holds();
         let free = busy_until.get(&resource).is_none_or(|until| *until <= at);
         if free {
             // A migration is held busy 2 s (it answers once flipped); a kill's restart takes a while.
