@@ -21,6 +21,9 @@ use crate::models::{IsuOp, IsuSpec, Observe, Registered, SessionOp, SessionSpec,
 
 /// How many operations and faults a violation lists at most.
 const NAMED: usize = 12;
+/// A violation also names the faults healed this shortly before its operations began (a
+/// replica resumed just before may still disturb them).
+const RECENT: Nanos = 10_000_000_000;
 /// The search runs on a thread of its own, with room for the longest histories.
 const SEARCH_STACK: usize = 64 << 20;
 
@@ -395,7 +398,7 @@ fn named(name: &str) -> Check {
 }
 
 /// A violation naming up to [`NAMED`] of the operations at `indexes` (writes and failures
-/// first) and the faults active while any of them ran.
+/// first) and the faults active while any of them ran, or healed shortly before.
 fn violation(history: &History, what: String, indexes: &[usize]) -> Violation {
     let ops: Vec<&Op> = indexes.iter().map(|index| &history.ops[*index]).collect();
     let mut named: Vec<&Op> = ops
@@ -411,7 +414,7 @@ fn violation(history: &History, what: String, indexes: &[usize]) -> Violation {
     let faults: Vec<String> = history
         .faults
         .iter()
-        .filter(|fault| fault.from <= to && fault.to >= from)
+        .filter(|fault| fault.from <= to && fault.to + RECENT >= from)
         .take(NAMED)
         .map(FaultWindow::describe)
         .collect();

@@ -350,3 +350,37 @@ fn a_long_history_of_one_isu_is_searched_in_seconds() {
         started.elapsed()
     );
 }
+
+/// The finding of seed 9351185294819337619 (docs/testing.md), from the run's own history:
+/// a registration with no answer reached JIA, the worker acknowledged the device's posts
+/// for the provisional ISU, and a leader change before the commit rolled it back. Its
+/// acknowledged conditions are named lost, with the faults of the time.
+#[test]
+fn the_rolled_back_registration_of_seed_9351185294819337619_loses_acknowledged_conditions() {
+    let history: History = serde_json::from_str(include_str!("seed-9351185294819337619.json")).unwrap();
+    let checks = check(&history, 10_000_000_000);
+    let lost = checks
+        .iter()
+        .find(|check| check.name == "acknowledged_conditions")
+        .unwrap();
+    assert_eq!(lost.checked, 23, "{lost:?}");
+    assert_eq!(lost.violations.len(), 12, "{lost:?}");
+    assert!(
+        lost.violations[0]
+            .what
+            .contains("[1628348400] not readable after the heal"),
+        "{lost:?}"
+    );
+    assert!(
+        lost.violations[0]
+            .faults
+            .iter()
+            .any(|fault| fault.starts_with("pause coordinator (follower)")),
+        "{lost:?}"
+    );
+    // The registration itself never answered: the ISU may never have existed, and every read
+    // of it said so; nothing else fails.
+    for other in checks.iter().filter(|check| check.name != "acknowledged_conditions") {
+        assert!(other.violations.is_empty(), "{other:?}");
+    }
+}
