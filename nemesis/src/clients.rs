@@ -1,7 +1,7 @@
 //! The clients that record the history, through nginx as a browser and devices would:
-//! users sign in, register ISUs (some UUIDs another user also tries), read lists, details,
-//! conditions, graphs, the trend, sign out and in again; a device posts for every ISU JIA
-//! activated; a viewer polls the trend; an observer reads the placement map's version from
+//! users sign in, register an ISU every 20 s (some UUIDs another user also tries), read
+//! lists, details, conditions, graphs, the trend, sign out and in again; a device posts for
+//! every ISU JIA activated; a viewer polls the trend; an observer reads the placement map's version from
 //! the leader. Each client keeps its connections alive and never sends a POST twice (no
 //! retry: a POST without an answer is recorded as such, indeterminate).
 
@@ -20,7 +20,12 @@ use crate::history::{Answer, Call, Op};
 /// How long a client waits for an answer (the official bench: 1 s to 10 s by endpoint).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most ISUs one user registers.
-const ISUS_PER_USER: usize = 6;
+const ISUS_PER_USER: usize = 40;
+/// How often a user registers another ISU: registrations all through the run, under
+/// every kind of fault.
+const REGISTER_EVERY: Duration = Duration::from_secs(20);
+/// How often a device posts.
+const POST_EVERY: Duration = Duration::from_millis(500);
 /// Condition timestamps start here (2021-08-08 00:00 JST), one a minute per ISU.
 const FIRST_TIMESTAMP: i64 = 1_628_348_400;
 /// Past every condition posted, for the condition reads.
@@ -136,6 +141,8 @@ pub async fn user(recorder: Arc<Recorder>, base: String, index: u64, seed: u64, 
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (index << 32));
     let mut mine: Vec<String> = Vec::new();
     let mut signed_in = sign_in(&recorder, &client, &base, index, &user).await;
+    // The first registration at once, the next ones REGISTER_EVERY apart.
+    let mut registered_at: Option<Instant> = None;
     while !recorder.stopped() {
         let pick = rng.gen_range(0..100);
         let uuid = (!mine.is_empty()).then(|| mine[rng.gen_range(0..mine.len())].clone());
@@ -143,7 +150,10 @@ pub async fn user(recorder: Arc<Recorder>, base: String, index: u64, seed: u64, 
             _ if !signed_in => {
                 signed_in = sign_in(&recorder, &client, &base, index, &user).await;
             }
-            (5..=24, _) if mine.len() < ISUS_PER_USER => {
+            (5..=24, _)
+                if mine.len() < ISUS_PER_USER && registered_at.is_none_or(|at| at.elapsed() >= REGISTER_EVERY) =>
+            {
+                registered_at = Some(Instant::now());
                 let uuid = choose_uuid(&mut rng, &tried);
                 if !mine.contains(&uuid) {
                     mine.push(uuid.clone());
@@ -265,7 +275,7 @@ pub async fn viewer(recorder: Arc<Recorder>, base: String, process: u64) {
     }
 }
 
-/// Starts a device for every ISU JIA activates, each posting 1 to 3 conditions every 250 ms
+/// Starts a device for every ISU JIA activates, each posting 1 to 3 conditions every 500 ms
 /// to the device URL JIA was given; processes from `first_process` on.
 pub async fn devices(recorder: Arc<Recorder>, jia: JiaHandle, first_process: u64, seed: u64) {
     let mut started: HashSet<String> = HashSet::new();
@@ -317,7 +327,7 @@ async fn device(recorder: Arc<Recorder>, url: String, uuid: String, process: u64
             timestamps,
         };
         recorder.send(process, call, request, |_| Answer::Nothing).await;
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(POST_EVERY).await;
     }
 }
 
