@@ -2,7 +2,7 @@
 //! cluster, its cells, a rollout, a deployment or a benchmark, typed and tested in Rust.
 //!
 //! Layout: one module per command (`cluster`, `cells`, `rollout`, `render`, `deploy`,
-//! `hosts`, `profile`, `bench`; the front end's build and tests are `xtask`'s); `local` is the loopback cluster's run directory and
+//! `hosts`, `profile`, `bench`, `nemesis`; the front end's build and tests are `xtask`'s); `local` is the loopback cluster's run directory and
 //! its description file (`cluster.json`), which every command that talks to a running local
 //! cluster reads; `output` renders a command's result as JSON (`--json`) or as a table made
 //! from the same data.
@@ -17,6 +17,7 @@ pub mod gate;
 pub mod hosts;
 pub mod http;
 pub mod local;
+pub mod nemesis;
 pub mod output;
 pub mod profile;
 pub mod render;
@@ -60,6 +61,8 @@ pub enum Command {
     Profile(profile::Args),
     /// The main job: a cluster up, the bench against it, the report and the score.
     Bench(bench::Args),
+    /// A seeded nemesis run over a fresh local cluster, its history checked.
+    Nemesis(nemesis::Args),
 }
 
 /// Runs one parsed command line.
@@ -74,5 +77,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hosts(args) => hosts::run(args, format),
         Command::Profile(args) => profile::run(args, format),
         Command::Bench(args) => bench::run(args, format),
+        Command::Nemesis(args) => nemesis::run(args, format),
     }
 }
