@@ -897,12 +897,9 @@ fn a_flooding_isu_shows_in_the_quotas_metrics_in_a_real_scrape_and_leaves_them_a
         "nothing shaped before the flood"
     );
 
-    // One ISU of the dataset posts a batch of 1,000 conditions through nginx every 200 ms
-    // (or as fast as the answers come) for 15 s: at least five times its quota even when
-    // each post takes a second (the other Prometheus tests running beside it on a 2-core
-    // machine: 200-condition batches then stayed under the quota), for longer than a
-    // window, so that it stays shaped across scrapes (the gauge counts the ISUs shaped in
-    // the current window).
+    // One ISU of the dataset posts a batch of 200 conditions through nginx every 200 ms for
+    // 15 s: five times its quota, for longer than a window, so that it stays shaped across
+    // scrapes (the gauge counts the ISUs shaped in the current window).
     let uuid = shared::dataset::generated::generate().isus[0].uuid.clone();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let statuses: Vec<u16> = runtime.block_on(async {
@@ -919,7 +916,7 @@ fn a_flooding_isu_shows_in_the_quotas_metrics_in_a_real_scrape_and_leaves_them_a
                 break;
             }
             every.tick().await;
-            let batch: Vec<serde_json::Value> = (0..1000_i64)
+            let batch: Vec<serde_json::Value> = (0..200_i64)
                 .map(|index| {
                     serde_json::json!({
                         "is_sitting": true,
