@@ -309,25 +309,7 @@ impl Inventory {
             }
         }
         if let Some(prometheus) = &self.prometheus {
-            if !prometheus.bin.is_absolute() || !is_plain_path(&prometheus.bin) {
-                return invalid(format!(
-                    "prometheus.bin {} must be an absolute path without spaces or quotes",
-                    prometheus.bin.display()
-                ));
-            }
-            let retention = &prometheus.retention;
-            let digits = retention.trim_end_matches(['y', 'w', 'd', 'h', 'm', 's']);
-            if digits.is_empty() || digits.len() == retention.len() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return invalid(format!(
-                    "prometheus.retention {retention:?}: a duration such as \"15d\" or \"12h\""
-                ));
-            }
-            if [self.node_port, self.public_port(), ROUTER_CONTROL_PORT].contains(&prometheus.port) {
-                return invalid(format!(
-                    "prometheus.port {}: taken on the coordinator host",
-                    prometheus.port
-                ));
-            }
+            self.check_prometheus(prometheus)?;
         }
         if let Some(tls) = &self.tls {
             for (key, path) in [("tls.cert", &tls.cert), ("tls.key", &tls.key)] {
@@ -353,6 +335,32 @@ impl Inventory {
             return invalid(format!("nginx_user {:?} is not a user name", self.nginx_user));
         }
         self.check_replicas()
+    }
+
+    /// `[prometheus]`: an absolute binary, a retention Prometheus reads, a port free on the
+    /// coordinator host.
+    fn check_prometheus(&self, prometheus: &Prometheus) -> Result<(), InventoryError> {
+        let invalid = |message: String| Err(InventoryError::Invalid(message));
+        if !prometheus.bin.is_absolute() || !is_plain_path(&prometheus.bin) {
+            return invalid(format!(
+                "prometheus.bin {} must be an absolute path without spaces or quotes",
+                prometheus.bin.display()
+            ));
+        }
+        let retention = &prometheus.retention;
+        let digits = retention.trim_end_matches(['y', 'w', 'd', 'h', 'm', 's']);
+        if digits.is_empty() || digits.len() == retention.len() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return invalid(format!(
+                "prometheus.retention {retention:?}: a duration such as \"15d\" or \"12h\""
+            ));
+        }
+        if [self.node_port, self.public_port(), ROUTER_CONTROL_PORT].contains(&prometheus.port) {
+            return invalid(format!(
+                "prometheus.port {}: taken on the coordinator host",
+                prometheus.port
+            ));
+        }
+        Ok(())
     }
 
     /// The coordinator replicas as a whole: none, or the coordinator host and worker hosts,

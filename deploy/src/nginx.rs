@@ -549,6 +549,41 @@ impl Resolved<'_> {
         line
     }
 
+    /// One device server per cell: it takes /api/condition/ and routes by the map (a
+    /// device keeps the URL JIA gave it, so after a migration its posts reach the new
+    /// owner here too).
+    fn device_servers(&self) -> String {
+        let options = self.options;
+        let mut device_servers = String::new();
+        if options.device_servers {
+            let mut seen = vec![options.public_listen.as_str()];
+            for (index, cell) in options.cells.iter().enumerate() {
+                let first = !seen.contains(&cell.device_listen.as_str());
+                seen.push(&cell.device_listen);
+                let _ = write!(
+                    device_servers,
+                    "
+    server {{
+        listen {};
+        server_name {};
+        access_log off;
+
+        location /api/condition/ {{
+            set_by_lua_block $isu_cell {{ return isu_router.route() }}
+            proxy_pass http://$isu_cell;
+        }}
+
+        location / {{ return 404; }}
+    }}
+",
+                    self.listen(&cell.device_listen, first, false),
+                    self.device_server_name(index)
+                );
+            }
+        }
+        device_servers
+    }
+
     fn values(&self, pid_file: &str) -> Vec<(&'static str, String)> {
         let options = self.options;
         let run_dir = &self.run_dir;
@@ -578,36 +613,7 @@ impl Resolved<'_> {
     ssl_session_timeout 1h;"
             ),
         };
-        // One device server per cell: it takes /api/condition/ and routes by the map (a
-        // device keeps the URL JIA gave it, so after a migration its posts reach the new
-        // owner here too).
-        let mut device_servers = String::new();
-        if options.device_servers {
-            let mut seen = vec![options.public_listen.as_str()];
-            for (index, cell) in options.cells.iter().enumerate() {
-                let first = !seen.contains(&cell.device_listen.as_str());
-                seen.push(&cell.device_listen);
-                let _ = write!(
-                    device_servers,
-                    "
-    server {{
-        listen {};
-        server_name {};
-        access_log off;
-
-        location /api/condition/ {{
-            set_by_lua_block $isu_cell {{ return isu_router.route() }}
-            proxy_pass http://$isu_cell;
-        }}
-
-        location / {{ return 404; }}
-    }}
-",
-                    self.listen(&cell.device_listen, first, false),
-                    self.device_server_name(index)
-                );
-            }
-        }
+        let device_servers = self.device_servers();
         let cell_upstreams = options
             .cells
             .iter()
@@ -657,8 +663,7 @@ impl Resolved<'_> {
                 options
                     .prometheus
                     .as_ref()
-                    .map(PrometheusProxy::locations)
-                    .unwrap_or_default(),
+                    .map_or_else(String::new, PrometheusProxy::locations),
             ),
             ("USER_DIRECTIVE", self.user_directive.clone()),
             ("WORKER_PROCESSES", options.worker_processes.clone()),

@@ -117,6 +117,9 @@ fn linearizable<S: Specification>(entries: &[Entry<S::Operation>]) -> bool {
     WGLChecker::<S>::is_linearizable(Actions::from_actions(actions))
 }
 
+/// Each key's operations, with their indexes in the history.
+type Keyed<K, O> = BTreeMap<K, Vec<(usize, Entry<O>)>>;
+
 fn entry<O>(op: &Op, call: O) -> Entry<O> {
     Entry {
         process: op.process,
@@ -137,7 +140,7 @@ fn isus<'h>(history: &'h History) -> Check {
             tried.entry(user).or_default().push(uuid);
         }
     }
-    let mut keys: BTreeMap<&str, Vec<(usize, Entry<IsuOp>)>> = BTreeMap::new();
+    let mut keys: Keyed<&str, IsuOp> = BTreeMap::new();
     for (index, op) in history.ops.iter().enumerate() {
         let mut add = |uuid: &'h str, call: IsuOp| keys.entry(uuid).or_default().push((index, entry(op, call)));
         match (&op.call, op.status) {
@@ -165,23 +168,13 @@ fn isus<'h>(history: &'h History) -> Check {
             _ => {}
         }
     }
-    let mut check = named("linearizable_isus");
-    for (uuid, entries) in keys {
-        check.checked += 1;
-        let (indexes, entries): (Vec<usize>, Vec<_>) = entries.into_iter().unzip();
-        if !linearizable::<IsuSpec>(&entries) {
-            check
-                .violations
-                .push(violation(history, format!("ISU {uuid}: no linearization"), &indexes));
-        }
-    }
-    check
+    per_key::<_, IsuSpec>(history, "linearizable_isus", keys, |uuid| format!("ISU {uuid}"))
 }
 
 /// Each client's session: signed in after a sign-in, out after a sign-out, and every call
 /// that needs it answered 401 exactly when it is out.
 fn sessions(history: &History) -> Check {
-    let mut keys: BTreeMap<u64, Vec<(usize, Entry<SessionOp>)>> = BTreeMap::new();
+    let mut keys: Keyed<u64, SessionOp> = BTreeMap::new();
     for (index, op) in history.ops.iter().enumerate() {
         let found = match (&op.call, op.status) {
             (Call::SignIn { .. }, Some(200)) => Some(SessionOp::SignIn),
@@ -196,14 +189,27 @@ fn sessions(history: &History) -> Check {
             keys.entry(op.process).or_default().push((index, entry(op, call)));
         }
     }
-    let mut check = named("linearizable_sessions");
-    for (process, entries) in keys {
+    per_key::<_, SessionSpec>(history, "linearizable_sessions", keys, |process| {
+        format!("the session of client p{process}")
+    })
+}
+
+/// One object per key, each searched on its own: a violation (`what` the key is, "no
+/// linearization") for each without one.
+fn per_key<K, S: Specification>(
+    history: &History,
+    name: &str,
+    keys: Keyed<K, S::Operation>,
+    what: impl Fn(&K) -> String,
+) -> Check {
+    let mut check = named(name);
+    for (key, entries) in keys {
         check.checked += 1;
         let (indexes, entries): (Vec<usize>, Vec<_>) = entries.into_iter().unzip();
-        if !linearizable::<SessionSpec>(&entries) {
+        if !linearizable::<S>(&entries) {
             check.violations.push(violation(
                 history,
-                format!("the session of client p{process}: no linearization"),
+                format!("{}: no linearization", what(&key)),
                 &indexes,
             ));
         }

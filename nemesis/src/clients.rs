@@ -86,18 +86,24 @@ impl Recorder {
             Some(200..=299) => read(&body),
             _ => Answer::Nothing,
         };
+        self.record(process, call, invoked, (status, error), answer);
+        (status, body)
+    }
+
+    /// Records `call` of `process`, invoked at `invoked` and completed now, with its
+    /// status (none: no answer, and the error) and what its answer said.
+    fn record(&self, process: u64, call: Call, invoked: u64, outcome: (Option<u16>, Option<String>), answer: Answer) {
         let op = Op {
             id: self.next.fetch_add(1, Ordering::Relaxed),
             process,
             call,
             invoked,
             completed: self.now(),
-            status,
+            status: outcome.0,
             answer,
-            error,
+            error: outcome.1,
         };
         self.ops.lock().expect("ops poisoned").push(op);
-        (status, body)
     }
 
     /// The operations so far.
@@ -382,18 +388,9 @@ async fn read_all(recorder: &Recorder, client: &reqwest::Client, base: &str, pro
             }
         }
     }
-    let op = Op {
-        id: recorder.next.fetch_add(1, Ordering::Relaxed),
-        process,
-        call: Call::FinalConditions {
-            user: user.to_owned(),
-            uuid: uuid.to_owned(),
-        },
-        invoked,
-        completed: recorder.now(),
-        status: outcome.0,
-        answer: Answer::Timestamps { timestamps: read },
-        error: outcome.1,
+    let call = Call::FinalConditions {
+        user: user.to_owned(),
+        uuid: uuid.to_owned(),
     };
-    recorder.ops.lock().expect("ops poisoned").push(op);
+    recorder.record(process, call, invoked, outcome, Answer::Timestamps { timestamps: read });
 }

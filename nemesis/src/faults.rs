@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bench::takeover::{role, single_leader, Group};
+use deploy::supervise::{children_of, Process, Records, Signal};
 use isuctl::cells_api::CellsApi;
 use isuctl::local::{cell_name, ClusterFile, RunDir};
 use isuctl::takeover::LocalGroup;
@@ -42,9 +43,7 @@ impl Cluster {
 
     /// `isuctl cluster VERB NAME` against this cluster's run directory.
     pub fn cluster_command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(&self.isuctl);
-        command.arg("cluster").args(args).env("ISU_RUN_DIR", &self.run_dir.path);
-        command
+        cluster_command(&self.isuctl, &self.run_dir, args)
     }
 
     /// Runs `isuctl cluster ARGS`; its output on failure.
@@ -61,13 +60,21 @@ impl Cluster {
         if name != "nginx" {
             return self.cluster(&[verb, name]);
         }
-        let signal = if verb == "pause" { "-STOP" } else { "-CONT" };
-        let pids = nginx_pids(&self.run_dir.path).ok_or("nginx is not running")?;
-        let mut command = Command::new("kill");
-        command.arg(signal).args(pids.iter().map(u32::to_string));
-        deploy::external::output_checked(&mut command)
-            .map(|_| ())
-            .map_err(|error| format!("{error:#}"))
+        let signal = if verb == "pause" {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        let master = Records::new(&self.run_dir.path)
+            .running("nginx")
+            .ok_or("nginx is not running")?;
+        for process in std::iter::once(master.pid)
+            .chain(children_of(master.pid))
+            .map(Process::of)
+        {
+            process.signal(signal);
+        }
+        Ok(())
     }
 
     /// The replica that says it leads, by index (else the first).
@@ -119,6 +126,13 @@ impl Cluster {
             Target::Nginx => ("nginx".to_owned(), "nginx".to_owned()),
         }
     }
+}
+
+/// `isuctl cluster ARGS` (`isuctl` the binary) against the cluster of `run_dir`.
+pub fn cluster_command(isuctl: &Path, run_dir: &RunDir, args: &[&str]) -> Command {
+    let mut command = Command::new(isuctl);
+    command.arg("cluster").args(args).env("ISU_RUN_DIR", &run_dir.path);
+    command
 }
 
 /// Runs the schedule from `start` until it is done or `stop` is set; every fault is healed
@@ -225,30 +239,6 @@ fn apply(cluster: &Cluster, planned: Planned, start: Instant) -> FaultWindow {
         to: since(start),
         ok,
     }
-}
-
-/// The recorded nginx master of the run directory and its workers (its children in `/proc`).
-fn nginx_pids(run_dir: &Path) -> Option<Vec<u32>> {
-    let master: u32 = std::fs::read_to_string(run_dir.join("nginx.pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let mut pids = vec![master];
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        // The parent is the second field after the command's closing parenthesis.
-        let parent = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1));
-        if parent.and_then(|parent| parent.parse::<u32>().ok()) == Some(master) {
-            pids.push(pid);
-        }
-    }
-    Some(pids)
 }
 
 fn outcome_of(succeeded: bool, status: u16) -> Result<(), String> {

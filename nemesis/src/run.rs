@@ -69,11 +69,7 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
 
 /// A fresh cluster: down (whatever ran from this directory), its data removed, up.
 fn start_cluster(options: &Options, run_dir: &RunDir) -> anyhow::Result<Arc<Cluster>> {
-    let command = |args: &[&str]| {
-        let mut command = std::process::Command::new(&options.isuctl);
-        command.arg("cluster").args(args).env("ISU_RUN_DIR", &run_dir.path);
-        command
-    };
+    let command = |args: &[&str]| faults::cluster_command(&options.isuctl, run_dir, args);
     let _ = deploy::external::output_checked(&mut command(&["down"]));
     let _ = std::fs::remove_dir_all(run_dir.path.join("data"));
     let cells = options.cells.to_string();

@@ -136,15 +136,12 @@ impl Inner {
         };
         let flipped = seen.steps.iter().any(|step| step.phase.starts_with("flipped"));
         let rolled_back = Phase::RolledBack.to_string();
-        let last = if flipped && seen.steps.last().is_none_or(|step| step.phase != rolled_back) {
+        let done = flipped && seen.steps.last().is_none_or(|step| step.phase != rolled_back);
+        seen.outcome = if done { "done" } else { "rolled back" };
+        let last = if done {
             Phase::Forgotten.to_string()
         } else {
             rolled_back
-        };
-        seen.outcome = if last == Phase::Forgotten.to_string() {
-            "done"
-        } else {
-            "rolled back"
         };
         if seen.steps.last().is_none_or(|step| step.phase != last) {
             seen.steps.push(Step { phase: last, at_ms });
