@@ -291,6 +291,18 @@ impl WorkerClient {
             .await
     }
 
+    /// Idempotent (a first record stays), so retried: the ISU's device waits for it.
+    pub async fn accept(&self, cell: CellId, isu: &shared::protocol::AcceptIsu) -> Result<(), WorkerCallError> {
+        self.post_retrying(
+            cell,
+            shared::protocol::WORKER_ACCEPT,
+            isu,
+            CALL_TIMEOUT,
+            PROVISIONAL_RETRY_BUDGET,
+        )
+        .await
+    }
+
     /// Idempotent, so retried: once JIA has activated an ISU, giving up on a
     /// passing network fault would cost the registration.
     pub async fn publish(&self, cell: CellId, isu: &PublishIsu) -> Result<(), WorkerCallError> {

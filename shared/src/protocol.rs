@@ -26,6 +26,9 @@ pub const WORKER_RESET: &str = "/internal/reset";
 pub const WORKER_USERS: &str = "/internal/users";
 /// Worker: register an ISU provisionally (accepts posts, invisible to reads).
 pub const WORKER_PROVISIONAL: &str = "/internal/isu/provisional";
+/// Worker: mark a provisional ISU accepted by JIA, with the record that finishes its
+/// registration ([`AcceptIsu`]); posts to it are acknowledged from then on.
+pub const WORKER_ACCEPT: &str = "/internal/isu/accept";
 /// Worker: make a provisional ISU visible.
 pub const WORKER_PUBLISH: &str = "/internal/isu/publish";
 /// Worker: forget a provisional ISU and everything posted to it.
@@ -243,6 +246,22 @@ pub struct UnpublishedIsu {
     pub owner: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
+    /// The record of [`AcceptIsu`], once JIA accepted it: the registration is finished from
+    /// it, never rolled back (its device's posts were acknowledged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<String>,
+}
+
+/// Body of [`WORKER_ACCEPT`]: applies only to the provisional entry of registration `id`.
+/// `404` when the worker holds no such entry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AcceptIsu {
+    pub generation: u64,
+    pub uuid: String,
+    pub id: i64,
+    /// What the coordinator logs to register the ISU (its accepted command, base64): opaque
+    /// to the worker, which keeps it and gives it back with [`UnpublishedIsu`].
+    pub record: String,
 }
 
 /// Body of [`WORKER_PUBLISH`]: applies only to the provisional entry of registration `id`.

@@ -8,7 +8,9 @@
 //!   writes one when the file outgrows `--compact-after-mb`;
 //! - `2` users, `3` provisional, `4` publish, `5` rollback: the coordinator's
 //!   internal messages, so replayed conditions find their ISU;
-//! - `6` post: one accepted device batch.
+//! - `6` post: one accepted device batch;
+//! - `7` accept: JIA accepted a provisional registration (with the coordinator's record
+//!   that finishes it), logged before its posts are acknowledged.
 //!
 //! Every record after a snapshot carries the generation it was applied to;
 //! replay skips records of another generation (a post that raced a reset),
@@ -20,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use shared::protocol::{ProvisionalIsu, PublishIsu, RollbackIsu};
+use shared::protocol::{AcceptIsu, ProvisionalIsu, PublishIsu, RollbackIsu};
 use shared::wal::{read_log_from, Decoder, Encoder, FsyncPolicy, Tail, Wal, WalError, WalOptions};
 
 use crate::store::{NewCondition, Shard, Store, SNAPSHOT_TAG};
@@ -30,6 +32,7 @@ const PROVISIONAL_TAG: u8 = 3;
 const PUBLISH_TAG: u8 = 4;
 const ROLLBACK_TAG: u8 = 5;
 const POST_TAG: u8 = 6;
+const ACCEPT_TAG: u8 = 7;
 
 /// Cheap-clone handle to the log; disabled (every call a no-op) without `--data-dir`.
 #[derive(Clone, Default)]
@@ -170,6 +173,15 @@ impl Journal {
                 // Written since replicas: a record without it is read as an import.
                 encoder.u8(1).str(isu.request.as_deref().unwrap_or(""));
             }
+            encoder
+        })
+        .await
+    }
+
+    pub async fn accept(&self, isu: &AcceptIsu) -> Result<(), WalError> {
+        self.append(|| {
+            let mut encoder = Encoder::new(ACCEPT_TAG);
+            encoder.u64(isu.generation).i64(isu.id).str(&isu.uuid).str(&isu.record);
             encoder
         })
         .await
@@ -341,11 +353,75 @@ fn apply(shard: &Shard, tag: u8, decoder: &mut Decoder<'_>) -> Option<()> {
             let (id, uuid) = (decoder.i64()?, decoder.str()?);
             shard.publish(uuid, id).then_some(())
         }
+        ACCEPT_TAG => {
+            let (id, uuid, record) = (decoder.i64()?, decoder.str()?, decoder.str()?);
+            shard.accept(uuid, id, record).then_some(())
+        }
         ROLLBACK_TAG => {
             let (id, uuid) = (decoder.i64()?, decoder.str()?);
             shard.rollback(uuid, id);
             Some(())
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::domain::Flags;
+
+    #[tokio::test]
+    async fn an_acceptance_is_replayed_before_the_posts_it_let_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_owned();
+        let open = |store: Store| {
+            let path = path.clone();
+            async move {
+                Journal::open(&path, "a", FsyncPolicy::Never, u64::MAX, &store, None)
+                    .await
+                    .unwrap()
+                    .0
+            }
+        };
+        let store = Store::new(Shard::new(0));
+        let journal = open(store.clone()).await;
+        // The reset's fresh log, for generation 3.
+        store.replace(Shard::new(3));
+        journal.reset().await.unwrap();
+        let provisional = |uuid: &str, id: i64| ProvisionalIsu {
+            generation: 3,
+            id,
+            uuid: uuid.into(),
+            owner: "alice".into(),
+            name: "chair".into(),
+            request: Some(format!("req-{uuid}")),
+        };
+        journal.provisional(&provisional("a", 7), true).await.unwrap();
+        journal.provisional(&provisional("b", 8), true).await.unwrap();
+        let acceptance = AcceptIsu {
+            generation: 3,
+            uuid: "a".into(),
+            id: 7,
+            record: "record-a".into(),
+        };
+        journal.accept(&acceptance).await.unwrap();
+        let batch = [NewCondition {
+            timestamp: 5,
+            flags: Flags(0),
+            message: "posted",
+        }];
+        journal.post(3, "a", &batch).await.unwrap();
+        journal.close().await.unwrap();
+
+        let replayed = Store::new(Shard::new(0));
+        let _journal = open(replayed.clone()).await;
+        let shard = replayed.shard();
+        let mut held = shard.unpublished_registrations();
+        held.sort_by(|a, b| a.uuid.cmp(&b.uuid));
+        let held: Vec<(&str, Option<&str>)> = held.iter().map(|isu| (&*isu.uuid, isu.accepted.as_deref())).collect();
+        assert_eq!(held, [("a", Some("record-a")), ("b", None)]);
+        assert!(shard.isu("a").unwrap().takes_posts());
+        assert_eq!(shard.isu("a").unwrap().condition_count(), 1, "its acknowledged post");
     }
 }

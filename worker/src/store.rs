@@ -8,8 +8,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use dashmap::{DashMap, DashSet};
 use parking_lot::{Mutex, RwLock};
@@ -167,6 +167,22 @@ pub struct IsuEntry {
 struct Registration {
     /// The registration request's id (replicas).
     request: Option<Box<str>>,
+    /// JIA's acceptance, as the coordinator's record that finishes the registration (see
+    /// [`Shard::accept`]); set once.
+    accepted: OnceLock<Box<str>>,
+    /// True once the registration is decided here (accepted, published, rolled back or
+    /// replaced): device posts to it wait for that (see [`IsuEntry::decided`]).
+    decided: tokio::sync::watch::Sender<bool>,
+}
+
+impl Registration {
+    fn new(request: Option<&str>) -> Registration {
+        Registration {
+            request: request.map(Box::from),
+            accepted: OnceLock::new(),
+            decided: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 impl IsuEntry {
@@ -194,6 +210,40 @@ impl IsuEntry {
 
     pub fn is_published(&self) -> bool {
         self.published.load(Ordering::Acquire)
+    }
+
+    /// Whether a device's post to it is acknowledged now: a published ISU, a migration's
+    /// import, or a registration JIA accepted. A registration's entry before that takes none:
+    /// it could be rolled back (JIA refused, or its leader lost the lead before JIA's answer
+    /// reached this worker), and what it acknowledged would be lost.
+    pub fn takes_posts(&self) -> bool {
+        self.is_published()
+            || self
+                .registration
+                .as_ref()
+                .is_none_or(|registration| registration.accepted.get().is_some())
+    }
+
+    /// Whether it is a registration's entry JIA accepted (see [`Shard::accept`]).
+    fn is_accepted(&self) -> bool {
+        self.registration
+            .as_ref()
+            .is_some_and(|registration| registration.accepted.get().is_some())
+    }
+
+    /// Waits, at most `limit`, until this registration's entry is decided (accepted,
+    /// published, rolled back or replaced); at once for any other entry.
+    pub async fn decided(&self, limit: Duration) {
+        let Some(registration) = &self.registration else { return };
+        let mut decided = registration.decided.subscribe();
+        let _ = tokio::time::timeout(limit, decided.wait_for(|decided| *decided)).await;
+    }
+
+    /// Wakes the posts waiting for this registration's decision.
+    fn settle(&self) {
+        if let Some(registration) = &self.registration {
+            registration.decided.send_replace(true);
+        }
     }
 
     pub fn id(&self) -> i64 {
@@ -442,10 +492,7 @@ impl Shard {
         id: i64,
         request: Option<&str>,
     ) -> Result<Provisional, ProvisionalError> {
-        let registration = Registration {
-            request: request.map(Box::from),
-        };
-        self.insert_provisional(uuid, owner, name, id, Some(registration))
+        self.insert_provisional(uuid, owner, name, id, Some(Registration::new(request)))
     }
 
     /// The entry of [`Shard::provisional`] without marking it a registration's (a replayed
@@ -477,11 +524,16 @@ impl Shard {
             {
                 Ok(Provisional::Repeated)
             }
-            dashmap::Entry::Occupied(occupied) if occupied.get().is_published() || occupied.get().id() >= id => {
+            // JIA accepted the earlier registration: it is finished, never replaced.
+            dashmap::Entry::Occupied(occupied)
+                if occupied.get().is_published() || occupied.get().id() >= id || occupied.get().is_accepted() =>
+            {
                 Err(ProvisionalError::AlreadyExists)
             }
             dashmap::Entry::Occupied(mut occupied) => {
-                occupied.insert(IsuEntry::provisional(uuid, owner, name, id, registration));
+                occupied
+                    .insert(IsuEntry::provisional(uuid, owner, name, id, registration))
+                    .settle();
                 Ok(Provisional::Created)
             }
             dashmap::Entry::Vacant(vacant) => {
@@ -499,9 +551,24 @@ impl Shard {
             return false;
         }
         entry.published.store(true, Ordering::Release);
+        entry.settle();
         if entry.latest().is_some() {
             self.enqueue(&entry);
         }
+        true
+    }
+
+    /// Marks registration `id`'s provisional ISU accepted by JIA, keeping `record` (the
+    /// coordinator's, which finishes the registration: see [`Shard::unpublished_registrations`]);
+    /// from then on its device's posts are acknowledged. Idempotent (a first record stays); false
+    /// when the UUID is unknown, belongs to another registration, or is not a registration's.
+    pub fn accept(&self, uuid: &str, id: i64, record: &str) -> bool {
+        let Some(entry) = self.isu(uuid) else { return false };
+        let Some(registration) = entry.registration.as_ref().filter(|_| entry.id() == id) else {
+            return false;
+        };
+        let _ = registration.accepted.set(record.into());
+        entry.settle();
         true
     }
 
@@ -519,6 +586,7 @@ impl Shard {
                     id: entry.id(),
                     owner: entry.owner.to_string(),
                     request: registration.request.as_deref().map(String::from),
+                    accepted: registration.accepted.get().map(|record| record.to_string()),
                 })
             })
             .collect()
@@ -528,7 +596,8 @@ impl Shard {
     /// one, or one whose publish reached this worker while the answer was lost
     /// (the coordinator has not registered it).
     pub fn rollback(&self, uuid: &str, id: i64) -> bool {
-        self.isus.remove_if(uuid, |_, entry| entry.id() == id).is_some()
+        let removed = self.isus.remove_if(uuid, |_, entry| entry.id() == id);
+        removed.map(|(_, entry)| entry.settle()).is_some()
     }
 
     /// Creates the invisible entry of an ISU a migration brings here (registration `id`);
@@ -556,7 +625,9 @@ impl Shard {
 
     /// Removes `uuid` whatever its state (a migration's source forgetting it); its entry.
     pub fn forget(&self, uuid: &str) -> Option<Arc<IsuEntry>> {
-        self.isus.remove(uuid).map(|(_, entry)| entry)
+        let (_, entry) = self.isus.remove(uuid)?;
+        entry.settle();
+        Some(entry)
     }
 
     /// The history of `entry` in its wire form (messages resolved), oldest first per level.
@@ -685,6 +756,8 @@ pub const SNAPSHOT_TAG: u8 = 1;
 const SNAPSHOT_PROVISIONAL: u8 = 0;
 const SNAPSHOT_PUBLISHED: u8 = 1;
 const SNAPSHOT_REGISTERING: u8 = 2;
+/// A registration's entry JIA accepted: its request id, then its record (since 2026-12-06).
+const SNAPSHOT_ACCEPTED: u8 = 3;
 
 impl Shard {
     /// The whole shard as one log record: generation, users, ISUs (with their
@@ -706,9 +779,15 @@ impl Shard {
             match (&isu.registration, isu.is_published()) {
                 (_, true) => encoder.u8(SNAPSHOT_PUBLISHED),
                 (None, false) => encoder.u8(SNAPSHOT_PROVISIONAL),
-                (Some(registration), false) => encoder
-                    .u8(SNAPSHOT_REGISTERING)
-                    .str(registration.request.as_deref().unwrap_or("")),
+                (Some(registration), false) => match registration.accepted.get() {
+                    None => encoder
+                        .u8(SNAPSHOT_REGISTERING)
+                        .str(registration.request.as_deref().unwrap_or("")),
+                    Some(record) => encoder
+                        .u8(SNAPSHOT_ACCEPTED)
+                        .str(registration.request.as_deref().unwrap_or(""))
+                        .str(record),
+                },
             };
             let history = isu.history.read();
             for list in &history.by_level {
@@ -743,11 +822,14 @@ impl Shard {
             let published = match decoder.u8()? {
                 SNAPSHOT_PROVISIONAL => false,
                 SNAPSHOT_PUBLISHED => true,
-                SNAPSHOT_REGISTERING => {
+                kind @ (SNAPSHOT_REGISTERING | SNAPSHOT_ACCEPTED) => {
                     let request = decoder.str()?;
-                    entry.registration = Some(Registration {
-                        request: (!request.is_empty()).then(|| request.into()),
-                    });
+                    let registration = Registration::new((!request.is_empty()).then_some(request));
+                    if kind == SNAPSHOT_ACCEPTED {
+                        let _ = registration.accepted.set(decoder.str()?.into());
+                        registration.decided.send_replace(true);
+                    }
+                    entry.registration = Some(registration);
                     false
                 }
                 _ => return None,
@@ -1082,6 +1164,7 @@ mod tests {
                 id: 7,
                 owner: "alice".into(),
                 request: Some("req-a".into()),
+                accepted: None,
             }],
             "neither a published one, a rolled-back one nor a migration's import"
         );
@@ -1094,11 +1177,80 @@ mod tests {
     }
 
     #[test]
+    fn a_registration_takes_posts_once_jia_accepted_it_and_is_then_never_replaced() {
+        let shard = Shard::new(1);
+        shard.provisional("a", "alice", "chair", 7, Some("req-a")).unwrap();
+        let entry = shard.isu("a").unwrap();
+        assert!(!entry.takes_posts(), "a registration JIA has not accepted");
+        assert!(!shard.accept("a", 6, "other"), "another registration's acceptance");
+        assert!(!shard.accept("nope", 7, "record"));
+        assert_eq!(shard.import("m", "dave", "moved", 3), Ok(true));
+        assert!(
+            shard.isu("m").unwrap().takes_posts(),
+            "a migration's import takes posts"
+        );
+        assert!(!shard.accept("m", 3, "record"), "an import is no registration");
+        assert!(shard.accept("a", 7, "first"));
+        assert!(shard.accept("a", 7, "second"), "idempotent");
+        assert!(entry.takes_posts());
+        assert_eq!(
+            shard.unpublished_registrations()[0].accepted.as_deref(),
+            Some("first"),
+            "the first record stays"
+        );
+        assert_eq!(
+            shard.provisional("a", "erin", "again", 10, Some("req-b")),
+            Err(ProvisionalError::AlreadyExists),
+            "a later registration does not replace one JIA accepted"
+        );
+        assert_eq!(
+            shard.provisional("a", "alice", "chair", 7, Some("req-a")),
+            Ok(Provisional::Repeated)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_post_waiting_for_a_registration_wakes_when_it_is_decided() {
+        for decide in ["accept", "publish", "rollback", "replace"] {
+            let shard = Arc::new(Shard::new(1));
+            shard.provisional("a", "alice", "chair", 7, None).unwrap();
+            let entry = shard.isu("a").unwrap();
+            let started = Instant::now();
+            let deciding = {
+                let shard = shard.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    match decide {
+                        "accept" => assert!(shard.accept("a", 7, "record")),
+                        "publish" => assert!(shard.publish("a", 7)),
+                        "rollback" => assert!(shard.rollback("a", 7)),
+                        _ => assert!(shard.provisional("a", "bob", "chair", 8, None).is_ok()),
+                    }
+                }
+            };
+            tokio::join!(entry.decided(Duration::from_secs(30)), deciding);
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{decide}: woken, not timed out"
+            );
+        }
+        // Decided before the wait began: no wait at all.
+        let shard = Shard::new(1);
+        shard.provisional("a", "alice", "chair", 7, None).unwrap();
+        assert!(shard.accept("a", 7, "record"));
+        let started = Instant::now();
+        shard.isu("a").unwrap().decided(Duration::from_secs(30)).await;
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
     fn a_snapshot_keeps_which_provisional_isus_are_registrations() {
         let shard = Shard::new(4);
         shard.provisional("a", "alice", "chair", 7, Some("req-a")).unwrap();
         shard.provisional("b", "bob", "chair", 8, None).unwrap();
         shard.provisional("c", "carol", "chair", 9, Some("req-c")).unwrap();
+        shard.provisional("d", "dora", "chair", 11, Some("req-d")).unwrap();
+        assert!(shard.accept("d", 11, "record-d"));
         assert!(shard.publish("c", 9));
         assert_eq!(shard.import("m", "dave", "moved", 3), Ok(true));
         let snapshot = shard.snapshot();
@@ -1108,11 +1260,20 @@ mod tests {
         assert!(decoder.is_empty());
         let mut held = restored.unpublished_registrations();
         held.sort_by(|a, b| a.uuid.cmp(&b.uuid));
-        let held: Vec<(&str, i64, Option<&str>)> = held
+        let held: Vec<(&str, i64, Option<&str>, Option<&str>)> = held
             .iter()
-            .map(|isu| (&*isu.uuid, isu.id, isu.request.as_deref()))
+            .map(|isu| (&*isu.uuid, isu.id, isu.request.as_deref(), isu.accepted.as_deref()))
             .collect();
-        assert_eq!(held, [("a", 7, Some("req-a")), ("b", 8, None)]);
+        assert_eq!(
+            held,
+            [
+                ("a", 7, Some("req-a"), None),
+                ("b", 8, None, None),
+                ("d", 11, Some("req-d"), Some("record-d"))
+            ]
+        );
+        assert!(restored.isu("d").unwrap().takes_posts(), "still accepted");
+        assert!(!restored.isu("a").unwrap().takes_posts());
         assert!(restored.isu("c").unwrap().is_published());
         assert!(!restored.isu("m").unwrap().is_published());
 

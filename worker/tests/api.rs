@@ -615,14 +615,15 @@ async fn graph_has_twenty_four_hours_from_the_truncated_datetime() {
 }
 
 #[tokio::test]
-async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
+async fn provisional_isus_take_posts_once_accepted_but_stay_invisible_until_published() {
     let worker = TestWorker::spawn().await;
     let provisional = |uuid: &str, id: i64| json!({"generation": GENERATION, "id": id, "uuid": uuid, "owner": "alice", "name": "new"});
+    let accept = |uuid: &str, id: i64| json!({"generation": GENERATION, "id": id, "uuid": uuid, "record": format!("record-{id}")});
     let call = |path: &'static str, body: Value| {
         let worker = &worker;
         async move { worker.internal(path, &body).await }
     };
-    use shared::protocol::{WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_ROLLBACK};
+    use shared::protocol::{WORKER_ACCEPT, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_ROLLBACK, WORKER_UNPUBLISHED};
     let uuid = "2a000000-0000-4000-8000-000000000000";
     assert_eq!(
         call(WORKER_PROVISIONAL, provisional(uuid, 29)).await,
@@ -639,14 +640,57 @@ async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
         StatusCode::CONFLICT,
         "the same id with other fields is not a repeat"
     );
-    // A later registration replaces the unpublished leftover of an earlier one.
+    // A later registration replaces the unpublished leftover of an earlier one that JIA
+    // did not accept.
     assert_eq!(
         call(WORKER_PROVISIONAL, provisional(uuid, 30)).await,
         StatusCode::CREATED
     );
     assert_eq!(
-        worker.post_conditions(uuid, &batch(&[(100, INFO)])).await,
-        StatusCode::ACCEPTED
+        call(WORKER_ACCEPT, accept(uuid, 29)).await,
+        StatusCode::NOT_FOUND,
+        "the replaced registration"
+    );
+    // The device's post waits for JIA's acceptance, and is acknowledged once it comes.
+    let body = batch(&[(100, INFO)]);
+    let posting = worker.post_conditions(uuid, &body);
+    let accepting = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        call(WORKER_ACCEPT, accept(uuid, 30)).await
+    };
+    let started = Instant::now();
+    let (posted, accepted) = tokio::join!(posting, accepting);
+    assert_eq!((posted, accepted), (StatusCode::ACCEPTED, StatusCode::OK));
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "the post waited for the acceptance"
+    );
+    assert_eq!(
+        call(WORKER_ACCEPT, accept(uuid, 30)).await,
+        StatusCode::OK,
+        "idempotent"
+    );
+    assert_eq!(
+        call(WORKER_PROVISIONAL, provisional(uuid, 31)).await,
+        StatusCode::CONFLICT,
+        "a registration JIA accepted is never replaced"
+    );
+    let held = worker
+        .client
+        .post(format!("{}{WORKER_UNPUBLISHED}", worker.base))
+        .header(SECRET_HEADER, SECRET)
+        .json(&json!({"generation": GENERATION}))
+        .send()
+        .await
+        .unwrap()
+        .json::<Vec<shared::protocol::UnpublishedIsu>>()
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        (held[0].id, held[0].accepted.as_deref()),
+        (30, Some("record-30")),
+        "the first record stays"
     );
     let list = format!("/api/condition/{uuid}?end_time=999&condition_level=info");
     assert_eq!(worker.get(&list, Some("alice")).await.0, StatusCode::NOT_FOUND);
@@ -666,27 +710,38 @@ async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
         "a published ISU stays"
     );
 
+    // A post waiting for a registration that is rolled back is answered 404, unacknowledged.
     let doomed = "4b000000-0000-4000-8000-000000000000";
     assert_eq!(
         call(WORKER_PROVISIONAL, provisional(doomed, 40)).await,
         StatusCode::CREATED
     );
-    assert_eq!(
-        worker.post_conditions(doomed, &batch(&[(100, INFO)])).await,
-        StatusCode::ACCEPTED
-    );
     let rollback = |id: i64| json!({"generation": GENERATION, "id": id, "uuid": doomed});
-    assert_eq!(call(WORKER_ROLLBACK, rollback(39)).await, StatusCode::OK);
+    let posting = worker.post_conditions(doomed, &body);
+    let rolling_back = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(call(WORKER_ROLLBACK, rollback(39)).await, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        call(WORKER_ROLLBACK, rollback(40)).await
+    };
+    let (posted, rolled_back) = tokio::join!(posting, rolling_back);
     assert_eq!(
-        worker.post_conditions(doomed, &batch(&[(150, INFO)])).await,
-        StatusCode::ACCEPTED,
-        "another registration's rollback is ignored"
+        (posted, rolled_back),
+        (StatusCode::NOT_FOUND, StatusCode::OK),
+        "another registration's rollback is ignored; this one's answers the post"
     );
-    assert_eq!(call(WORKER_ROLLBACK, rollback(40)).await, StatusCode::OK);
+    // Undecided for longer than a post waits: 503, unacknowledged.
+    let undecided = "6d000000-0000-4000-8000-000000000000";
     assert_eq!(
-        worker.post_conditions(doomed, &batch(&[(200, INFO)])).await,
-        StatusCode::NOT_FOUND
+        call(WORKER_PROVISIONAL, provisional(undecided, 50)).await,
+        StatusCode::CREATED
     );
+    let started = Instant::now();
+    assert_eq!(
+        worker.post_conditions(undecided, &batch(&[(100, INFO)])).await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert!(started.elapsed() >= worker::write_path::ACCEPTANCE_WAIT);
     let stale = json!({"generation": GENERATION + 1, "id": 50, "uuid": "6c", "owner": "alice", "name": "x"});
     assert_eq!(call(WORKER_PROVISIONAL, stale).await, StatusCode::PRECONDITION_FAILED);
 }

@@ -6,7 +6,8 @@
 //! every unfinished migration in its log and resumes it (after the flip) or rolls it back
 //! (before): [`State::recover_migrations`].
 //!
-//! 1. plan (logged), freeze the subject's slot for registrations (waits for those in flight);
+//! 1. plan (logged), freeze the subject's slot for registrations (waits for those in flight),
+//!    end the registrations the source holds unfinished;
 //! 2. clone: the source exports (forwards new batches, copies the history) → caught up;
 //! 3. flip: map v+1 naming the target is logged, the target activates the subject's
 //!    registered ISUs, every worker gets the map (the source now forwards what it
@@ -84,6 +85,15 @@ impl State {
         migration = migration.apply(Event::CloneStarted)?;
         self.log_migration(&migration).await?;
         let generation = self.generation();
+        // A registration its leader left unfinished on the source would reach the target as
+        // an import, which nothing publishes: the source's are ended first (published,
+        // finished from JIA's acceptance, or rolled back), now that none can start in the slot.
+        if let Err(error) = self.sweep_registrations(&generation, from).await {
+            self.roll_back(migration);
+            return Err(CellsError::RolledBack(format!(
+                "ending the registrations the source holds unfinished: {error:#}"
+            )));
+        }
         let target_url = map.cell(to).expect("checked above").internal_url.clone();
         let export = ExportSubject {
             generation: generation.id,

@@ -3,20 +3,25 @@
 //! concurrent registration of the same UUID waits for the first.
 //!
 //! One command is committed per registration, the accepted ISU with its character (and the
-//! request's id), before its worker publishes it. What a leader leaves unfinished is on the
-//! workers: a new leader (or a lone coordinator restarted from its data directory) asks each
-//! worker for the registrations it holds provisionally, publishes those the log accepted and
-//! rolls back the others.
+//! request's id), before its worker publishes it. Before that command is proposed, the worker
+//! gets it too, as JIA's acceptance: the device JIA started posts from then on, and its
+//! posts are acknowledged only from then on (see the worker's `IsuEntry::takes_posts`).
+//! What a leader leaves unfinished is on the workers: a new leader (or a lone coordinator
+//! restarted from its data directory) asks each worker for the registrations it holds
+//! provisionally, publishes those the log accepted, finishes those JIA accepted (logs their
+//! command from the worker's copy, then publishes them), and rolls back the others. A
+//! registration JIA accepted is never rolled back: its device's posts were acknowledged.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use parking_lot::Mutex;
 use shared::placement_map::CellId;
-use shared::protocol::{ProvisionalIsu, PublishIsu, RollbackIsu};
+use shared::protocol::{AcceptIsu, ProvisionalIsu, PublishIsu, RollbackIsu, UnpublishedIsu};
 use tokio::sync::watch;
 
 use super::command::{Command, Unfinished};
@@ -55,10 +60,12 @@ impl Drop for Claim {
 }
 
 /// Crash tests only (fail points, off in any deployment): `registration-claimed=return(UUID)`,
-/// `registration-started=return(UUID)` or `registration-accepted=return(UUID)` holds that
-/// ISU's registration there for a minute, `return(UUID/MILLIS)` for that long (before its
-/// worker hears of it; once its ISU is provisional on its worker; once its ISU is logged with
-/// its character), so a test can kill or pause the leader at that step.
+/// `registration-started=return(UUID)`, `registration-answered=return(UUID)` or
+/// `registration-accepted=return(UUID)` holds that ISU's registration there for a minute,
+/// `return(UUID/MILLIS)` for that long (before its worker hears of it; once its ISU is
+/// provisional on its worker; once its worker holds JIA's acceptance, before it is logged;
+/// once its ISU is logged with its character), so a test can kill or pause the leader at
+/// that step.
 async fn hold_for_crash_test(step: &'static str, uuid: &str) {
     if !node_http::fail_points_on() {
         return;
@@ -253,10 +260,18 @@ impl State {
             icon: icon.map(Box::new),
             latest: Mutex::new(None),
         };
+        let accepted = Command::Isu {
+            generation: generation.id,
+            isu: logged(&isu, &self.default_icon),
+            request: registration.request.clone(),
+        };
+        // The worker holds the command before it is proposed: from then on the registration
+        // is finished, by this leader or the next one's sweep, and its device's posts are
+        // acknowledged.
+        self.accept_on_worker(cell, &accepted, &isu, term).await?;
+        hold_for_crash_test("registration-answered", &registration.uuid).await;
         // Committed before the worker publishes it: an ISU visible anywhere is in the log.
-        let isu = self
-            .log_accepted(generation, cell, &rollback, &isu, registration.request.as_deref(), term)
-            .await?;
+        let isu = self.log_accepted(generation, &accepted, &isu.uuid, term).await?;
         let logged_at = std::time::Instant::now();
         hold_for_crash_test("registration-accepted", &registration.uuid).await;
         let publish = PublishIsu {
@@ -380,39 +395,57 @@ impl State {
         }
     }
 
-    /// Commits the accepted ISU (JIA activated it); applying the command publishes it on
-    /// every replica, this one included, so no replica ever shows an ISU the log does
-    /// not hold. A commit that fails may still happen (a timeout, a lost leadership): see
-    /// [`State::remove_failed`].
-    async fn log_accepted(
-        &self,
-        generation: &Arc<Generation>,
-        cell: CellId,
-        rollback: &RollbackIsu,
-        isu: &Isu,
-        request: Option<&str>,
-        term: u64,
-    ) -> Result<Arc<Isu>, ApiError> {
-        let logged = logged(isu, &self.default_icon);
+    /// Gives the worker of `cell` JIA's acceptance: `accepted`, the command that registers
+    /// the ISU. Only while this replica leads in `term`. A failure is answered 503 and leaves
+    /// the registration to the leader's sweep (the worker may hold the command, its answer
+    /// lost): it is finished if the worker holds it, else rolled back.
+    async fn accept_on_worker(&self, cell: CellId, accepted: &Command, isu: &Isu, term: u64) -> Result<(), ApiError> {
         if !self.leads_in(term) {
             return Err(ApiError::Unavailable(
                 "leadership changed during the registration; the leader ends it".into(),
             ));
         }
-        let accepted = Command::Isu {
-            generation: generation.id,
-            isu: logged,
-            request: request.map(str::to_owned),
+        let Command::Isu { generation, .. } = accepted else {
+            unreachable!("a registration accepts an ISU command")
         };
-        if let Err(error) = self.log.propose_as_leader(&accepted).await {
-            self.remove_failed(generation, cell, rollback, term).await;
+        let acceptance = AcceptIsu {
+            generation: *generation,
+            uuid: isu.uuid.to_string(),
+            id: isu.id,
+            record: base64::engine::general_purpose::STANDARD.encode(accepted.encode()),
+        };
+        self.workers.accept(cell, &acceptance).await.map_err(|error| {
+            tracing::warn!(%error, uuid = %isu.uuid, "giving JIA's acceptance to the worker failed; the leader's sweep ends the registration");
+            ApiError::Unavailable(error.to_string())
+        })
+    }
+
+    /// Commits the accepted ISU (JIA activated it); applying the command publishes it on
+    /// every replica, this one included, so no replica ever shows an ISU the log does
+    /// not hold. A commit that fails may still happen (a timeout, a lost leadership), and
+    /// its worker holds the command: the leader's sweep finishes the registration (from the
+    /// log if it was committed, else from the worker's copy), it is never rolled back.
+    async fn log_accepted(
+        &self,
+        generation: &Arc<Generation>,
+        accepted: &Command,
+        uuid: &str,
+        term: u64,
+    ) -> Result<Arc<Isu>, ApiError> {
+        if !self.leads_in(term) {
+            return Err(ApiError::Unavailable(
+                "leadership changed during the registration; the leader ends it".into(),
+            ));
+        }
+        if let Err(error) = self.log.propose_as_leader(accepted).await {
+            tracing::warn!(%error, %uuid, "logging an accepted registration failed; the leader's sweep finishes it");
             return Err(ApiError::Unavailable(error.to_string()));
         }
         generation
             .by_uuid
-            .get(&*isu.uuid)
+            .get(uuid)
             .map(|isu| isu.clone())
-            .ok_or_else(|| ApiError::Unavailable(format!("ISU {} was reset while it registered", isu.uuid)))
+            .ok_or_else(|| ApiError::Unavailable(format!("ISU {uuid} was reset while it registered")))
     }
 
     /// Logs that a registration logged as started (by a build before 2026-12-04) was
@@ -517,6 +550,7 @@ impl State {
         held.retain(|isu| !generation.pending.lock().contains_key(&isu.uuid));
         let count = held.len();
         let mut accepted = Vec::new();
+        let mut finished = Vec::new();
         let mut abandoned = Vec::new();
         for held in held {
             // Its id is never given again, whatever becomes of it.
@@ -526,13 +560,25 @@ impl State {
                 .get(held.uuid.as_str())
                 .filter(|isu| isu.id == held.id)
                 .map(|isu| isu.character.to_string());
-            match character {
-                Some(character) => accepted.push(PublishIsu {
+            if let Some(character) = character {
+                accepted.push(PublishIsu {
                     generation: generation.id,
                     uuid: held.uuid,
                     id: held.id,
                     character,
-                }),
+                });
+                continue;
+            }
+            match accepted_command(generation, &held) {
+                Some((command, character)) => {
+                    finished.push(command);
+                    accepted.push(PublishIsu {
+                        generation: generation.id,
+                        uuid: held.uuid,
+                        id: held.id,
+                        character,
+                    });
+                }
                 None => abandoned.push(Unfinished {
                     uuid: held.uuid,
                     id: held.id,
@@ -548,6 +594,18 @@ impl State {
                 registrations: abandoned.clone(),
             };
             self.log.propose_as_leader(&command).await?;
+        }
+        // JIA accepted these and the log lacks them (their leader lost the lead before the
+        // commit): registered now from the worker's copy of their command, then published.
+        for command in &finished {
+            self.log.propose_as_leader(command).await?;
+        }
+        if !finished.is_empty() {
+            tracing::warn!(
+                finished = finished.len(),
+                worker = self.workers.role(cell),
+                "finished registrations JIA accepted whose leader lost the lead before logging them"
+            );
         }
         let ends: Vec<_> = accepted
             .into_iter()
@@ -632,24 +690,6 @@ impl State {
         }
     }
 
-    /// Ends a registration whose command may yet be committed (its commit failed: a timeout,
-    /// a lost leadership): commits its removal (applying it removes the ISU here too), then
-    /// rolls its worker back. Only while this replica leads in `term`; otherwise, or when the
-    /// removal is not committed, the registration is left unfinished for the leader's sweep,
-    /// which publishes or rolls it back from the log. (Once its command is committed, a
-    /// registration is never removed: see [`State::activate_and_publish`].)
-    async fn remove_failed(&self, generation: &Generation, cell: CellId, rollback: &RollbackIsu, term: u64) {
-        if !self.leads_in(term) {
-            tracing::warn!(uuid = %rollback.uuid, "a failed registration of an older term is left to the leader");
-            return;
-        }
-        if let Err(logging) = self.log.propose_as_leader(&removed(generation, &rollback.uuid)).await {
-            tracing::warn!(%logging, uuid = %rollback.uuid, "a failed registration is left to the leader's sweep");
-            return;
-        }
-        self.rollback_worker(cell, rollback, term).await;
-    }
-
     async fn rollback_worker(&self, cell: CellId, rollback: &RollbackIsu, term: u64) {
         if !self.leads_in(term) {
             // A replica that stopped leading mid-registration (paused, cut off), or leads
@@ -667,6 +707,36 @@ impl State {
     fn leads_in(&self, term: u64) -> bool {
         self.leading_term() == Some(term)
     }
+}
+
+/// The command that registers `held`, from the worker's copy of it (JIA's acceptance), with
+/// the ISU's character; `None` when the worker holds none, or one that is not this
+/// registration's (logged: the registration is then rolled back).
+fn accepted_command(generation: &Generation, held: &UnpublishedIsu) -> Option<(Command, String)> {
+    let record = held.accepted.as_deref()?;
+    let command = base64::engine::general_purpose::STANDARD
+        .decode(record)
+        .ok()
+        .and_then(|bytes| Command::decode(&bytes));
+    let isu = match command {
+        Some(Command::Isu {
+            generation: of,
+            isu,
+            request,
+        }) if of == generation.id && isu.uuid == held.uuid && isu.id == held.id => Some((isu, request)),
+        _ => None,
+    };
+    let Some((isu, request)) = isu else {
+        tracing::error!(uuid = %held.uuid, id = held.id, "a worker's record of an accepted registration is not its command; rolled back");
+        return None;
+    };
+    let character = isu.character.clone();
+    let command = Command::Isu {
+        generation: generation.id,
+        isu,
+        request,
+    };
+    Some((command, character))
 }
 
 /// The command that removes a registered ISU whose registration failed.

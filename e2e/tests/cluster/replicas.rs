@@ -382,6 +382,60 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
     cluster.assert_no_crash();
 }
 
+/// Issue 38's first nemesis finding: a leader lost the lead after JIA answered and before
+/// the ISU was logged, the next leader rolled the registration back, and the conditions its
+/// worker had acknowledged were lost. Now the worker holds JIA's acceptance (the command)
+/// before it acknowledges a post, and the next leader finishes the registration from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_jia_accepted_is_finished_by_the_next_leader_with_its_acknowledged_posts() {
+    let uuid = test_uuid('e', 73);
+    let (mut cluster, leader) = three_replicas(Some(format!("registration-answered=return({uuid})"))).await;
+    cluster.make_known(&uuid);
+    let workers = cluster.workers.len();
+    let follower = (leader + 1) % 3;
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
+    let registering = register_in_background(&alice, &uuid, "accepted");
+    // Held once its worker holds JIA's acceptance, before the log does.
+    cluster.wait_for_log(workers + leader, "registration held").await;
+    let info = "is_dirty=false,is_overweight=false,is_broken=false";
+    let posted = [sent(VIRTUAL_START + 60, true, info, "before the leader died")];
+    cluster.post_conditions(&uuid, &posted).await.assert_empty(202);
+    cluster.kill_node(workers + leader);
+    // The follower sends the registration again to the next leader, which finished it at its
+    // takeover: the request is answered from that outcome.
+    let answer = registering.await.unwrap();
+    let created = answer.json(201);
+    assert_eq!(created["jia_isu_uuid"], uuid.as_str());
+    assert_eq!(created["character"], cluster.character_of(&uuid));
+    assert_eq!(listed(&alice).await, Some(BTreeSet::from([uuid.clone()])));
+    // The condition acknowledged before the leader died is there (beside what JIA's device
+    // posted since, which comes after it).
+    let path = format!(
+        "/api/condition/{uuid}?end_time={}&condition_level=info,warning,critical",
+        VIRTUAL_START + 61
+    );
+    let conditions = wait_until(
+        "the finished ISU's conditions are readable",
+        Duration::from_secs(10),
+        || async {
+            let reply = alice.try_get(&path).await.ok()?;
+            (reply.status.as_u16() == 200).then(|| reply.json(200))
+        },
+    )
+    .await;
+    let timestamps: Vec<i64> = conditions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|condition| condition["timestamp"].as_i64().unwrap())
+        .collect();
+    assert!(timestamps.contains(&(VIRTUAL_START + 60)), "{timestamps:?}");
+    assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
+    cluster.start_node(workers + leader);
+    agreed_leader(&cluster).await;
+    cluster.assert_no_crash();
+}
+
 /// Worker `worker`'s `/healthz` answer (`None`: it did not answer).
 async fn worker_health(cluster: &Cluster, worker: usize) -> Option<shared::protocol::Health> {
     let url = format!("{}{}", cluster.workers[worker], shared::protocol::HEALTH);

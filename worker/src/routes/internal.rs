@@ -1,5 +1,5 @@
 //! Internal routes called by the coordinator (cluster secret required):
-//! reset, user sync, provisional registration, publish and rollback, the registrations
+//! reset, user sync, provisional registration, JIA's acceptance, publish and rollback, the registrations
 //! held provisionally.
 
 use axum::extract::{DefaultBodyLimit, State};
@@ -10,15 +10,19 @@ use axum::{Json, Router};
 use node_http::ClusterPeer;
 use shared::placement_map::PlacementMap;
 use shared::protocol::{
-    Health, ProvisionalIsu, PublishIsu, ResendLatest, ResetShard, RollbackIsu, UserSync, HEALTH, WORKER_PLACEMENT,
-    WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_UNPUBLISHED,
-    WORKER_USERS,
+    AcceptIsu, Health, ProvisionalIsu, PublishIsu, ResendLatest, ResetShard, RollbackIsu, UserSync, HEALTH,
+    WORKER_ACCEPT, WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET,
+    WORKER_ROLLBACK, WORKER_UNPUBLISHED, WORKER_USERS,
 };
 
 use super::common::json_response;
 use crate::error::WorkerError;
 use crate::state::AppState;
 use crate::store::{Provisional, ProvisionalError, Shard};
+
+/// An acceptance's record carries the ISU's icon (base64) when the coordinator keeps no icon
+/// store: up to the 16 MiB the coordinator takes, and some.
+const ACCEPT_BODY_LIMIT: usize = 32 << 20;
 
 /// A reset carries a whole dataset shard.
 const RESET_BODY_LIMIT: usize = 1 << 30;
@@ -29,6 +33,10 @@ pub fn control() -> Router<AppState> {
         .route(WORKER_RESET, post(reset).layer(DefaultBodyLimit::max(RESET_BODY_LIMIT)))
         .route(WORKER_USERS, post(sync_users))
         .route(WORKER_PROVISIONAL, post(provisional))
+        .route(
+            WORKER_ACCEPT,
+            post(accept).layer(DefaultBodyLimit::max(ACCEPT_BODY_LIMIT)),
+        )
         .route(WORKER_PUBLISH, post(publish))
         .route(WORKER_ROLLBACK, post(rollback))
         .route(WORKER_UNPUBLISHED, post(unpublished))
@@ -100,6 +108,25 @@ async fn provisional(
     };
     state.journal.provisional(&isu, true).await?;
     Ok(status)
+}
+
+/// JIA accepted a provisional registration: logged first (its posts are acknowledged from
+/// then on, and a replay must find it accepted), then marked.
+async fn accept(
+    _: ClusterPeer,
+    State(state): State<AppState>,
+    Json(isu): Json<AcceptIsu>,
+) -> Result<StatusCode, WorkerError> {
+    let shard = state.store.current(isu.generation)?;
+    if shard.isu(&isu.uuid).is_none_or(|entry| entry.id() != isu.id) {
+        return Err(WorkerError::IsuNotFound);
+    }
+    state.journal.accept(&isu).await?;
+    if shard.accept(&isu.uuid, isu.id, &isu.record) {
+        Ok(StatusCode::OK)
+    } else {
+        Err(WorkerError::IsuNotFound)
+    }
 }
 
 async fn publish(
