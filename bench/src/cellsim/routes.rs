@@ -16,8 +16,9 @@ use serde::Deserialize;
 use shared::placement_map::PlacementMap;
 use shared::protocol::{
     encode_latest, Health, LatestItem, ProvisionalIsu, PublishIsu, ResendLatest, RollbackIsu, UnpublishedIsu, UserSync,
-    WireCondition, HEALTH, LATEST_BINARY, SECRET_HEADER, WORKER_LATEST_ALL, WORKER_PLACEMENT, WORKER_PROVISIONAL,
-    WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_UNPUBLISHED, WORKER_USERS,
+    WireCondition, HEALTH, LATEST_BINARY, SECRET_HEADER, WORKER_ACCEPT, WORKER_LATEST_ALL, WORKER_PLACEMENT,
+    WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_UNPUBLISHED,
+    WORKER_USERS,
 };
 
 use super::{SimCell, SimIsu};
@@ -31,6 +32,7 @@ pub fn router(cell: Arc<SimCell>, secret: String) -> Router {
         .route(WORKER_RESET, post(reset).layer(DefaultBodyLimit::max(RESET_BODY_LIMIT)))
         .route(WORKER_USERS, post(sync_users))
         .route(WORKER_PROVISIONAL, post(provisional))
+        .route(WORKER_ACCEPT, post(accept))
         .route(WORKER_PUBLISH, post(publish))
         .route(WORKER_ROLLBACK, post(rollback))
         .route(WORKER_UNPUBLISHED, post(unpublished))
@@ -119,6 +121,14 @@ async fn provisional(State(cell): State<Arc<SimCell>>, Json(isu): Json<Provision
 }
 
 /// The published ISU joins the cell's pushes.
+/// JIA's acceptance: a simulated cell's devices post only once the ISU is published.
+async fn accept(State(cell): State<Arc<SimCell>>, Json(isu): Json<shared::protocol::AcceptIsu>) -> StatusCode {
+    match current(&cell, isu.generation) {
+        Ok(()) => StatusCode::OK,
+        Err(status) => status,
+    }
+}
+
 async fn publish(State(cell): State<Arc<SimCell>>, Json(isu): Json<PublishIsu>) -> StatusCode {
     if let Err(status) = current(&cell, isu.generation) {
         return status;

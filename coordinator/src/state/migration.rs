@@ -124,12 +124,15 @@ impl State {
             }
         }
         let version = next.version();
+        // nginx keeps the old map until the target shows the subject's ISUs.
+        let hold = self.placement.hold_router();
         // Applying the committed map makes it this replica's.
         self.log.propose_as_leader(&Command::Map(next)).await?;
         let next = self.placement.map();
         migration = migration.apply(Event::Flipped { map_version: version })?;
         self.log_migration(&migration).await?;
         let activated = self.after_flip(&migration, &next).await;
+        drop(hold);
         let router = self.clone();
         tokio::spawn(async move { router.placement.write_router().await });
         let millis = started.elapsed().as_millis() as u64;

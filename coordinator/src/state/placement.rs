@@ -59,6 +59,9 @@ pub struct Placement {
     router_copy: RouterCopy,
     /// Router updates happen one at a time, in map order.
     router_update: tokio::sync::Mutex<()>,
+    /// Migrations between their flip's commit and their target's activation
+    /// ([`Placement::hold_router`]): nginx is handed no map meanwhile.
+    router_holds: std::sync::atomic::AtomicUsize,
     router_client: reqwest::Client,
     secret: String,
     pub(super) gate: SlotGate,
@@ -88,6 +91,7 @@ impl Placement {
             configured: configured.to_vec(),
             router_copy: RouterCopy::default(),
             router_update: tokio::sync::Mutex::new(()),
+            router_holds: std::sync::atomic::AtomicUsize::new(0),
             router_client: node_http::internal_client()
                 .timeout(ROUTER_TIMEOUT)
                 .build()
@@ -179,6 +183,21 @@ impl Placement {
         self.update_router(true).await;
     }
 
+    /// Holds nginx on the map it has until the hold is dropped: a migration takes it from
+    /// its flip's commit until its target has activated the subject's ISUs, so that nginx
+    /// never sends a read to a target that does not show the ISU yet (404 after a 201).
+    pub fn hold_router(&self) -> RouterHold<'_> {
+        self.router_holds.fetch_add(1, Ordering::AcqRel);
+        RouterHold(&self.router_holds)
+    }
+
+    /// Whether a migration holds the map back (see [`Placement::hold_router`]): the workers'
+    /// watch does not send it meanwhile either (a source that had it would forward the
+    /// subject's reads to the target).
+    pub fn map_held(&self) -> bool {
+        self.router_holds.load(Ordering::Acquire) > 0
+    }
+
     /// Writes the router's map file only (at start, before nginx may run: an nginx that
     /// starts reads it, and [`Placement::keep_router`] hands it to one that runs).
     pub async fn write_router_file(&self) {
@@ -191,6 +210,11 @@ impl Placement {
         let copy = &self.router_copy;
         let map = self.map();
         let version = map.version();
+        if self.map_held() {
+            // A migration between its flip and its target's activation: neither nginx nor
+            // the file (an nginx that starts reads it) gets the map yet.
+            return;
+        }
         let needs_file = copy.written.load(Ordering::Relaxed) < version;
         let needs_handing = hand && router.url.is_some() && copy.handed.load(Ordering::Relaxed) < version;
         if !needs_file && !needs_handing {
@@ -361,6 +385,15 @@ enum HandOver {
 
 /// How long a hand-over to nginx may take.
 const ROUTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// See [`Placement::hold_router`].
+pub struct RouterHold<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for RouterHold<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// How often a map nginx missed is handed over again.
 const ROUTER_RETRY: std::time::Duration = std::time::Duration::from_secs(1);

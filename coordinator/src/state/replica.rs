@@ -453,10 +453,12 @@ impl State {
         let _user_sync = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
             self.user_sync.clone().run(self.workers.clone(), stop_user_sync),
         ));
+        // Migrations interrupted after their flip first: nginx is handed a flipped map only
+        // once its target has activated the subject's ISUs (it would answer 404 for them).
+        self.recover_migrations().await;
         let keeper = self.clone();
         let _router =
             tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move { keeper.placement.keep_router().await }));
-        self.recover_migrations().await;
         self.watch_workers().await;
     }
 }

@@ -108,7 +108,7 @@ impl State {
                     continue; // down: it is reset (or swept) when it answers again
                 };
                 let map = self.placement.map();
-                if health.map_version < map.version() {
+                if health.map_version < map.version() && !self.placement.map_held() {
                     if let Err(error) = self.workers.placement(cell, &map).await {
                         tracing::warn!(%error, "sending the placement map failed");
                     }

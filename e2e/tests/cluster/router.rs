@@ -715,3 +715,77 @@ async fn sixty_four_cells_route_by_two_hex_digits_a_slot() {
     route_every_slot(map).await;
     server.assert_running();
 }
+
+/// Issue 38's second nemesis finding: a read answered 404 after a 201, when nginx was handed
+/// a flipped map before the migration's target had activated the ISU. nginx is now held on
+/// the old map from the flip's commit until the target's activation: with the activation
+/// stalled longer than the router's hand-over retry (1 s), nginx still routes by the old
+/// map, and every read through it is answered from the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_takes_a_flipped_map_only_once_the_target_shows_its_isus() {
+    let Some(nginx) = nginx_or_skip() else {
+        return;
+    };
+    const STALL_MS: u64 = 2500;
+    let run_dir = ScratchDir::new("router-hold");
+    let front = RouterFront::new(&run_dir.path, 2);
+    let mut coordinator_args: Vec<String> = vec!["--migration-grace-ms".into(), "200".into()];
+    coordinator_args.extend(front.coordinator_args());
+    let cluster = spawn_cluster_with(ClusterOptions {
+        workers: 2,
+        durable: true,
+        device_urls: Some(front.device_urls()),
+        coordinator_args,
+        fail_points: Some(format!("activate-stall=return({STALL_MS})")),
+        ..ClusterOptions::default()
+    })
+    .await;
+    let web = fixture_front_end();
+    let (_server, public) = public_nginx_at(&cluster, &nginx, &web.path, &front).await;
+    let alice = cluster.sign_in("alice").await;
+    let uuid = cluster.known_uuid_in_slot(7, 0x200);
+    alice.register(&uuid, "held", None).await.json(201);
+    let through_router = alice.with_routes(Routes::Public(public.clone()));
+    let cluster_ref = &cluster;
+    let front_ref = &front;
+    let before = placement(&cluster).await["map"]["version"].as_u64().unwrap();
+    wait_until("the router holds the map", Duration::from_secs(5), || async move {
+        (router_map(front_ref, &cluster_ref.secret).await.0 == before).then_some(())
+    })
+    .await;
+    let readers = Readers::start(&through_router, std::slice::from_ref(&uuid), 2);
+    let to = 1 - default_cell(&uuid, 2);
+    let migrating = cells_call(
+        &cluster,
+        "/internal/cells/migrate",
+        json!({"slot": &uuid[..2], "to": CELL_NAMES[to]}),
+    );
+    let sampling = async {
+        // Past the flip's commit and a hand-over retry, inside the target's stalled activation.
+        tokio::time::sleep(Duration::from_millis(1700)).await;
+        router_map(front_ref, &cluster_ref.secret).await.0
+    };
+    let ((status, answer), routed_while_activating) = tokio::join!(migrating, sampling);
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        routed_while_activating, before,
+        "nginx was handed the flipped map before the target activated the ISU"
+    );
+    let after = placement(&cluster).await["map"]["version"].as_u64().unwrap();
+    assert!(after > before);
+    wait_until(
+        "the router takes the flipped map",
+        Duration::from_secs(5),
+        || async move { (router_map(front_ref, &cluster_ref.secret).await.0 == after).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (reads, _, errors) = readers.stop().await;
+    assert!(reads > 10, "{reads} reads");
+    assert!(
+        errors.is_empty(),
+        "{} of {reads} reads failed: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+}
