@@ -10,7 +10,7 @@ use crate::output::Format;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The run's options: --seed N --duration 10m --users N --cells N --grace S
-    /// --keep-cluster, or --check HISTORY (`nemesis --help`).
+    /// --keep-cluster --no-network, or --check HISTORY (`nemesis --help`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub args: Vec<String>,
 }

@@ -1,8 +1,10 @@
 //! The nemesis's hands on the local cluster: each planned fault done and healed through the
-//! same mechanisms as the operator's (`isuctl cluster kill|start|pause|resume NAME`, the
-//! typed cells API `isuctl cells` uses), each recorded as a window of the history.
+//! same mechanisms as the operator's (`isuctl cluster kill|start|pause|resume|replace NAME`,
+//! the typed cells API `isuctl cells` uses) or with `tc` on loopback ([`crate::net`]), each
+//! recorded as a window of the history.
 
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -11,11 +13,12 @@ use std::time::{Duration, Instant};
 use bench::takeover::{role, single_leader, Group};
 use deploy::supervise::{children_of, Process, Records, Signal};
 use isuctl::cells_api::CellsApi;
-use isuctl::local::{cell_name, ClusterFile, RunDir};
+use isuctl::local::{cell_name, Addresses, ClusterFile, RunDir};
 use isuctl::takeover::LocalGroup;
 use shared::protocol::cells::MigrateRequest;
 
 use crate::history::{FaultWindow, Nanos};
+use crate::net::{Effect, Endpoint, Lo, Way};
 use crate::schedule::{Fault, Planned, Target};
 
 /// The local cluster the nemesis disrupts.
@@ -25,10 +28,13 @@ pub struct Cluster {
     pub file: ClusterFile,
     pub group: LocalGroup,
     secret: String,
+    /// The network faults' qdisc on loopback (none with `--no-network`), removed when the
+    /// cluster is dropped.
+    net: Option<Lo>,
 }
 
 impl Cluster {
-    pub fn new(isuctl: &Path, run_dir: RunDir) -> anyhow::Result<Cluster> {
+    pub fn new(isuctl: &Path, run_dir: RunDir, net: Option<Lo>) -> anyhow::Result<Cluster> {
         let file = run_dir.cluster()?;
         let group = LocalGroup::new(run_dir.clone(), file.replicas.clone())?;
         let secret = run_dir.secret()?;
@@ -38,7 +44,57 @@ impl Cluster {
             file,
             group,
             secret,
+            net,
         })
+    }
+
+    /// The listening addresses of node `name`: a replica's port, every port of a worker's
+    /// address (node and device servers), nginx's public and control servers.
+    fn endpoints(&self, name: &str) -> Result<Vec<Endpoint>, String> {
+        let at = |url: &str, whole_address: bool| -> Result<Endpoint, String> {
+            let (ip, port) = address_of(url).ok_or_else(|| format!("no IPv4 address and port in {url}"))?;
+            Ok(Endpoint {
+                ip,
+                port: (!whole_address).then_some(port),
+            })
+        };
+        if name == "nginx" {
+            let public = at(&self.file.public_url, false)?;
+            let router = Addresses::try_from_env()
+                .map_err(|error| error.to_string())?
+                .router_port;
+            return Ok(vec![
+                public,
+                Endpoint {
+                    port: Some(router),
+                    ..public
+                },
+            ]);
+        }
+        if let Some(replica) = self.file.replicas.iter().find(|replica| replica.name == name) {
+            return Ok(vec![at(&replica.url, false)?]);
+        }
+        match self
+            .file
+            .workers
+            .iter()
+            .find(|worker| name.strip_prefix("worker-") == Some(worker.cell.as_str()))
+        {
+            Some(worker) => Ok(vec![at(&worker.url, true)?]),
+            None => Err(format!("no node {name} in cluster.json")),
+        }
+    }
+
+    /// Puts `effect` on node `name`'s listening addresses, holds it, takes it off.
+    fn network(&self, name: &str, effect: Effect, hold: Duration) -> Result<(), String> {
+        let lo = self.net.as_ref().ok_or("network faults are off (--no-network)")?;
+        let endpoints = self.endpoints(name)?;
+        let added = lo.add(effect, &endpoints).map_err(|error| format!("{error:#}"))?;
+        std::thread::sleep(hold);
+        match lo.remove(added) {
+            true => Ok(()),
+            false => Err("tc could not remove all of it".to_owned()),
+        }
     }
 
     /// `isuctl cluster VERB NAME` against this cluster's run directory.
@@ -126,6 +182,14 @@ impl Cluster {
             Target::Nginx => ("nginx".to_owned(), "nginx".to_owned()),
         }
     }
+}
+
+/// The IPv4 address and port of `http://ADDRESS:PORT/...`.
+pub fn address_of(url: &str) -> Option<(Ipv4Addr, u16)> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split('/').next()?;
+    let (host, port) = authority.rsplit_once(':')?;
+    Some((host.parse().ok()?, port.parse().ok()?))
 }
 
 /// `isuctl cluster ARGS` (`isuctl` the binary) against the cluster of `run_dir`.
@@ -227,6 +291,31 @@ fn apply(cluster: &Cluster, planned: Planned, start: Instant) -> FaultWindow {
                 });
             (format!("cell {name}, then a rebalance"), result)
         }
+        Fault::Partition { target, .. } | Fault::Slow { target, .. } | Fault::Loss { target, .. } => {
+            let (name, target) = cluster.resolve(target);
+            let (effect, how) = match planned.fault {
+                Fault::Partition { way, .. } => (
+                    Effect::Partition(way),
+                    match way {
+                        Way::Both => "both ways".to_owned(),
+                        Way::Inbound => "inbound".to_owned(),
+                        Way::Outbound => "outbound".to_owned(),
+                    },
+                ),
+                Fault::Slow { kbit, .. } => (Effect::Slow { kbit }, format!("{kbit} kbit/s")),
+                Fault::Loss { sixteenths, .. } => {
+                    (Effect::Loss { sixteenths }, format!("{sixteenths}/16 of its packets"))
+                }
+                _ => unreachable!("a network fault"),
+            };
+            let result = cluster.network(&name, effect, planned.hold);
+            (format!("{target}, {how}"), result)
+        }
+        Fault::Replace { cell } => {
+            let name = format!("worker-{}", cell_name(cell));
+            let result = cluster.cluster(&["replace", &name]);
+            (name, result)
+        }
     };
     let (ok, target) = match result {
         Ok(()) => (true, target),
@@ -252,6 +341,9 @@ fn outcome_of(succeeded: bool, status: u16) -> Result<(), String> {
 /// harmless for a node that runs), then waits until `cluster status` says all are healthy
 /// (at most `limit`). Whether they are.
 pub fn heal_all(cluster: &Cluster, limit: Duration) -> bool {
+    if let Some(lo) = &cluster.net {
+        lo.clear();
+    }
     let _ = cluster.signal("nginx", "resume");
     let names: Vec<String> = cluster.file.nodes().into_iter().map(|node| node.name).collect();
     for name in &names {

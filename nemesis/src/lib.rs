@@ -4,14 +4,16 @@
 //!
 //! Layout: [`history`] (operations and fault windows), [`models`] (the sequential
 //! specifications), [`checker`] (the checks), [`schedule`] (the faults from the seed),
-//! [`faults`] (doing and healing them on the local cluster), [`clients`] (the recording
-//! clients), [`run`] (a whole run), [`report`] (its report).
+//! [`faults`] (doing and healing them on the local cluster), [`net`] (network faults with
+//! `tc` on loopback), [`clients`] (the recording clients), [`run`] (a whole run), [`report`]
+//! (its report).
 
 pub mod checker;
 pub mod clients;
 pub mod faults;
 pub mod history;
 pub mod models;
+pub mod net;
 pub mod report;
 pub mod run;
 pub mod schedule;

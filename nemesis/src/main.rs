@@ -37,6 +37,9 @@ struct Cli {
     /// Leave the cluster running afterwards.
     #[arg(long)]
     keep_cluster: bool,
+    /// No network faults (partitions, slow links, loss: `tc` on loopback, root only).
+    #[arg(long)]
+    no_network: bool,
     /// The isuctl binary the cluster is run with.
     #[arg(long, env = "ISUCTL_BIN", default_value = "isuctl")]
     isuctl: PathBuf,
@@ -81,6 +84,9 @@ fn report(cli: &Cli) -> anyhow::Result<Report> {
     }
     let seed = cli.seed.unwrap_or_else(rand::random);
     eprintln!("nemesis: seed {seed}");
+    if !cli.no_network {
+        remove_qdisc_on_signal()?;
+    }
     // Loopback addresses of its own, so that other local clusters may run beside it.
     for (key, value) in [
         ("ISU_COORDINATOR_HOST", "127.0.42.2"),
@@ -105,5 +111,21 @@ fn report(cli: &Cli) -> anyhow::Result<Report> {
         isuctl: cli.isuctl.clone(),
         run_dir,
         keep_cluster: cli.keep_cluster,
+        network: !cli.no_network,
     })
+}
+
+/// On SIGINT or SIGTERM, the network faults' qdisc on loopback is removed before the
+/// process exits (the cluster is left as it is: the next run takes it down).
+fn remove_qdisc_on_signal() -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            nemesis::net::remove_ours();
+            eprintln!("nemesis: stopped by signal {signal}; lo's qdisc removed");
+            std::process::exit(128 + signal);
+        }
+    });
+    Ok(())
 }

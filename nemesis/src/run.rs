@@ -2,12 +2,13 @@
 //! addresses of its own, the JIA simulator in this process, the clients and the schedule at
 //! once, the final heal, the final reads, the checks, the cluster down.
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bench::takeover::{settled_hashes_of, Group};
-use isuctl::local::RunDir;
+use isuctl::local::{Addresses, RunDir};
 use jia_sim::{JiaConfig, JiaSimulator};
 use shared::protocol::{COORDINATOR_PLACEMENT, SECRET_HEADER};
 
@@ -15,6 +16,7 @@ use crate::checker;
 use crate::clients::{self, Recorder};
 use crate::faults::{self, Cluster};
 use crate::history::{Answer, Call, History};
+use crate::net::Lo;
 use crate::report::{Cost, Report};
 use crate::schedule;
 
@@ -38,6 +40,8 @@ pub struct Options {
     pub run_dir: PathBuf,
     /// Leave the cluster running afterwards.
     pub keep_cluster: bool,
+    /// Network faults with `tc` on loopback (partitions, slow links, loss).
+    pub network: bool,
 }
 
 fn say(text: impl std::fmt::Display) {
@@ -48,7 +52,12 @@ fn say(text: impl std::fmt::Display) {
 pub fn run(options: &Options) -> anyhow::Result<Report> {
     let began = Instant::now();
     let run_dir = RunDir::new(&options.run_dir);
-    let cluster = start_cluster(options, &run_dir)?;
+    // Before the cluster: a qdisc a crashed run left is removed, another's refused.
+    let net = match options.network {
+        true => Some(Lo::install(own_addresses(options.cells)?)?),
+        false => None,
+    };
+    let cluster = start_cluster(options, &run_dir, net)?;
     let outcome = load(options, cluster.clone());
     if !options.keep_cluster {
         let _ = deploy::external::run_to_stderr(&mut cluster.cluster_command(&["down"]));
@@ -67,8 +76,21 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+/// The cluster's loopback addresses (`ISU_COORDINATOR_HOST`, the workers'), the only ones
+/// network faults may touch.
+fn own_addresses(cells: usize) -> anyhow::Result<Vec<Ipv4Addr>> {
+    let addresses = Addresses::try_from_env()?;
+    std::iter::once(addresses.coordinator_host.clone())
+        .chain((0..cells).map(|index| addresses.worker_host(index)))
+        .map(|host| {
+            host.parse()
+                .map_err(|_| anyhow::anyhow!("network faults need IPv4 addresses, not {host}"))
+        })
+        .collect()
+}
+
 /// A fresh cluster: down (whatever ran from this directory), its data removed, up.
-fn start_cluster(options: &Options, run_dir: &RunDir) -> anyhow::Result<Arc<Cluster>> {
+fn start_cluster(options: &Options, run_dir: &RunDir, net: Option<Lo>) -> anyhow::Result<Arc<Cluster>> {
     let command = |args: &[&str]| faults::cluster_command(&options.isuctl, run_dir, args);
     let _ = deploy::external::output_checked(&mut command(&["down"]));
     let _ = std::fs::remove_dir_all(run_dir.path.join("data"));
@@ -85,7 +107,7 @@ fn start_cluster(options: &Options, run_dir: &RunDir) -> anyhow::Result<Arc<Clus
         &cells,
         "--durable",
     ]))?;
-    Ok(Arc::new(Cluster::new(&options.isuctl, run_dir.clone())?))
+    Ok(Arc::new(Cluster::new(&options.isuctl, run_dir.clone(), net)?))
 }
 
 /// The load and the faults, the heal, the final reads: the history, and the machine's busy
@@ -105,7 +127,10 @@ fn load(options: &Options, cluster: Arc<Cluster>) -> anyhow::Result<(History, f6
     let base = cluster.file.public_url.trim_end_matches('/').to_owned();
     runtime.block_on(initialize(&base, &jia.url()))?;
 
-    let schedule = schedule::plan(options.seed, options.duration, options.cells);
+    let mut schedule = schedule::plan(options.seed, options.duration, options.cells);
+    if !options.network {
+        schedule.retain(|planned| !planned.fault.network());
+    }
     say(format!(
         "seed {}: {} faults planned over {:?}",
         options.seed,
