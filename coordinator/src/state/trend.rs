@@ -213,9 +213,9 @@ struct TrendCondition {
 fn build_trend(isus: &[Arc<Isu>]) -> Vec<u8> {
     let mut entries: Vec<TrendEntry<'_>> = Vec::new();
     // Each character string seen (by address) and its entry's index.
-    let mut seen: Vec<(*const u8, usize)> = Vec::new();
+    let mut seen: Vec<(*const Box<str>, usize)> = Vec::new();
     for isu in isus {
-        let address = isu.character.as_ptr();
+        let address = isu.character.address();
         let index = match seen.iter().find(|(seen, _)| *seen == address) {
             Some((_, index)) => *index,
             None => {
