@@ -69,3 +69,15 @@ impl node_http::NodeState for Shared {
         &self.metrics
     }
 }
+
+/// The allocator of this crate's unit tests: dhat's, which is the system's until a test
+/// starts its profiler (`state::generation`'s memory measurement).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: dhat::Alloc = dhat::Alloc;
+
+/// Bytes live on the heap while a dhat profiler runs (see [`ALLOCATOR`]).
+#[cfg(test)]
+pub(crate) fn heap_live() -> isize {
+    dhat::HeapStats::get().curr_bytes as isize
+}

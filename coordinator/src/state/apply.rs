@@ -216,7 +216,7 @@ impl State {
             return;
         };
         let started = std::time::Instant::now();
-        let generation = Generation::from_snapshot(&snapshot, &self.seed.load(), &self.default_icon);
+        let generation = Generation::from_snapshot(&snapshot, |each| self.seed.each_isu(each), &self.default_icon);
         self.take_generation(Arc::new(generation));
         self.established.store(true, Ordering::Release);
         tracing::info!(
@@ -385,7 +385,7 @@ impl State {
                 Some(prepared) => prepared,
                 None => Arc::new(Generation::from_snapshot(
                     &snapshot,
-                    &self.seed.load(),
+                    |each| self.seed.each_isu(each),
                     &self.default_icon,
                 )),
             };

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use dashmap::DashMap;
 use parking_lot::{Mutex, RwLock};
-use shared::dataset::Dataset;
+use shared::dataset::{Dataset, DatasetIsu};
 use shared::protocol::LatestItem;
 use tokio::sync::watch;
 
 use super::command::{LoggedIsu, Snapshot, Unfinished};
-use super::model::{Isu, Latest, Outcome};
+use super::model::{Isu, Latest, Outcome, SharedStr};
 use super::trend::{Trend, TrendCache};
 
 /// The most early latest conditions a generation keeps (ISUs registered moments ago).
@@ -25,12 +25,12 @@ const EARLY_LATEST_LIMIT: usize = 10_000;
 pub struct Generation {
     pub id: u64,
     pub(super) users: RwLock<HashSet<String>>,
-    /// Keyed by the ISU's own UUID (shared, not copied).
-    pub(crate) by_uuid: DashMap<Arc<str>, Arc<Isu>>,
+    /// Keyed by the ISU's own UUID (the ISU is the key: no copy).
+    pub(crate) by_uuid: UuidIndex,
     /// Keyed by the owner every ISU of theirs shares.
-    pub(super) by_owner: DashMap<Arc<str>, Vec<Arc<Isu>>>,
+    pub(super) by_owner: DashMap<SharedStr, Vec<Arc<Isu>>>,
     /// The characters ISUs have, each string held once.
-    characters: Mutex<HashSet<Arc<str>>>,
+    characters: Mutex<HashSet<SharedStr>>,
     /// All ISUs in id order (the trend is built from them).
     pub(super) all: Arc<RwLock<Vec<Arc<Isu>>>>,
     /// Registrations in flight, by UUID.
@@ -58,12 +58,40 @@ impl Generation {
         generation
     }
 
+    /// The generation of the dataset `each_isu` hands one ISU at a time (then its users, as
+    /// [`super::seed::Seed::each_isu`] does), without the whole dataset in memory.
+    pub(super) fn from_isus(
+        id: u64,
+        each_isu: impl FnOnce(&mut dyn FnMut(&DatasetIsu)) -> Vec<String>,
+        default_icon: &Bytes,
+    ) -> Generation {
+        let generation = Generation::of_isus(id, each_isu, default_icon);
+        generation.trend_cache.rebuild(&generation.all);
+        generation
+    }
+
     /// The dataset's generation, its trend not built yet.
     fn of_dataset(id: u64, dataset: &Dataset, default_icon: &Bytes) -> Generation {
-        let generation = Generation {
+        Generation::of_isus(
             id,
-            users: RwLock::new(dataset.users.iter().cloned().collect()),
-            by_uuid: DashMap::new(),
+            |each| {
+                dataset.isus.iter().for_each(each);
+                dataset.users.clone()
+            },
+            default_icon,
+        )
+    }
+
+    /// A dataset's generation from its ISUs one at a time, its trend not built yet.
+    fn of_isus(
+        id: u64,
+        each_isu: impl FnOnce(&mut dyn FnMut(&DatasetIsu)) -> Vec<String>,
+        default_icon: &Bytes,
+    ) -> Generation {
+        let mut generation = Generation {
+            id,
+            users: RwLock::new(HashSet::new()),
+            by_uuid: UuidIndex::default(),
             by_owner: DashMap::new(),
             characters: Mutex::default(),
             all: Arc::new(RwLock::new(Vec::new())),
@@ -71,11 +99,13 @@ impl Generation {
             early_latest: Mutex::new(HashMap::new()),
             unfinished: Mutex::new(std::collections::BTreeMap::new()),
             requests: Mutex::new(HashMap::new()),
-            next_id: AtomicI64::new(dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1),
-            first_registered_id: dataset.isus.iter().map(|isu| isu.id).max().unwrap_or(0) + 1,
+            next_id: AtomicI64::new(1),
+            first_registered_id: 1,
             trend_cache: Arc::new(TrendCache::new()),
         };
-        for isu in &dataset.isus {
+        let mut max_id = 0;
+        let users = each_isu(&mut |isu| {
+            max_id = max_id.max(isu.id);
             let latest = isu
                 .conditions
                 .iter()
@@ -92,8 +122,8 @@ impl Generation {
                 id: isu.id,
                 uuid: isu.uuid.as_str().into(),
                 name: isu.name.as_str().into(),
-                character: isu.character.as_str().into(),
-                owner: isu.owner.as_str().into(),
+                character: generation.held_character(&isu.character),
+                owner: generation.held_owner(&isu.owner),
                 image: isu
                     .image
                     .as_ref()
@@ -101,13 +131,26 @@ impl Generation {
                 icon: None,
                 latest: Mutex::new(latest),
             });
-        }
+        });
+        generation.users.get_mut().extend(users);
+        generation.next_id = AtomicI64::new(max_id + 1);
+        generation.first_registered_id = max_id + 1;
+        // Each owner's list holds what it was given, not the room its growth left (a third
+        // more for ten ISUs an owner, as the generated dataset has).
+        generation
+            .by_owner
+            .iter_mut()
+            .for_each(|mut owned| owned.shrink_to_fit());
         generation
     }
 
     /// The dataset's generation with the users and registered ISUs of a snapshot.
-    pub(super) fn from_snapshot(snapshot: &Snapshot, dataset: &Dataset, default_icon: &Bytes) -> Generation {
-        let generation = Generation::of_dataset(snapshot.generation, dataset, default_icon);
+    pub(super) fn from_snapshot(
+        snapshot: &Snapshot,
+        each_isu: impl FnOnce(&mut dyn FnMut(&DatasetIsu)) -> Vec<String>,
+        default_icon: &Bytes,
+    ) -> Generation {
+        let generation = Generation::of_isus(snapshot.generation, each_isu, default_icon);
         generation.users.write().extend(snapshot.users.iter().cloned());
         for isu in &snapshot.isus {
             generation.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
@@ -138,6 +181,24 @@ impl Generation {
         }
     }
 
+    /// The character string the generation holds for `character`, or a new one (kept by
+    /// [`Generation::insert`]): loading a dataset copies no character or owner string it
+    /// holds already.
+    fn held_character(&self, character: &str) -> SharedStr {
+        self.characters
+            .lock()
+            .get(character)
+            .cloned()
+            .unwrap_or_else(|| character.into())
+    }
+
+    /// The owner string the generation holds for `owner`, or a new one (see above).
+    fn held_owner(&self, owner: &str) -> SharedStr {
+        self.by_owner
+            .get(owner)
+            .map_or_else(|| owner.into(), |owned| owned.key().clone())
+    }
+
     /// Adds an ISU (dataset loading); see [`Generation::publish`] for registrations. Its
     /// owner and character become the strings the generation holds already, if it does.
     pub(super) fn insert(&self, mut isu: Isu) -> Arc<Isu> {
@@ -154,7 +215,7 @@ impl Generation {
             }
         }
         let isu = Arc::new(isu);
-        self.by_uuid.insert(isu.uuid.clone(), isu.clone());
+        self.by_uuid.insert(isu.clone());
         let mut owned = self.by_owner.entry(isu.owner.clone()).or_default();
         let position = owned.partition_point(|other| other.id < isu.id);
         owned.insert(position, isu.clone());
@@ -199,7 +260,7 @@ impl Generation {
     }
 
     pub(super) fn remove(&self, uuid: &str) {
-        let Some((_, isu)) = self.by_uuid.remove(uuid) else {
+        let Some(isu) = self.by_uuid.remove(uuid) else {
             return;
         };
         if let Some(mut owned) = self.by_owner.get_mut(&*isu.owner) {
@@ -312,6 +373,76 @@ impl Generation {
     }
 }
 
+/// The ISUs of a generation by UUID: a set of the ISUs themselves, hashed and compared by
+/// their UUID, so an entry is one pointer (a map from a copy of the UUID was 24 bytes and
+/// the copy's).
+#[derive(Default)]
+pub(crate) struct UuidIndex(DashMap<ByUuid, ()>);
+
+/// An ISU as its UUID (see [`UuidIndex`]).
+pub(crate) struct ByUuid(Arc<Isu>);
+
+/// An ISU found in a [`UuidIndex`] (its shard is read-locked while this lives).
+pub(crate) struct IndexedIsu<'a>(dashmap::mapref::one::Ref<'a, ByUuid, ()>);
+
+impl std::ops::Deref for IndexedIsu<'_> {
+    type Target = Arc<Isu>;
+    fn deref(&self) -> &Arc<Isu> {
+        &self.0.key().0
+    }
+}
+
+impl std::borrow::Borrow<str> for ByUuid {
+    fn borrow(&self) -> &str {
+        &self.0.uuid
+    }
+}
+
+impl PartialEq for ByUuid {
+    fn eq(&self, other: &ByUuid) -> bool {
+        self.0.uuid == other.0.uuid
+    }
+}
+
+impl Eq for ByUuid {}
+
+impl std::hash::Hash for ByUuid {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.uuid.hash(state);
+    }
+}
+
+impl UuidIndex {
+    /// The ISU of `uuid` (a `&str`), held while the guard lives.
+    pub(crate) fn get<Q>(&self, uuid: &Q) -> Option<IndexedIsu<'_>>
+    where
+        ByUuid: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.0.get(uuid).map(IndexedIsu)
+    }
+
+    pub(crate) fn contains_key(&self, uuid: &str) -> bool {
+        self.0.contains_key(uuid)
+    }
+
+    /// Adds `isu`, in place of the ISU of its UUID if one is held.
+    fn insert(&self, isu: Arc<Isu>) {
+        match self.0.entry(ByUuid(isu)) {
+            dashmap::Entry::Occupied(held) => {
+                held.replace_entry(());
+            }
+            dashmap::Entry::Vacant(vacant) => {
+                vacant.insert(());
+            }
+        }
+    }
+
+    fn remove(&self, uuid: &str) -> Option<Arc<Isu>> {
+        self.0.remove(uuid).map(|(held, ())| held.0)
+    }
+}
+
 /// A logged ISU as a generation holds it, without a latest condition yet (the inverse of
 /// [`logged`]).
 fn isu_of(isu: &LoggedIsu, default_icon: &Bytes) -> Isu {
@@ -356,29 +487,28 @@ mod tests {
         let generation = Generation::from_dataset(1, &dataset, &Bytes::new());
         let mine = generation.isus_of(&dataset.isus[50].owner);
         assert!(mine.len() > 1);
-        assert!(mine.windows(2).all(|pair| Arc::ptr_eq(&pair[0].owner, &pair[1].owner)));
+        assert!(mine
+            .windows(2)
+            .all(|pair| SharedStr::ptr_eq(&pair[0].owner, &pair[1].owner)));
         let owner_key = generation.by_owner.get(&*mine[0].owner).unwrap().key().clone();
         assert!(
-            Arc::ptr_eq(&owner_key, &mine[0].owner),
+            SharedStr::ptr_eq(&owner_key, &mine[0].owner),
             "the owner index holds the same string"
         );
-        let uuid_key = generation.by_uuid.get(&*mine[0].uuid).unwrap().key().clone();
-        assert!(
-            Arc::ptr_eq(&uuid_key, &mine[0].uuid),
-            "the UUID index holds the ISU's own string"
-        );
+        let indexed = generation.by_uuid.get(&*mine[0].uuid).unwrap().clone();
+        assert!(Arc::ptr_eq(&indexed, &mine[0]), "the UUID index holds the ISU itself");
         let all = generation.all.read().clone();
         let same_character: Vec<_> = all.iter().filter(|isu| isu.character == all[0].character).collect();
         assert!(same_character.len() > 1);
         assert!(same_character
             .iter()
-            .all(|isu| Arc::ptr_eq(&isu.character, &all[0].character)));
+            .all(|isu| SharedStr::ptr_eq(&isu.character, &all[0].character)));
         // A registration later shares them too.
         let mut registered = isu(1_000, &all[0].character);
-        registered.owner = mine[0].owner.to_string().into();
+        registered.owner = mine[0].owner.to_string().as_str().into();
         let registered = generation.publish(registered);
-        assert!(Arc::ptr_eq(&registered.owner, &mine[0].owner));
-        assert!(Arc::ptr_eq(&registered.character, &all[0].character));
+        assert!(SharedStr::ptr_eq(&registered.owner, &mine[0].owner));
+        assert!(SharedStr::ptr_eq(&registered.character, &all[0].character));
     }
 
     #[test]
@@ -402,5 +532,87 @@ mod tests {
         assert!(generation.keep_early(&late));
         assert_eq!(published.latest_key().map(|(timestamp, _)| timestamp), Some(200));
         assert!(generation.early_latest.lock().is_empty());
+    }
+
+    /// Where a generation's memory goes, per ISU, in bytes requested (the allocator's own
+    /// rounding not counted): `cargo test --release -p coordinator generation_memory --
+    /// --ignored --nocapture` (`ISUS`, default a million).
+    #[test]
+    #[ignore = "a measurement (seconds in release, long in debug)"]
+    fn generation_memory_per_isu() {
+        let isus: usize = std::env::var("ISUS").map_or(1_000_000, |count| count.parse().unwrap());
+        let per_isu = |bytes: isize| bytes as f64 / isus as f64;
+        let _profiler = dhat::Profiler::builder().testing().build();
+        let start = crate::heap_live();
+        let dataset = shared::dataset::generated::generate_with_isu_count(isus);
+        let with_dataset = crate::heap_live();
+        let mut generation = Generation::of_dataset(1, &dataset, &Bytes::new());
+        let built = crate::heap_live();
+        drop(dataset);
+        let generation_bytes = crate::heap_live() - start;
+        println!(
+            "dataset {:.0} B/ISU; the build's allocations {:.0}; the generation alone {:.0}",
+            per_isu(with_dataset - start),
+            per_isu(built - with_dataset),
+            per_isu(generation_bytes)
+        );
+        let before = crate::heap_live();
+        generation.rebuild_trend_now();
+        let trend = crate::heap_live() - before;
+        let before = crate::heap_live();
+        let items: Vec<LatestItem<'_>> = Vec::new();
+        drop(items);
+        let all = generation.all.read().clone();
+        for chunk in all.chunks(1_000) {
+            let batch: Vec<LatestItem<'_>> = chunk
+                .iter()
+                .map(|isu| LatestItem {
+                    uuid: &isu.uuid,
+                    timestamp: i64::MAX,
+                    flags: shared::domain::Flags(0),
+                    message: "simulated",
+                })
+                .collect();
+            generation.apply_latest(&batch);
+        }
+        drop(all);
+        let pushed = crate::heap_live() - before;
+        let sizes = |isu: &Isu| {
+            let message = isu.latest.lock().as_ref().map_or(0, |latest| latest.message.len());
+            (isu.uuid.len(), isu.name.len(), message)
+        };
+        let (uuids, names, messages) = generation
+            .all
+            .read()
+            .iter()
+            .map(|isu| sizes(isu))
+            .fold((0, 0, 0), |sum, one| (sum.0 + one.0, sum.1 + one.1, sum.2 + one.2));
+        println!(
+            "  of which: Arc<Isu> {} B each; uuid {:.1}, name {:.1}, message {:.1} B/ISU (heap)",
+            std::mem::size_of::<Isu>() + 16,
+            per_isu(uuids as isize),
+            per_isu(names as isize),
+            per_isu(messages as isize)
+        );
+        let mut measure = |name: &str, take: &mut dyn FnMut(&mut Generation)| {
+            let before = crate::heap_live();
+            take(&mut generation);
+            println!("  {name}: {:.1} B/ISU", per_isu(before - crate::heap_live()));
+        };
+        println!(
+            "trend cache {:.1} B/ISU; latest conditions pushed (\"simulated\") {:+.1} B/ISU",
+            per_isu(trend),
+            per_isu(pushed)
+        );
+        measure("trend cache", &mut |generation| {
+            generation.trend_cache = Arc::new(TrendCache::new())
+        });
+        measure("by_uuid", &mut |generation| generation.by_uuid = UuidIndex::default());
+        measure("by_owner", &mut |generation| generation.by_owner = DashMap::new());
+        measure("users", &mut |generation| *generation.users.write() = HashSet::new());
+        measure("all (and the ISUs)", &mut |generation| {
+            *generation.all.write() = Vec::new()
+        });
+        println!("  left: {:.1} B/ISU", per_isu(crate::heap_live() - start));
     }
 }

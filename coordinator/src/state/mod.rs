@@ -41,7 +41,7 @@ use parking_lot::RwLock;
 use shared::session::SessionKey;
 
 pub use generation::Generation;
-pub use model::{Isu, Latest};
+pub use model::{Isu, Latest, SharedStr};
 pub use placement::Placement;
 pub use trend::Trend;
 
@@ -118,7 +118,7 @@ impl State {
         let unbuilt = matches!(start, Start::Fresh { .. });
         let (generation, jia_service_url) = match start {
             Start::Converted(snapshot) => (
-                Generation::from_snapshot(&snapshot, &seed.load(), &default_icon),
+                Generation::from_snapshot(&snapshot, |each| seed.each_isu(each), &default_icon),
                 snapshot.jia_service_url,
             ),
             Start::Fresh { jia_service_url } => (
@@ -161,9 +161,10 @@ impl State {
             return Ok(());
         }
         let (seed, default_icon, id) = (self.seed.clone(), self.default_icon.clone(), self.generation().id);
-        let generation = tokio::task::spawn_blocking(move || Generation::from_dataset(id, &seed.load(), &default_icon))
-            .await
-            .map_err(|error| ApiError::Internal(error.to_string()))?;
+        let generation =
+            tokio::task::spawn_blocking(move || Generation::from_isus(id, |each| seed.each_isu(each), &default_icon))
+                .await
+                .map_err(|error| ApiError::Internal(error.to_string()))?;
         let mut current = self.current.write();
         // Unless the log gave this replica a generation meanwhile.
         if self.unbuilt.swap(false, Ordering::AcqRel) && current.id == id {
@@ -192,13 +193,13 @@ impl State {
         let _no_migration = self.migration_lock.lock().await;
         let default_icon = self.default_icon.clone();
         let seed = self.seed.clone();
-        // The dataset stays loaded until every worker has its reset (they share it).
+        // The dataset stays loaded until every worker has its reset (they share it). It is
+        // loaded after the generation is built (from its ISUs one at a time, not from it),
+        // so that its pieces, freed after the resets, are not scattered among the
+        // generation's.
         let (generation, _dataset) = tokio::task::spawn_blocking(move || {
-            let dataset = seed.load();
-            (
-                Generation::from_dataset(new_generation_id(), &dataset, &default_icon),
-                dataset,
-            )
+            let generation = Generation::from_isus(new_generation_id(), |each| seed.each_isu(each), &default_icon);
+            (generation, seed.load())
         })
         .await
         .map_err(|error| ApiError::Internal(error.to_string()))?;

@@ -11,7 +11,7 @@
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use shared::dataset::{Dataset, DatasetSource};
+use shared::dataset::{Dataset, DatasetIsu, DatasetSource};
 
 /// The dataset, built again on each use.
 pub struct Seed {
@@ -70,6 +70,29 @@ impl Seed {
         let dataset = Arc::new(build(&self.source).expect("a dataset that loaded once loads again"));
         *in_use = Arc::downgrade(&dataset);
         dataset
+    }
+}
+
+impl Seed {
+    /// The dataset's ISUs handed to `each` one at a time, then its users (blocking, as
+    /// [`Seed::load`]): the copy in use if there is one, else a generated dataset generated
+    /// again without being held whole, so that what `each` keeps is not scattered among the
+    /// dataset's freed pieces.
+    pub fn each_isu(&self, mut each: impl FnMut(&DatasetIsu)) -> Vec<String> {
+        if let Some(dataset) = self.in_use.lock().upgrade() {
+            dataset.isus.iter().for_each(each);
+            return dataset.users.clone();
+        }
+        match &self.source {
+            Source::Generated(source) => source
+                .each_isu(|isu| each(&isu))
+                .expect("a dataset that loaded once loads again"),
+            _ => {
+                let dataset = self.load();
+                dataset.isus.iter().for_each(each);
+                dataset.users.clone()
+            }
+        }
     }
 }
 

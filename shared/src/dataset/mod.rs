@@ -59,6 +59,19 @@ impl DatasetSource {
         Ok(DatasetSource::MysqlDump(Path::new(path).to_path_buf()))
     }
 
+    /// The dataset's ISUs handed to `each` one at a time, then its users: a generated one is
+    /// never held whole (see [`generated::each_isu_with_count`]), a dump is loaded first.
+    pub fn each_isu(&self, mut each: impl FnMut(DatasetIsu)) -> anyhow::Result<Vec<String>> {
+        match self {
+            DatasetSource::GeneratedWithIsus(isu_count) => Ok(generated::each_isu_with_count(*isu_count, each)),
+            other => {
+                let Dataset { users, isus } = other.load()?;
+                isus.into_iter().for_each(&mut each);
+                Ok(users)
+            }
+        }
+    }
+
     pub fn load(&self) -> anyhow::Result<Dataset> {
         match self {
             DatasetSource::Generated => Ok(generated::generate()),
