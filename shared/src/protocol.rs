@@ -27,7 +27,7 @@ pub const WORKER_USERS: &str = "/internal/users";
 /// Worker: register an ISU provisionally (accepts posts, invisible to reads).
 pub const WORKER_PROVISIONAL: &str = "/internal/isu/provisional";
 /// Worker: mark a provisional ISU accepted by JIA, with the record that finishes its
-/// registration ([`AcceptIsu`]); posts to it are acknowledged from then on.
+/// registration ([`AcceptIsu`]); from then on the registration is finished, never rolled back.
 pub const WORKER_ACCEPT: &str = "/internal/isu/accept";
 /// Worker: make a provisional ISU visible.
 pub const WORKER_PUBLISH: &str = "/internal/isu/publish";

@@ -10,7 +10,7 @@
 //!   internal messages, so replayed conditions find their ISU;
 //! - `6` post: one accepted device batch;
 //! - `7` accept: JIA accepted a provisional registration (with the coordinator's record
-//!   that finishes it), logged before its posts are acknowledged.
+//!   that finishes it).
 //!
 //! Every record after a snapshot carries the generation it was applied to;
 //! replay skips records of another generation (a post that raced a reset),
@@ -372,7 +372,7 @@ mod tests {
     use shared::domain::Flags;
 
     #[tokio::test]
-    async fn an_acceptance_is_replayed_before_the_posts_it_let_in() {
+    async fn an_acceptance_is_replayed_with_the_registration_s_posts() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_owned();
         let open = |store: Store| {
@@ -421,7 +421,6 @@ mod tests {
         held.sort_by(|a, b| a.uuid.cmp(&b.uuid));
         let held: Vec<(&str, Option<&str>)> = held.iter().map(|isu| (&*isu.uuid, isu.accepted.as_deref())).collect();
         assert_eq!(held, [("a", Some("record-a")), ("b", None)]);
-        assert!(shard.isu("a").unwrap().takes_posts());
         assert_eq!(shard.isu("a").unwrap().condition_count(), 1, "its acknowledged post");
     }
 }

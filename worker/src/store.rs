@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dashmap::{DashMap, DashSet};
 use parking_lot::{Mutex, RwLock};
@@ -170,9 +170,6 @@ struct Registration {
     /// JIA's acceptance, as the coordinator's record that finishes the registration (see
     /// [`Shard::accept`]); set once.
     accepted: OnceLock<Box<str>>,
-    /// True once the registration is decided here (accepted, published, rolled back or
-    /// replaced): device posts to it wait for that (see [`IsuEntry::decided`]).
-    decided: tokio::sync::watch::Sender<bool>,
 }
 
 impl Registration {
@@ -180,7 +177,6 @@ impl Registration {
         Registration {
             request: request.map(Box::from),
             accepted: OnceLock::new(),
-            decided: tokio::sync::watch::Sender::new(false),
         }
     }
 }
@@ -212,38 +208,11 @@ impl IsuEntry {
         self.published.load(Ordering::Acquire)
     }
 
-    /// Whether a device's post to it is acknowledged now: a published ISU, a migration's
-    /// import, or a registration JIA accepted. A registration's entry before that takes none:
-    /// it could be rolled back (JIA refused, or its leader lost the lead before JIA's answer
-    /// reached this worker), and what it acknowledged would be lost.
-    pub fn takes_posts(&self) -> bool {
-        self.is_published()
-            || self
-                .registration
-                .as_ref()
-                .is_none_or(|registration| registration.accepted.get().is_some())
-    }
-
     /// Whether it is a registration's entry JIA accepted (see [`Shard::accept`]).
     fn is_accepted(&self) -> bool {
         self.registration
             .as_ref()
             .is_some_and(|registration| registration.accepted.get().is_some())
-    }
-
-    /// Waits, at most `limit`, until this registration's entry is decided (accepted,
-    /// published, rolled back or replaced); at once for any other entry.
-    pub async fn decided(&self, limit: Duration) {
-        let Some(registration) = &self.registration else { return };
-        let mut decided = registration.decided.subscribe();
-        let _ = tokio::time::timeout(limit, decided.wait_for(|decided| *decided)).await;
-    }
-
-    /// Wakes the posts waiting for this registration's decision.
-    fn settle(&self) {
-        if let Some(registration) = &self.registration {
-            registration.decided.send_replace(true);
-        }
     }
 
     pub fn id(&self) -> i64 {
@@ -531,9 +500,7 @@ impl Shard {
                 Err(ProvisionalError::AlreadyExists)
             }
             dashmap::Entry::Occupied(mut occupied) => {
-                occupied
-                    .insert(IsuEntry::provisional(uuid, owner, name, id, registration))
-                    .settle();
+                occupied.insert(IsuEntry::provisional(uuid, owner, name, id, registration));
                 Ok(Provisional::Created)
             }
             dashmap::Entry::Vacant(vacant) => {
@@ -551,7 +518,6 @@ impl Shard {
             return false;
         }
         entry.published.store(true, Ordering::Release);
-        entry.settle();
         if entry.latest().is_some() {
             self.enqueue(&entry);
         }
@@ -560,7 +526,7 @@ impl Shard {
 
     /// Marks registration `id`'s provisional ISU accepted by JIA, keeping `record` (the
     /// coordinator's, which finishes the registration: see [`Shard::unpublished_registrations`]);
-    /// from then on its device's posts are acknowledged. Idempotent (a first record stays); false
+    /// from then on it is never replaced by another registration. Idempotent (a first record stays); false
     /// when the UUID is unknown, belongs to another registration, or is not a registration's.
     pub fn accept(&self, uuid: &str, id: i64, record: &str) -> bool {
         let Some(entry) = self.isu(uuid) else { return false };
@@ -568,7 +534,6 @@ impl Shard {
             return false;
         };
         let _ = registration.accepted.set(record.into());
-        entry.settle();
         true
     }
 
@@ -596,8 +561,7 @@ impl Shard {
     /// one, or one whose publish reached this worker while the answer was lost
     /// (the coordinator has not registered it).
     pub fn rollback(&self, uuid: &str, id: i64) -> bool {
-        let removed = self.isus.remove_if(uuid, |_, entry| entry.id() == id);
-        removed.map(|(_, entry)| entry.settle()).is_some()
+        self.isus.remove_if(uuid, |_, entry| entry.id() == id).is_some()
     }
 
     /// Creates the invisible entry of an ISU a migration brings here (registration `id`);
@@ -625,9 +589,7 @@ impl Shard {
 
     /// Removes `uuid` whatever its state (a migration's source forgetting it); its entry.
     pub fn forget(&self, uuid: &str) -> Option<Arc<IsuEntry>> {
-        let (_, entry) = self.isus.remove(uuid)?;
-        entry.settle();
-        Some(entry)
+        self.isus.remove(uuid).map(|(_, entry)| entry)
     }
 
     /// The history of `entry` in its wire form (messages resolved), oldest first per level.
@@ -827,7 +789,6 @@ impl Shard {
                     let registration = Registration::new((!request.is_empty()).then_some(request));
                     if kind == SNAPSHOT_ACCEPTED {
                         let _ = registration.accepted.set(decoder.str()?.into());
-                        registration.decided.send_replace(true);
                     }
                     entry.registration = Some(registration);
                     false
@@ -1177,22 +1138,18 @@ mod tests {
     }
 
     #[test]
-    fn a_registration_takes_posts_once_jia_accepted_it_and_is_then_never_replaced() {
+    fn a_registration_jia_accepted_keeps_its_record_and_is_then_never_replaced() {
         let shard = Shard::new(1);
         shard.provisional("a", "alice", "chair", 7, Some("req-a")).unwrap();
         let entry = shard.isu("a").unwrap();
-        assert!(!entry.takes_posts(), "a registration JIA has not accepted");
+        assert!(!entry.is_accepted(), "a registration JIA has not accepted");
         assert!(!shard.accept("a", 6, "other"), "another registration's acceptance");
         assert!(!shard.accept("nope", 7, "record"));
         assert_eq!(shard.import("m", "dave", "moved", 3), Ok(true));
-        assert!(
-            shard.isu("m").unwrap().takes_posts(),
-            "a migration's import takes posts"
-        );
         assert!(!shard.accept("m", 3, "record"), "an import is no registration");
         assert!(shard.accept("a", 7, "first"));
         assert!(shard.accept("a", 7, "second"), "idempotent");
-        assert!(entry.takes_posts());
+        assert!(entry.is_accepted());
         assert_eq!(
             shard.unpublished_registrations()[0].accepted.as_deref(),
             Some("first"),
@@ -1207,40 +1164,6 @@ mod tests {
             shard.provisional("a", "alice", "chair", 7, Some("req-a")),
             Ok(Provisional::Repeated)
         );
-    }
-
-    #[tokio::test]
-    async fn a_post_waiting_for_a_registration_wakes_when_it_is_decided() {
-        for decide in ["accept", "publish", "rollback", "replace"] {
-            let shard = Arc::new(Shard::new(1));
-            shard.provisional("a", "alice", "chair", 7, None).unwrap();
-            let entry = shard.isu("a").unwrap();
-            let started = Instant::now();
-            let deciding = {
-                let shard = shard.clone();
-                async move {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    match decide {
-                        "accept" => assert!(shard.accept("a", 7, "record")),
-                        "publish" => assert!(shard.publish("a", 7)),
-                        "rollback" => assert!(shard.rollback("a", 7)),
-                        _ => assert!(shard.provisional("a", "bob", "chair", 8, None).is_ok()),
-                    }
-                }
-            };
-            tokio::join!(entry.decided(Duration::from_secs(30)), deciding);
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{decide}: woken, not timed out"
-            );
-        }
-        // Decided before the wait began: no wait at all.
-        let shard = Shard::new(1);
-        shard.provisional("a", "alice", "chair", 7, None).unwrap();
-        assert!(shard.accept("a", 7, "record"));
-        let started = Instant::now();
-        shard.isu("a").unwrap().decided(Duration::from_secs(30)).await;
-        assert!(started.elapsed() < Duration::from_secs(10));
     }
 
     #[test]
@@ -1272,8 +1195,8 @@ mod tests {
                 ("d", 11, Some("req-d"), Some("record-d"))
             ]
         );
-        assert!(restored.isu("d").unwrap().takes_posts(), "still accepted");
-        assert!(!restored.isu("a").unwrap().takes_posts());
+        assert!(restored.isu("d").unwrap().is_accepted(), "still accepted");
+        assert!(!restored.isu("a").unwrap().is_accepted());
         assert!(restored.isu("c").unwrap().is_published());
         assert!(!restored.isu("m").unwrap().is_published());
 

@@ -2,8 +2,7 @@
 //! storing step (`WritePath::store`).
 //!
 //! A device batch (decoded, [`WritePath::post`]) is taken through, in order:
-//! 1. the unknown-ISU check (404; a registration JIA has not accepted yet is waited for, see
-//!    [`crate::store::IsuEntry::takes_posts`]), then validation (400; the order of `shared::ingest`);
+//! 1. the unknown-ISU check (404), then validation (400; the order of `shared::ingest`);
 //! 2. **quota, lanes, shaping** ([`crate::ingest`]): the batch is counted against its ISU's
 //!    quota and either enters one of its lanes, or is *shaped* (over its quota, or
 //!    quarantined): logged and given to a migration's target (4) now, acknowledged, and
@@ -46,10 +45,6 @@ use crate::store::{NewCondition, PostError, Shard, Store};
 static CONDITIONS_STORED: std::sync::LazyLock<metrics::Counter> =
     std::sync::LazyLock::new(|| metrics::counter!(shared::telemetry::CONDITIONS_STORED));
 
-/// How long a device's post to a registration not yet accepted waits for its decision
-/// before it is answered 503 (unacknowledged).
-pub const ACCEPTANCE_WAIT: Duration = Duration::from_secs(3);
-
 /// How long a poisoned batch hangs (see `poison`).
 pub const POISON_STALL: Duration = Duration::from_secs(5);
 
@@ -88,18 +83,8 @@ impl WritePath<'_> {
     /// or shaped. `Ok` is the device's 202.
     pub async fn post(&self, uuid: String, posted: &[PostedCondition<'_>]) -> Result<(), WorkerError> {
         let shard = self.store.shard();
-        let Some(entry) = shard.isu(&uuid) else {
+        if shard.isu(&uuid).is_none() {
             return Err(WorkerError::IsuNotFound);
-        };
-        if !entry.takes_posts() {
-            // JIA starts the device before it answers the coordinator: its first posts wait
-            // for the registration's decision (see `IsuEntry::takes_posts`).
-            entry.decided(ACCEPTANCE_WAIT).await;
-            match shard.isu(&uuid) {
-                Some(now) if std::sync::Arc::ptr_eq(&now, &entry) && now.takes_posts() => {}
-                Some(now) if std::sync::Arc::ptr_eq(&now, &entry) => return Err(WorkerError::Unavailable),
-                _ => return Err(WorkerError::IsuNotFound),
-            }
         }
         let batch: Vec<NewCondition<'_>> = validate_batch(posted)?
             .into_iter()

@@ -4,8 +4,8 @@
 //!
 //! One command is committed per registration, the accepted ISU with its character (and the
 //! request's id), before its worker publishes it. Before that command is proposed, the worker
-//! gets it too, as JIA's acceptance: the device JIA started posts from then on, and its
-//! posts are acknowledged only from then on (see the worker's `IsuEntry::takes_posts`).
+//! gets it too, as JIA's acceptance: the worker has acknowledged the posts of the device JIA
+//! started, and from then on nothing rolls them back.
 //! What a leader leaves unfinished is on the workers: a new leader (or a lone coordinator
 //! restarted from its data directory) asks each worker for the registrations it holds
 //! provisionally, publishes those the log accepted, finishes those JIA accepted (logs their

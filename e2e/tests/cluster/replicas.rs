@@ -385,7 +385,7 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
 /// Issue 38's first nemesis finding: a leader lost the lead after JIA answered and before
 /// the ISU was logged, the next leader rolled the registration back, and the conditions its
 /// worker had acknowledged were lost. Now the worker holds JIA's acceptance (the command)
-/// before it acknowledges a post, and the next leader finishes the registration from it.
+/// before the command is proposed, and the next leader finishes the registration from it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registration_jia_accepted_is_finished_by_the_next_leader_with_its_acknowledged_posts() {
     let uuid = test_uuid('e', 73);

@@ -110,8 +110,8 @@ async fn provisional(
     Ok(status)
 }
 
-/// JIA accepted a provisional registration: logged first (its posts are acknowledged from
-/// then on, and a replay must find it accepted), then marked.
+/// JIA accepted a provisional registration: logged first (a replay must find it accepted),
+/// then marked.
 async fn accept(
     _: ClusterPeer,
     State(state): State<AppState>,
