@@ -3,7 +3,9 @@
 //! 1. the working build rolls out over cells a and b under load, every wave judged (the cell
 //!    served requests in both windows) and passing its gates;
 //! 2. a deliberately broken build (the worker binary with `ISU_FAULT_GRAPH_500=true`: every
-//!    graph read answered 500) rolled out over a then b is stopped by the first wave's error
+//!    graph read and condition post answered 500; posts reach every cell all the time, while
+//!    graph reads reach cell a only if the bench's readers own ISUs there: in one CI run they
+//!    hardly did, and wave 1 saw no 5xx) rolled out over a then b is stopped by the first wave's error
 //!    gate and rolled back; cell b never runs it; both cells end on the working binary; the
 //!    bench, reading all along, finds no lost or wrong condition, no timeout or connection
 //!    error, and errors only on the broken graph reads of cell a's ISUs.

@@ -140,8 +140,9 @@ pub struct Config {
     #[arg(long, env = "ISU_LANE_SEED", default_value_t = 0x15_c0de)]
     pub lane_seed: u64,
 
-    /// A deliberately broken build, for the rollout tests (`scripts/rollout-check`): every
-    /// graph read is answered 500.
+    /// A deliberately broken build, for the rollout tests (`isuctl/tests/rollout.rs`): every
+    /// graph read and every condition post is answered 500 (posts come to every cell all the
+    /// time; graph reads only where the users reading them have ISUs).
     #[arg(long, env = "ISU_FAULT_GRAPH_500", hide = true)]
     pub fault_graph_500: bool,
 

@@ -51,6 +51,11 @@ async fn post_conditions(
 /// A posted batch's body (read within [`CONDITION_BODY_LIMIT`]) decoded and given to the
 /// write path: the device's answer, on either server.
 pub(super) async fn store_body(state: &AppState, uuid: String, body: &[u8]) -> Result<StatusCode, WorkerError> {
+    if state.config.fault_graph_500 {
+        return Err(WorkerError::Internal(
+            "condition posts fail on purpose (--fault-graph-500)".into(),
+        ));
+    }
     let mut buffer = body.to_vec();
     let posted = decode_batch(&mut buffer)?;
     state.write_path().post(uuid, &posted).await?;
