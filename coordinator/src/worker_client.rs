@@ -291,7 +291,8 @@ impl WorkerClient {
             .await
     }
 
-    /// Idempotent (a first record stays), so retried: the ISU's device waits for it.
+    /// Idempotent (a first record stays), so retried: until the worker holds it, a leader
+    /// that dies leaves the registration to be rolled back.
     pub async fn accept(&self, cell: CellId, isu: &shared::protocol::AcceptIsu) -> Result<(), WorkerCallError> {
         self.post_retrying(
             cell,

@@ -185,11 +185,9 @@ impl Cluster {
 }
 
 /// The IPv4 address and port of `http://ADDRESS:PORT/...`.
-pub fn address_of(url: &str) -> Option<(Ipv4Addr, u16)> {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split('/').next()?;
-    let (host, port) = authority.rsplit_once(':')?;
-    Some((host.parse().ok()?, port.parse().ok()?))
+fn address_of(url: &str) -> Option<(Ipv4Addr, u16)> {
+    let url = reqwest::Url::parse(url).ok()?;
+    Some((url.host_str()?.parse().ok()?, url.port_or_known_default()?))
 }
 
 /// `isuctl cluster ARGS` (`isuctl` the binary) against the cluster of `run_dir`.

@@ -235,7 +235,7 @@ impl Migrations<'_> {
     /// The target, after the flip: the imported ISUs become visible.
     pub async fn activate(&self, request: &ActivateIsus) -> Result<(), WorkerError> {
         let shard = self.store.current(request.generation)?;
-        stall_for_test("activate-stall").await;
+        fail::fail_point!("activate-stall");
         let mut missing = 0;
         for isu in &request.isus {
             if shard.publish(&isu.uuid, isu.id) {
@@ -322,20 +322,5 @@ pub async fn admit(shard: &Shard, journal: &Journal, chunk: &ImportChunk, isu: &
             tracing::error!(uuid = %isu.uuid, migration = chunk.migration, "import meets another registration of the UUID");
             Err(WorkerError::Conflict(shared::error::DUPLICATED_ISU))
         }
-    }
-}
-
-/// Tests only (a fail point, off in any deployment): `STEP=return(MILLIS)` holds that step for
-/// so long (`activate-stall`: the target's activation, so a test sees what the router does
-/// between a flip and its activation).
-async fn stall_for_test(step: &'static str) {
-    if !node_http::fail_points_on() {
-        return;
-    }
-    let millis = fail::eval(step, |value| value)
-        .flatten()
-        .and_then(|value| value.parse().ok());
-    if let Some(millis) = millis {
-        tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
     }
 }

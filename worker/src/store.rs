@@ -741,15 +741,19 @@ impl Shard {
             match (&isu.registration, isu.is_published()) {
                 (_, true) => encoder.u8(SNAPSHOT_PUBLISHED),
                 (None, false) => encoder.u8(SNAPSHOT_PROVISIONAL),
-                (Some(registration), false) => match registration.accepted.get() {
-                    None => encoder
-                        .u8(SNAPSHOT_REGISTERING)
-                        .str(registration.request.as_deref().unwrap_or("")),
-                    Some(record) => encoder
-                        .u8(SNAPSHOT_ACCEPTED)
-                        .str(registration.request.as_deref().unwrap_or(""))
-                        .str(record),
-                },
+                (Some(registration), false) => {
+                    let accepted = registration.accepted.get();
+                    let kind = if accepted.is_some() {
+                        SNAPSHOT_ACCEPTED
+                    } else {
+                        SNAPSHOT_REGISTERING
+                    };
+                    encoder.u8(kind).str(registration.request.as_deref().unwrap_or(""));
+                    if let Some(record) = accepted {
+                        encoder.str(record);
+                    }
+                    &mut encoder
+                }
             };
             let history = isu.history.read();
             for list in &history.by_level {

@@ -120,7 +120,6 @@ async fn provisional(State(cell): State<Arc<SimCell>>, Json(isu): Json<Provision
     }
 }
 
-/// The published ISU joins the cell's pushes.
 /// JIA's acceptance: a simulated cell's devices post only once the ISU is published.
 async fn accept(State(cell): State<Arc<SimCell>>, Json(isu): Json<shared::protocol::AcceptIsu>) -> StatusCode {
     match current(&cell, isu.generation) {
@@ -129,6 +128,7 @@ async fn accept(State(cell): State<Arc<SimCell>>, Json(isu): Json<shared::protoc
     }
 }
 
+/// The published ISU joins the cell's pushes.
 async fn publish(State(cell): State<Arc<SimCell>>, Json(isu): Json<PublishIsu>) -> StatusCode {
     if let Err(status) = current(&cell, isu.generation) {
         return status;

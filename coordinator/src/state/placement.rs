@@ -206,15 +206,15 @@ impl Placement {
 
     async fn update_router(&self, hand: bool) {
         let Some(router) = &self.router else { return };
-        let _one_at_a_time = self.router_update.lock().await;
-        let copy = &self.router_copy;
-        let map = self.map();
-        let version = map.version();
         if self.map_held() {
             // A migration between its flip and its target's activation: neither nginx nor
             // the file (an nginx that starts reads it) gets the map yet.
             return;
         }
+        let _one_at_a_time = self.router_update.lock().await;
+        let copy = &self.router_copy;
+        let map = self.map();
+        let version = map.version();
         let needs_file = copy.written.load(Ordering::Relaxed) < version;
         let needs_handing = hand && router.url.is_some() && copy.handed.load(Ordering::Relaxed) < version;
         if !needs_file && !needs_handing {

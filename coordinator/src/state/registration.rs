@@ -9,8 +9,7 @@
 //! What a leader leaves unfinished is on the workers: a new leader (or a lone coordinator
 //! restarted from its data directory) asks each worker for the registrations it holds
 //! provisionally, publishes those the log accepted, finishes those JIA accepted (logs their
-//! command from the worker's copy, then publishes them), and rolls back the others. A
-//! registration JIA accepted is never rolled back: its device's posts were acknowledged.
+//! command from the worker's copy, then publishes them), and rolls back the others.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -266,9 +265,9 @@ impl State {
             request: registration.request.clone(),
         };
         // The worker holds the command before it is proposed: from then on the registration
-        // is finished, by this leader or the next one's sweep, and its device's posts are
-        // acknowledged.
-        self.accept_on_worker(cell, &accepted, &isu, term).await?;
+        // is finished, by this leader or the next one's sweep, with what its device posted.
+        self.accept_on_worker(cell, generation.id, &accepted, &isu, term)
+            .await?;
         hold_for_crash_test("registration-answered", &registration.uuid).await;
         // Committed before the worker publishes it: an ISU visible anywhere is in the log.
         let isu = self.log_accepted(generation, &accepted, &isu.uuid, term).await?;
@@ -399,17 +398,21 @@ impl State {
     /// the ISU. Only while this replica leads in `term`. A failure is answered 503 and leaves
     /// the registration to the leader's sweep (the worker may hold the command, its answer
     /// lost): it is finished if the worker holds it, else rolled back.
-    async fn accept_on_worker(&self, cell: CellId, accepted: &Command, isu: &Isu, term: u64) -> Result<(), ApiError> {
+    async fn accept_on_worker(
+        &self,
+        cell: CellId,
+        generation: u64,
+        accepted: &Command,
+        isu: &Isu,
+        term: u64,
+    ) -> Result<(), ApiError> {
         if !self.leads_in(term) {
             return Err(ApiError::Unavailable(
                 "leadership changed during the registration; the leader ends it".into(),
             ));
         }
-        let Command::Isu { generation, .. } = accepted else {
-            unreachable!("a registration accepts an ISU command")
-        };
         let acceptance = AcceptIsu {
-            generation: *generation,
+            generation,
             uuid: isu.uuid.to_string(),
             id: isu.id,
             record: base64::engine::general_purpose::STANDARD.encode(accepted.encode()),
@@ -555,30 +558,25 @@ impl State {
         for held in held {
             // Its id is never given again, whatever becomes of it.
             generation.next_id.fetch_max(held.id + 1, Ordering::AcqRel);
+            // The log's character, else the one JIA gave in the worker's copy of the command
+            // (which is then logged before the publish).
             let character = generation
                 .by_uuid
                 .get(held.uuid.as_str())
                 .filter(|isu| isu.id == held.id)
-                .map(|isu| isu.character.to_string());
-            if let Some(character) = character {
-                accepted.push(PublishIsu {
+                .map(|isu| isu.character.to_string())
+                .or_else(|| {
+                    let (command, character) = accepted_command(generation, &held)?;
+                    finished.push(command);
+                    Some(character)
+                });
+            match character {
+                Some(character) => accepted.push(PublishIsu {
                     generation: generation.id,
                     uuid: held.uuid,
                     id: held.id,
                     character,
-                });
-                continue;
-            }
-            match accepted_command(generation, &held) {
-                Some((command, character)) => {
-                    finished.push(command);
-                    accepted.push(PublishIsu {
-                        generation: generation.id,
-                        uuid: held.uuid,
-                        id: held.id,
-                        character,
-                    });
-                }
+                }),
                 None => abandoned.push(Unfinished {
                     uuid: held.uuid,
                     id: held.id,
@@ -718,25 +716,16 @@ fn accepted_command(generation: &Generation, held: &UnpublishedIsu) -> Option<(C
         .decode(record)
         .ok()
         .and_then(|bytes| Command::decode(&bytes));
-    let isu = match command {
+    let character = match &command {
         Some(Command::Isu {
-            generation: of,
-            isu,
-            request,
-        }) if of == generation.id && isu.uuid == held.uuid && isu.id == held.id => Some((isu, request)),
-        _ => None,
+            generation: of, isu, ..
+        }) if *of == generation.id && isu.uuid == held.uuid && isu.id == held.id => isu.character.clone(),
+        _ => {
+            tracing::error!(uuid = %held.uuid, id = held.id, "a worker's record of an accepted registration is not its command; rolled back");
+            return None;
+        }
     };
-    let Some((isu, request)) = isu else {
-        tracing::error!(uuid = %held.uuid, id = held.id, "a worker's record of an accepted registration is not its command; rolled back");
-        return None;
-    };
-    let character = isu.character.clone();
-    let command = Command::Isu {
-        generation: generation.id,
-        isu,
-        request,
-    };
-    Some((command, character))
+    Some((command?, character))
 }
 
 /// The command that removes a registered ISU whose registration failed.

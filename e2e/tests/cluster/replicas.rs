@@ -87,6 +87,25 @@ pub(super) fn register_in_background(
     tokio::spawn(async move { agent.register(&uuid, name, None).await })
 }
 
+/// Three replicas whose leader holds alice's registration of `uuid` (sent through a
+/// follower) at the fail point `step`: the cluster, the leader, alice, and the
+/// registration's answer to come.
+async fn registration_held_at(
+    step: &str,
+    uuid: &str,
+    name: &'static str,
+) -> (Cluster, usize, Arc<Agent>, tokio::task::JoinHandle<Reply>) {
+    let (cluster, leader) = three_replicas(Some(format!("{step}=return({uuid})"))).await;
+    cluster.make_known(uuid);
+    let follower = (leader + 1) % 3;
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
+    let registering = register_in_background(&alice, uuid, name);
+    cluster
+        .wait_for_log(cluster.workers.len() + leader, "registration held")
+        .await;
+    (cluster, leader, alice, registering)
+}
+
 /// How many times JIA was asked to activate `uuid`.
 pub(super) fn activations_of(cluster: &Cluster, uuid: &str) -> usize {
     let activations = cluster.jia.activations();
@@ -389,14 +408,10 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registration_jia_accepted_is_finished_by_the_next_leader_with_its_acknowledged_posts() {
     let uuid = test_uuid('e', 73);
-    let (mut cluster, leader) = three_replicas(Some(format!("registration-answered=return({uuid})"))).await;
-    cluster.make_known(&uuid);
-    let workers = cluster.workers.len();
-    let follower = (leader + 1) % 3;
-    let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
-    let registering = register_in_background(&alice, &uuid, "accepted");
     // Held once its worker holds JIA's acceptance, before the log does.
-    cluster.wait_for_log(workers + leader, "registration held").await;
+    let (mut cluster, leader, alice, registering) =
+        registration_held_at("registration-answered", &uuid, "accepted").await;
+    let workers = cluster.workers.len();
     let info = "is_dirty=false,is_overweight=false,is_broken=false";
     let posted = [sent(VIRTUAL_START + 60, true, info, "before the leader died")];
     cluster.post_conditions(&uuid, &posted).await.assert_empty(202);
@@ -591,16 +606,10 @@ async fn a_worker_restarted_from_a_snapshot_still_lists_the_registration_it_held
 async fn a_registration_on_a_worker_absent_at_the_takeover_is_published_when_it_answers() {
     // Cell A (an even first digit): worker 0.
     let uuid = test_uuid('a', 75);
-    let (mut cluster, leader) = three_replicas(Some(format!("registration-accepted=return({uuid})"))).await;
-    cluster.make_known(&uuid);
-    let workers = cluster.workers.len();
-
     // The leader dies once the ISU is logged with its character, before its worker
     // publishes it, and that worker is paused through the takeover.
-    let follower = (leader + 1) % 3;
-    let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
-    let registering = register_in_background(&alice, &uuid, "late");
-    cluster.wait_for_log(workers + leader, "registration held").await;
+    let (mut cluster, leader, alice, registering) = registration_held_at("registration-accepted", &uuid, "late").await;
+    let workers = cluster.workers.len();
     cluster.signal_node(0, "STOP");
     cluster.kill_node(workers + leader);
     let new_leader = agreed_leader(&cluster).await;

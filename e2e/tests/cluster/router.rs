@@ -736,7 +736,7 @@ async fn the_router_takes_a_flipped_map_only_once_the_target_shows_its_isus() {
         durable: true,
         device_urls: Some(front.device_urls()),
         coordinator_args,
-        fail_points: Some(format!("activate-stall=return({STALL_MS})")),
+        fail_points: Some(format!("activate-stall=sleep({STALL_MS})")),
         ..ClusterOptions::default()
     })
     .await;

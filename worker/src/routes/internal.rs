@@ -110,19 +110,18 @@ async fn provisional(
     Ok(status)
 }
 
-/// JIA accepted a provisional registration: logged first (a replay must find it accepted),
-/// then marked.
+/// JIA accepted a provisional registration: marked, then logged (as a publish is).
 async fn accept(
     _: ClusterPeer,
     State(state): State<AppState>,
     Json(isu): Json<AcceptIsu>,
 ) -> Result<StatusCode, WorkerError> {
-    let shard = state.store.current(isu.generation)?;
-    if shard.isu(&isu.uuid).is_none_or(|entry| entry.id() != isu.id) {
-        return Err(WorkerError::IsuNotFound);
-    }
-    state.journal.accept(&isu).await?;
-    if shard.accept(&isu.uuid, isu.id, &isu.record) {
+    if state
+        .store
+        .current(isu.generation)?
+        .accept(&isu.uuid, isu.id, &isu.record)
+    {
+        state.journal.accept(&isu).await?;
         Ok(StatusCode::OK)
     } else {
         Err(WorkerError::IsuNotFound)
