@@ -206,14 +206,17 @@ impl Placement {
 
     async fn update_router(&self, hand: bool) {
         let Some(router) = &self.router else { return };
+        let _one_at_a_time = self.router_update.lock().await;
+        let copy = &self.router_copy;
+        // The map first, then the hold: a migration takes its hold before it commits its
+        // flip, so a flipped map read here is always seen held. Asked the other way round
+        // (or before the lock, which an update waits on), a flip could come in between.
+        let map = self.map();
         if self.map_held() {
             // A migration between its flip and its target's activation: neither nginx nor
             // the file (an nginx that starts reads it) gets the map yet.
             return;
         }
-        let _one_at_a_time = self.router_update.lock().await;
-        let copy = &self.router_copy;
-        let map = self.map();
         let version = map.version();
         let needs_file = copy.written.load(Ordering::Relaxed) < version;
         let needs_handing = hand && router.url.is_some() && copy.handed.load(Ordering::Relaxed) < version;
@@ -559,6 +562,54 @@ mod tests {
         );
         drop(later);
         freezing.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_update_waiting_for_its_turn_does_not_write_a_map_flipped_under_a_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("router.map");
+        let cells: Vec<Cell> = (0..2u16)
+            .map(|cell| Cell {
+                name: format!("{cell}"),
+                internal_url: format!("http://127.0.0.1:{}", 1 + cell * 2),
+                device_url: format!("http://127.0.0.1:{}", 2 + cell * 2),
+            })
+            .collect();
+        let router = RouterFile {
+            path: path.clone(),
+            url: None,
+        };
+        let placement = Arc::new(Placement::new(&cells, None, Vec::new(), Some(router), "s").unwrap());
+        placement.write_router_file().await;
+        let first = placement.map().version();
+        assert_eq!(placement.router_copy.written.load(Ordering::Relaxed), first);
+
+        // An update in progress (one waiting on nginx, say) keeps the next one waiting.
+        let in_progress = placement.router_update.lock().await;
+        let waiting = {
+            let placement = placement.clone();
+            tokio::spawn(async move { placement.write_router_file().await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Meanwhile a migration holds the router and flips.
+        let hold = placement.hold_router();
+        let mut next = (*placement.map()).clone();
+        let slot = next.slots().iter().position(|cell| *cell == 0).unwrap() as u8;
+        next.assign_slot(slot, 1).unwrap();
+        placement.set_map(next);
+        drop(in_progress);
+        waiting.await.unwrap();
+        assert_eq!(
+            placement.router_copy.written.load(Ordering::Relaxed),
+            first,
+            "the flipped map waits for the hold"
+        );
+        drop(hold);
+        placement.write_router_file().await;
+        assert_eq!(
+            placement.router_copy.written.load(Ordering::Relaxed),
+            placement.map().version()
+        );
     }
 
     #[test]
