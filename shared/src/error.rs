@@ -8,6 +8,8 @@ pub const BAD_FORMAT_ICON: &str = "bad format: icon";
 pub const DUPLICATED_ISU: &str = "duplicated: isu";
 pub const JIA_SERVICE_ERROR: &str = "JIAService returned error";
 pub const NOT_FOUND_ISU: &str = "not found: isu";
+/// A worker refuses to roll back a registration JIA accepted (internal).
+pub const ACCEPTED_REGISTRATION: &str = "accepted by JIA: the registration is finished, not rolled back";
 pub const MISSING_DATETIME: &str = "missing: datetime";
 pub const BAD_FORMAT_DATETIME: &str = "bad format: datetime";
 pub const BAD_FORMAT_END_TIME: &str = "bad format: end_time";

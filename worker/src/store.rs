@@ -163,6 +163,10 @@ pub struct IsuEntry {
 }
 
 /// What a registration's provisional entry keeps of it.
+/// See [`Shard::rollback_unless_accepted`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollbackRefused;
+
 #[derive(Debug)]
 struct Registration {
     /// The registration request's id (replicas).
@@ -562,6 +566,21 @@ impl Shard {
     /// (the coordinator has not registered it).
     pub fn rollback(&self, uuid: &str, id: i64) -> bool {
         self.isus.remove_if(uuid, |_, entry| entry.id() == id).is_some()
+    }
+
+    /// [`Shard::rollback`] asked by a coordinator: refused (`Err`) when JIA accepted the
+    /// registration, whose device's posts this worker took. A sweep can decide on a rollback
+    /// before a deposed leader's acceptance arrives; the next sweep finishes it instead.
+    pub fn rollback_unless_accepted(&self, uuid: &str, id: i64) -> Result<bool, RollbackRefused> {
+        let mut accepted = false;
+        let removed = self.isus.remove_if(uuid, |_, entry| {
+            accepted = entry.id() == id && entry.is_accepted() && !entry.is_published();
+            entry.id() == id && !accepted
+        });
+        if accepted {
+            return Err(RollbackRefused);
+        }
+        Ok(removed.is_some())
     }
 
     /// Creates the invisible entry of an ISU a migration brings here (registration `id`);
@@ -1168,6 +1187,25 @@ mod tests {
             shard.provisional("a", "alice", "chair", 7, Some("req-a")),
             Ok(Provisional::Repeated)
         );
+    }
+
+    #[test]
+    fn a_coordinators_rollback_leaves_a_registration_jia_accepted() {
+        let shard = Shard::new(1);
+        shard.provisional("a", "alice", "chair", 7, Some("req-a")).unwrap();
+        shard.provisional("b", "bob", "chair", 8, Some("req-b")).unwrap();
+        assert!(shard.accept("a", 7, "record"));
+        assert_eq!(shard.rollback_unless_accepted("a", 7), Err(RollbackRefused));
+        assert!(shard.isu("a").is_some(), "the accepted registration stays");
+        assert_eq!(
+            shard.rollback_unless_accepted("a", 6),
+            Ok(false),
+            "another registration's rollback"
+        );
+        assert_eq!(shard.rollback_unless_accepted("b", 8), Ok(true));
+        assert!(shard.isu("b").is_none());
+        // A replayed rollback record is applied as logged.
+        assert!(shard.rollback("a", 7));
     }
 
     #[test]

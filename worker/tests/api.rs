@@ -686,6 +686,15 @@ async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
     );
     let list = format!("/api/condition/{uuid}?end_time=999&condition_level=info");
     assert_eq!(worker.get(&list, Some("alice")).await.0, StatusCode::NOT_FOUND);
+    // A sweep that listed it before the acceptance came decides a rollback: refused, the
+    // device's posts stay (the next sweep finishes the registration).
+    let rollback_of = |id: i64| json!({"generation": GENERATION, "id": id, "uuid": uuid});
+    assert_eq!(call(WORKER_ROLLBACK, rollback_of(30)).await, StatusCode::CONFLICT);
+    assert_eq!(
+        worker.post_conditions(uuid, &batch(&[(110, INFO)])).await,
+        StatusCode::ACCEPTED,
+        "still held"
+    );
     let publish = |id: i64| json!({"generation": GENERATION, "uuid": uuid, "id": id, "character": "すなお"});
     assert_eq!(
         call(WORKER_PUBLISH, publish(29)).await,
@@ -695,7 +704,11 @@ async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
     assert_eq!(call(WORKER_PUBLISH, publish(30)).await, StatusCode::OK);
     let (status, _, body) = worker.get(&list, Some("alice")).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()[0]["timestamp"], 100);
+    let listed = serde_json::from_str::<Value>(&body).unwrap();
+    assert_eq!(
+        (&listed[0]["timestamp"], &listed[1]["timestamp"]),
+        (&json!(110), &json!(100))
+    );
     assert_eq!(
         call(WORKER_PROVISIONAL, provisional(uuid, 31)).await,
         StatusCode::CONFLICT,
@@ -725,6 +738,41 @@ async fn provisional_isus_accept_posts_but_stay_invisible_until_published() {
     );
     let stale = json!({"generation": GENERATION + 1, "id": 50, "uuid": "6c", "owner": "alice", "name": "x"});
     assert_eq!(call(WORKER_PROVISIONAL, stale).await, StatusCode::PRECONDITION_FAILED);
+
+    // A leader deposed while JIA answered still hands over JIA's acceptance; its other
+    // calls are fenced off.
+    let in_term = |path: &'static str, term: u64, body: Value| {
+        let worker = &worker;
+        async move {
+            worker
+                .client
+                .post(format!("{}{path}", worker.base))
+                .header(SECRET_HEADER, SECRET)
+                .header(shared::protocol::TERM_HEADER, term.to_string())
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let late = "5d000000-0000-4000-8000-000000000000";
+    assert_eq!(
+        in_term(WORKER_PROVISIONAL, 3, provisional(late, 60)).await,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        in_term(WORKER_UNPUBLISHED, 4, json!({"generation": GENERATION})).await,
+        StatusCode::OK,
+        "the next leader's sweep raises the term"
+    );
+    assert_eq!(
+        in_term(WORKER_PROVISIONAL, 3, provisional("5e", 61)).await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(in_term(WORKER_ACCEPT, 3, accept(late, 60)).await, StatusCode::OK);
+    let rollback_late = json!({"generation": GENERATION, "id": 60, "uuid": late});
+    assert_eq!(in_term(WORKER_ROLLBACK, 4, rollback_late).await, StatusCode::CONFLICT);
 }
 
 #[tokio::test]

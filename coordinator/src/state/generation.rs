@@ -52,27 +52,11 @@ pub struct Generation {
 }
 
 impl Generation {
+    /// The dataset's generation. Its trend is built when first asked for (see
+    /// [`TrendCache::trend`]): at a million ISUs it is 45 MB that a replica serving no
+    /// trend would hold for nothing.
     pub(super) fn from_dataset(id: u64, dataset: &Dataset, default_icon: &Bytes) -> Generation {
-        let generation = Generation::of_dataset(id, dataset, default_icon);
-        generation.trend_cache.rebuild(&generation.all);
-        generation
-    }
-
-    /// The generation of the dataset `each_isu` hands one ISU at a time (then its users, as
-    /// [`super::seed::Seed::each_isu`] does), without the whole dataset in memory.
-    pub(super) fn from_isus(
-        id: u64,
-        each_isu: impl FnOnce(&mut dyn FnMut(&DatasetIsu)) -> Vec<String>,
-        default_icon: &Bytes,
-    ) -> Generation {
-        let generation = Generation::of_isus(id, each_isu, default_icon);
-        generation.trend_cache.rebuild(&generation.all);
-        generation
-    }
-
-    /// The dataset's generation, its trend not built yet.
-    fn of_dataset(id: u64, dataset: &Dataset, default_icon: &Bytes) -> Generation {
-        Generation::of_isus(
+        Generation::from_isus(
             id,
             |each| {
                 dataset.isus.iter().for_each(each);
@@ -82,8 +66,10 @@ impl Generation {
         )
     }
 
-    /// A dataset's generation from its ISUs one at a time, its trend not built yet.
-    fn of_isus(
+    /// The generation of the dataset `each_isu` hands one ISU at a time (then its users, as
+    /// [`super::seed::Seed::each_isu`] does), without the whole dataset in memory; its trend
+    /// is built when first asked for.
+    pub(super) fn from_isus(
         id: u64,
         each_isu: impl FnOnce(&mut dyn FnMut(&DatasetIsu)) -> Vec<String>,
         default_icon: &Bytes,
@@ -150,7 +136,7 @@ impl Generation {
         each_isu: impl FnOnce(&mut dyn FnMut(&DatasetIsu)) -> Vec<String>,
         default_icon: &Bytes,
     ) -> Generation {
-        let generation = Generation::of_isus(snapshot.generation, each_isu, default_icon);
+        let generation = Generation::from_isus(snapshot.generation, each_isu, default_icon);
         generation.users.write().extend(snapshot.users.iter().cloned());
         for isu in &snapshot.isus {
             generation.next_id.fetch_max(isu.id + 1, Ordering::AcqRel);
@@ -161,7 +147,6 @@ impl Generation {
             .iter()
             .map(|unfinished| (unfinished.uuid.clone(), unfinished.clone()))
             .collect();
-        generation.trend_cache.rebuild(&generation.all);
         generation
     }
 
@@ -362,9 +347,10 @@ impl Generation {
         self.trend_cache.changed(&self.all);
     }
 
-    /// Builds the trend now (a replica about to serve, after it took every latest condition).
+    /// Builds the trend now if it is asked for (a replica about to serve, after it took
+    /// every latest condition); otherwise the next request builds it.
     pub(super) fn rebuild_trend_now(&self) {
-        self.trend_cache.rebuild(&self.all);
+        self.trend_cache.rebuild_if_in_demand(&self.all);
     }
 
     /// The trend as of the last build (see [`TrendCache::trend`]).
@@ -546,7 +532,7 @@ mod tests {
         let start = crate::heap_live();
         let dataset = shared::dataset::generated::generate_with_isu_count(isus);
         let with_dataset = crate::heap_live();
-        let mut generation = Generation::of_dataset(1, &dataset, &Bytes::new());
+        let mut generation = Generation::from_dataset(1, &dataset, &Bytes::new());
         let built = crate::heap_live();
         drop(dataset);
         let generation_bytes = crate::heap_live() - start;
@@ -557,7 +543,8 @@ mod tests {
             per_isu(generation_bytes)
         );
         let before = crate::heap_live();
-        generation.rebuild_trend_now();
+        let built_trend = generation.trend();
+        drop(built_trend);
         let trend = crate::heap_live() - before;
         let before = crate::heap_live();
         let items: Vec<LatestItem<'_>> = Vec::new();

@@ -406,11 +406,11 @@ impl State {
         isu: &Isu,
         term: u64,
     ) -> Result<(), ApiError> {
-        if !self.leads_in(term) {
-            return Err(ApiError::Unavailable(
-                "leadership changed during the registration; the leader ends it".into(),
-            ));
-        }
+        // Given even when this replica lost the lead while JIA answered (the worker takes
+        // it whatever the term): JIA activated the ISU and its device posts; the next
+        // leader's sweep finishes the registration with it rather than roll back what the
+        // device posted. Only the commit below needs the lead.
+        let _ = term;
         let acceptance = AcceptIsu {
             generation,
             uuid: isu.uuid.to_string(),
@@ -546,6 +546,32 @@ impl State {
         cell: CellId,
         decide_by: Option<std::time::Instant>,
     ) -> anyhow::Result<Option<usize>> {
+        let Some((count, accepted_meanwhile)) = self.end_held_once(generation, cell, decide_by).await? else {
+            return Ok(None);
+        };
+        if !accepted_meanwhile {
+            return Ok(Some(count));
+        }
+        // A deposed leader's acceptance reached the worker after this sweep had listed the
+        // registration: the worker refused its rollback, and a second pass finishes it.
+        tracing::warn!(
+            worker = self.workers.role(cell),
+            "a registration was accepted while the sweep ended it: finishing it"
+        );
+        Ok(self
+            .end_held_once(generation, cell, None)
+            .await?
+            .map(|(count, _)| count))
+    }
+
+    /// One pass of [`State::end_registrations_held_by_within`]: how many it ended, and
+    /// whether the worker refused a rollback because JIA's acceptance reached it meanwhile.
+    async fn end_held_once(
+        &self,
+        generation: &Arc<Generation>,
+        cell: CellId,
+        decide_by: Option<std::time::Instant>,
+    ) -> anyhow::Result<Option<(usize, bool)>> {
         let mut held = self.workers.unpublished(cell, generation.id).await?;
         if decide_by.is_some_and(|decide_by| std::time::Instant::now() > decide_by) {
             return Ok(None);
@@ -617,15 +643,18 @@ impl State {
             }))
             .map(|end| self.end_left_registration(cell, end))
             .collect();
-        futures_util::stream::iter(ends)
+        let accepted_meanwhile = futures_util::stream::iter(ends)
             .buffer_unordered(ENDED_AT_ONCE)
-            .collect::<Vec<()>>()
-            .await;
-        Ok(Some(count))
+            .collect::<Vec<bool>>()
+            .await
+            .contains(&true);
+        Ok(Some((count, accepted_meanwhile)))
     }
 
-    /// Publishes or rolls back one registration left unfinished on the worker of `cell`.
-    async fn end_left_registration(&self, cell: CellId, end: LeftRegistration) {
+    /// Publishes or rolls back one registration left unfinished on the worker of `cell`;
+    /// true when the worker refused the rollback because JIA's acceptance reached it since
+    /// it was listed (the registration is to be finished instead).
+    async fn end_left_registration(&self, cell: CellId, end: LeftRegistration) -> bool {
         match end {
             LeftRegistration::Publish(publish) => match self.workers.publish(cell, &publish).await {
                 Ok(()) => tracing::warn!(uuid = %publish.uuid, "published a registration left unfinished"),
@@ -635,11 +664,13 @@ impl State {
             },
             LeftRegistration::Rollback(rollback) => match self.workers.rollback(cell, &rollback).await {
                 Ok(()) => tracing::warn!(uuid = %rollback.uuid, "rolled back a registration left unfinished"),
+                Err(error) if error.status() == Some(reqwest::StatusCode::CONFLICT) => return true,
                 Err(error) => {
                     tracing::warn!(%error, uuid = %rollback.uuid, "rolling back an unfinished registration failed")
                 }
             },
         }
+        false
     }
 
     /// Ends one registration an older build's log holds as unfinished (see

@@ -3,6 +3,8 @@
 //! [`TrendCache`] each generation holds. It is rebuilt only while it is asked for: a
 //! coordinator replica that serves no trend (nginx keeps each viewer on one replica) builds
 //! none, and the first request after [`DEMAND_WINDOW`] without one builds it on the spot.
+//! Out of demand, the first change drops the cached trend (45 MB at a million ISUs), which
+//! the next request would build again anyway.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,8 +20,9 @@ use super::model::Isu;
 pub(super) struct TrendCache {
     /// Bumped whenever the trend may have changed.
     version: AtomicU64,
-    /// The last built trend and the version it was built from. Requests only clone it;
-    /// building happens off the request path (see [`TrendCache::changed`]).
+    /// The last built trend and the version it was built from (0: none, never built or
+    /// dropped). Requests only clone it; building happens off the request path (see
+    /// [`TrendCache::changed`]).
     built: Mutex<(u64, Trend)>,
     /// Set while a background rebuild runs: at most one at a time.
     rebuilding: AtomicBool,
@@ -64,6 +67,37 @@ impl TrendCache {
         self.version.fetch_add(1, Ordering::SeqCst);
         if self.in_demand() {
             self.rebuild_in_background(isus);
+        } else {
+            self.drop_stale();
+        }
+    }
+
+    /// Drops the cached trend when it is out of demand and stale: the next request builds
+    /// one after it came in any case. Not while a request builds or takes one (it holds
+    /// `building_now`, and puts the trend in demand before it lets go).
+    fn drop_stale(&self) {
+        let Some(_building) = self.building_now.try_lock() else {
+            return;
+        };
+        if self.in_demand() {
+            return;
+        }
+        let dropped = {
+            let mut built = self.built.lock();
+            if built.0 == 0 || built.0 == self.version.load(Ordering::SeqCst) {
+                return;
+            }
+            std::mem::take(&mut *built)
+        };
+        drop(dropped); // freed outside the lock
+    }
+
+    /// Builds the trend now if it is in demand (kept built), or else drops a stale one.
+    pub(super) fn rebuild_if_in_demand(&self, isus: &RwLock<Vec<Arc<Isu>>>) {
+        if self.in_demand() {
+            self.rebuild(isus);
+        } else {
+            self.drop_stale();
         }
     }
 
@@ -105,6 +139,11 @@ impl TrendCache {
 
     /// Builds the trend of `isus` at the current version into the cache; returns that version.
     pub(super) fn rebuild(&self, isus: &RwLock<Vec<Arc<Isu>>>) -> u64 {
+        self.build(isus).0
+    }
+
+    /// [`TrendCache::rebuild`], also returning the trend built.
+    fn build(&self, isus: &RwLock<Vec<Arc<Isu>>>) -> (u64, Trend) {
         let version = self.version.load(Ordering::SeqCst);
         // Serialise outside the lock: registrations wait for its write side.
         let isus = isus.read().clone();
@@ -115,9 +154,9 @@ impl TrendCache {
         };
         let mut built = self.built.lock();
         if built.0 <= version {
-            *built = (version, trend);
+            *built = (version, trend.clone());
         }
-        version
+        (version, trend)
     }
 
     /// The trend as of the last build, which is at most one build behind while the trend is
@@ -125,14 +164,17 @@ impl TrendCache {
     pub(super) fn trend(self: &Arc<Self>, isus: &Arc<RwLock<Vec<Arc<Isu>>>>) -> Trend {
         if self.in_demand() {
             self.demanded.store(self.millis(), Ordering::Relaxed);
-            {
+            let kept = {
                 let built = self.built.lock();
-                if built.0 == self.version.load(Ordering::SeqCst) {
-                    return built.1.clone();
+                (built.0 != 0).then(|| (built.1.clone(), built.0 == self.version.load(Ordering::SeqCst)))
+            };
+            if let Some((trend, current)) = kept {
+                if !current {
+                    self.rebuild_in_background(isus);
                 }
+                return trend;
             }
-            self.rebuild_in_background(isus);
-            return self.built.lock().1.clone();
+            // Dropped as the last demand window ended: built below.
         }
         // Not kept built: the answer is a build that began after this request came, this
         // one's or a concurrent request's (one build at a time; the others wait for it).
@@ -140,12 +182,13 @@ impl TrendCache {
         // once must not get a build from before they came (one from seconds ago, say).
         let arrived = self.version.load(Ordering::SeqCst);
         let _building = self.building_now.lock();
-        let fresh = self.built.lock().0 >= arrived;
-        if !fresh {
-            self.rebuild(isus);
-        }
+        let fresh = {
+            let built = self.built.lock();
+            (built.0 != 0 && built.0 >= arrived).then(|| built.1.clone())
+        };
+        let trend = fresh.unwrap_or_else(|| self.build(isus).1);
         self.demanded.store(self.millis(), Ordering::Relaxed);
-        self.built.lock().1.clone()
+        trend
     }
 }
 
@@ -348,6 +391,43 @@ mod tests {
             assert!(Instant::now() < deadline, "the change was not built");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn a_trend_out_of_demand_is_dropped_at_the_next_change_and_built_again_when_asked() {
+        let info = "is_dirty=false,is_overweight=false,is_broken=false";
+        let isus = Arc::new(RwLock::new(vec![Arc::new(isu(1, "すなお"))]));
+        isus.read()[0].offer_latest(&condition(100, info));
+        let cache = Arc::new(TrendCache::new());
+        let asked = cache.trend(&isus);
+        assert!(!asked.json.is_empty());
+        // In demand: a change keeps it (and rebuilds it in the background).
+        isus.read()[0].offer_latest(&condition(200, info));
+        cache.changed(&isus);
+        assert_ne!(cache.built.lock().0, 0, "dropped while in demand");
+        tokio::time::sleep(TREND_REBUILD_INTERVAL * 4).await;
+        // The demand window passes with nothing changed: still kept (it is current).
+        cache.demanded.store(0, Ordering::Relaxed);
+        cache.rebuild_if_in_demand(&isus);
+        assert_ne!(cache.built.lock().0, 0, "a current trend was dropped");
+        // The next change drops it: nobody will be served it.
+        isus.read()[0].offer_latest(&condition(300, info));
+        cache.changed(&isus);
+        {
+            let built = cache.built.lock();
+            assert_eq!(built.0, 0, "a stale trend out of demand was kept");
+            assert!(built.1.json.is_empty());
+        }
+        // Asked again: built on the spot, from the latest state.
+        let trend: serde_json::Value = serde_json::from_slice(&cache.trend(&isus).json).unwrap();
+        assert_eq!(trend[0]["info"][0]["timestamp"], 300);
+        // And a request in demand that finds it dropped builds it too.
+        isus.read()[0].offer_latest(&condition(400, info));
+        cache.demanded.store(0, Ordering::Relaxed);
+        cache.changed(&isus);
+        cache.demanded.store(cache.millis(), Ordering::Relaxed);
+        let trend: serde_json::Value = serde_json::from_slice(&cache.trend(&isus).json).unwrap();
+        assert_eq!(trend[0]["info"][0]["timestamp"], 400);
     }
 
     /// The trend as it was built before 2026-12-06 (serde, the characters in a map): the

@@ -33,19 +33,22 @@ pub fn control() -> Router<AppState> {
         .route(WORKER_RESET, post(reset).layer(DefaultBodyLimit::max(RESET_BODY_LIMIT)))
         .route(WORKER_USERS, post(sync_users))
         .route(WORKER_PROVISIONAL, post(provisional))
-        .route(
-            WORKER_ACCEPT,
-            post(accept).layer(DefaultBodyLimit::max(ACCEPT_BODY_LIMIT)),
-        )
         .route(WORKER_PUBLISH, post(publish))
         .route(WORKER_ROLLBACK, post(rollback))
         .route(WORKER_UNPUBLISHED, post(unpublished))
         .route(WORKER_PLACEMENT, post(placement))
 }
 
-/// The reads and the resync of the latest conditions (any replica calls them).
+/// The reads and the resync of the latest conditions (any replica calls them), and JIA's
+/// acceptance: a fact about a registration its leader started, kept even when that leader
+/// was deposed while JIA answered (its successor's sweep finishes the registration with it
+/// instead of rolling back the posts this worker took).
 pub fn router() -> Router<AppState> {
     Router::new()
+        .route(
+            WORKER_ACCEPT,
+            post(accept).layer(DefaultBodyLimit::max(ACCEPT_BODY_LIMIT)),
+        )
         .route(WORKER_RESEND_LATEST, post(resend_latest))
         .route(shared::protocol::WORKER_LATEST_ALL, post(latest_all))
         .route(HEALTH, get(health))
@@ -146,7 +149,10 @@ async fn rollback(
     State(state): State<AppState>,
     Json(isu): Json<RollbackIsu>,
 ) -> Result<StatusCode, WorkerError> {
-    state.store.current(isu.generation)?.rollback(&isu.uuid, isu.id);
+    let shard = state.store.current(isu.generation)?;
+    if shard.rollback_unless_accepted(&isu.uuid, isu.id).is_err() {
+        return Err(WorkerError::Conflict(shared::error::ACCEPTED_REGISTRATION));
+    }
     state.journal.rollback(&isu).await?;
     Ok(StatusCode::OK)
 }
