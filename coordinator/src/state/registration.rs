@@ -59,12 +59,12 @@ impl Drop for Claim {
 }
 
 /// Crash tests only (fail points, off in any deployment): `registration-claimed=return(UUID)`,
-/// `registration-started=return(UUID)`, `registration-answered=return(UUID)` or
-/// `registration-accepted=return(UUID)` holds that ISU's registration there for a minute,
-/// `return(UUID/MILLIS)` for that long (before its worker hears of it; once its ISU is
-/// provisional on its worker; once its worker holds JIA's acceptance, before it is logged;
-/// once its ISU is logged with its character), so a test can kill or pause the leader at
-/// that step.
+/// `registration-started=return(UUID)`, `registration-jia-answered=return(UUID)`,
+/// `registration-answered=return(UUID)` or `registration-accepted=return(UUID)` holds that
+/// ISU's registration there for a minute, `return(UUID/MILLIS)` for that long (before its
+/// worker hears of it; once its ISU is provisional on its worker; once JIA answered, before
+/// its worker holds JIA's acceptance; once it holds it, before it is logged; once its ISU is
+/// logged with its character), so a test can kill, pause or depose the leader at that step.
 async fn hold_for_crash_test(step: &'static str, uuid: &str) {
     if !node_http::fail_points_on() {
         return;
@@ -78,6 +78,21 @@ async fn hold_for_crash_test(step: &'static str, uuid: &str) {
     };
     if target == uuid {
         tracing::warn!(step, uuid, millis, "registration held (fail point)");
+        tokio::time::sleep(Duration::from_millis(millis)).await;
+    }
+}
+
+/// Tests only (a fail point, off in any deployment): `sweep-stall=return(MILLIS)` makes each
+/// sweep of a worker's registrations (a takeover's, the watch's) wait that long before it
+/// looks, without blocking a thread as the fail crate's `sleep` would.
+async fn stall_for_test(name: &'static str) {
+    if !node_http::fail_points_on() {
+        return;
+    }
+    if let Some(millis) = fail::eval(name, |millis| millis)
+        .flatten()
+        .and_then(|millis| millis.parse::<u64>().ok())
+    {
         tokio::time::sleep(Duration::from_millis(millis)).await;
     }
 }
@@ -264,6 +279,7 @@ impl State {
             isu: logged(&isu, &self.default_icon),
             request: registration.request.clone(),
         };
+        hold_for_crash_test("registration-jia-answered", &registration.uuid).await;
         // The worker holds the command before it is proposed: from then on the registration
         // is finished, by this leader or the next one's sweep, with what its device posted.
         self.accept_on_worker(cell, generation.id, &accepted, &isu, term)
@@ -515,6 +531,7 @@ impl State {
         generation: &Arc<Generation>,
         cell: CellId,
     ) -> anyhow::Result<usize> {
+        stall_for_test("sweep-stall").await;
         self.log.settled().await?;
         let decide_by = std::time::Instant::now() + SWEEP_DECIDED_WITHIN;
         self.end_registrations_held_by_within(generation, cell, Some(decide_by))
@@ -529,6 +546,7 @@ impl State {
         generation: &Arc<Generation>,
         cell: CellId,
     ) -> anyhow::Result<usize> {
+        stall_for_test("sweep-stall").await;
         let ended = self.end_registrations_held_by_within(generation, cell, None).await?;
         Ok(ended.unwrap_or_default())
     }

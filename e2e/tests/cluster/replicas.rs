@@ -451,6 +451,93 @@ async fn a_registration_jia_accepted_is_finished_by_the_next_leader_with_its_ack
     cluster.assert_no_crash();
 }
 
+/// Nemesis seed 4711 (10 minutes): a follower paused for 6 s stood for election as it
+/// resumed, in a later term, just as JIA answered the leader's registration; the deposed
+/// leader skipped the worker's acceptance, the next leader's sweep rolled the registration
+/// back, and 7 conditions its worker had acknowledged were lost. Here the leader holds the
+/// registration (4 s) once JIA answered and is paused meanwhile (2.5 s) until another replica
+/// leads in a later term; the next leader's sweeps wait 5 s (a fail point), so the deposed
+/// leader's acceptance reaches the worker first, as it did in the run.
+#[tokio::test]
+async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
+    let uuid = test_uuid('e', 75);
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        fail_points: Some(format!(
+            "registration-jia-answered=return({uuid}/4000);sweep-stall=return(5000)"
+        )),
+        ..ClusterOptions::default()
+    })
+    .await;
+    cluster.make_known(&uuid);
+    let workers = cluster.workers.len();
+    let leader = agreed_leader(&cluster).await;
+    let term_before = statuses(&cluster).await[leader].as_ref().unwrap()["term"]
+        .as_u64()
+        .unwrap();
+    let through = (leader + 1) % 3;
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, through), &cluster.signer, "alice").await);
+    let registering = register_in_background(&alice, &uuid, "deposed");
+    cluster.wait_for_log(workers + leader, "registration held").await;
+    let info = "is_dirty=false,is_overweight=false,is_broken=false";
+    let posted = [sent(VIRTUAL_START + 60, true, info, "while JIA's answer was held")];
+    cluster.post_conditions(&uuid, &posted).await.assert_empty(202);
+
+    cluster.signal_node(workers + leader, "STOP");
+    let others: Vec<usize> = (0..3).filter(|replica| *replica != leader).collect();
+    wait_until(
+        "another replica leads in a later term",
+        Duration::from_secs(15),
+        || async {
+            let answers = statuses(&cluster).await;
+            others.iter().copied().find(|replica| {
+                answers[*replica]
+                    .as_ref()
+                    .is_some_and(|answer| answer["role"] == "leader" && answer["term"].as_u64() > Some(term_before))
+            })
+        },
+    )
+    .await;
+    cluster.signal_node(workers + leader, "CONT");
+
+    // The deposed leader's acceptance reaches the worker; the next leader finishes the
+    // registration with the condition its worker acknowledged (the request itself may be
+    // answered 503 while that leader's sweep waits: what counts is its outcome).
+    let answer = registering.await.unwrap();
+    assert!(
+        [201, 503].contains(&answer.status.as_u16()),
+        "{} {}",
+        answer.status,
+        answer.text()
+    );
+    let (alice_ref, uuid_ref) = (&alice, &uuid);
+    wait_until("the ISU is listed", Duration::from_secs(20), || async move {
+        listed(alice_ref)
+            .await
+            .filter(|uuids| uuids.contains(uuid_ref))
+            .map(|_| ())
+    })
+    .await;
+    let path = format!(
+        "/api/condition/{uuid}?end_time={}&condition_level=info,warning,critical",
+        VIRTUAL_START + 61
+    );
+    let conditions = wait_until("the conditions are readable", Duration::from_secs(10), || async {
+        let reply = alice.try_get(&path).await.ok()?;
+        (reply.status.as_u16() == 200).then(|| reply.json(200))
+    })
+    .await;
+    let timestamps: Vec<i64> = conditions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|condition| condition["timestamp"].as_i64().unwrap())
+        .collect();
+    assert!(timestamps.contains(&(VIRTUAL_START + 60)), "{timestamps:?}");
+    assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
+    cluster.assert_no_crash();
+}
+
 /// Worker `worker`'s `/healthz` answer (`None`: it did not answer).
 async fn worker_health(cluster: &Cluster, worker: usize) -> Option<shared::protocol::Health> {
     let url = format!("{}{}", cluster.workers[worker], shared::protocol::HEALTH);
