@@ -250,6 +250,9 @@ pub struct UnpublishedIsu {
     /// it, never rolled back (its device's posts were acknowledged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted: Option<String>,
+    /// Its device posted to it: JIA activated it, whether or not its acceptance came.
+    #[serde(default)]
+    pub posted: bool,
 }
 
 /// Body of [`WORKER_ACCEPT`]: applies only to the provisional entry of registration `id`.

@@ -556,6 +556,7 @@ impl Shard {
                     owner: entry.owner.to_string(),
                     request: registration.request.as_deref().map(String::from),
                     accepted: registration.accepted.get().map(|record| record.to_string()),
+                    posted: entry.condition_count() > 0,
                 })
             })
             .collect()
@@ -1149,6 +1150,7 @@ mod tests {
                 owner: "alice".into(),
                 request: Some("req-a".into()),
                 accepted: None,
+                posted: false,
             }],
             "neither a published one, a rolled-back one nor a migration's import"
         );

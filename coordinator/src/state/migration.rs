@@ -88,7 +88,10 @@ impl State {
         // A registration its leader left unfinished on the source would reach the target as
         // an import, which nothing publishes: the source's are ended first (published,
         // finished from JIA's acceptance, or rolled back), now that none can start in the slot.
-        if let Err(error) = self.sweep_registrations(&generation, from).await {
+        if let Err(error) = self
+            .sweep_registrations(&generation, from, super::registration::Sweep::DecideNow)
+            .await
+        {
             self.roll_back(migration);
             return Err(CellsError::RolledBack(format!(
                 "ending the registrations the source holds unfinished: {error:#}"

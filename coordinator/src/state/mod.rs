@@ -94,6 +94,10 @@ pub struct State {
     /// Leading: the cells whose worker did not answer when this replica took over,
     /// so the registrations it holds provisionally are ended when it answers again.
     registrations_left: parking_lot::Mutex<std::collections::BTreeSet<shared::placement_map::CellId>>,
+    /// Leading: registrations a worker holds unaccepted though their device posted, by
+    /// generation and id, with when a sweep first found them (see
+    /// `registration::ACCEPTANCE_WAIT`).
+    awaiting_acceptance: parking_lot::Mutex<std::collections::HashMap<(u64, i64), (std::time::Instant, String)>>,
     reset_lock: tokio::sync::Mutex<()>,
     /// One migration at a time.
     migration_lock: tokio::sync::Mutex<()>,
@@ -148,6 +152,7 @@ impl State {
             ready: AtomicBool::new(false),
             stalls: replica::Stalls::default(),
             registrations_left: parking_lot::Mutex::default(),
+            awaiting_acceptance: parking_lot::Mutex::default(),
             reset_lock: tokio::sync::Mutex::new(()),
             migration_lock: tokio::sync::Mutex::new(()),
             migration_grace: DEFAULT_MIGRATION_GRACE,

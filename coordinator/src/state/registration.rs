@@ -124,6 +124,22 @@ const ENDED_AT_ONCE: usize = 32;
 const SWEEP_DECIDED_WITHIN: Duration = Duration::from_secs(2);
 const _: () = assert!(SWEEP_DECIDED_WITHIN.as_millis() < consensus::replica::ELECTION_WAIT.as_millis());
 
+/// How long the sweeps leave a registration its worker holds unaccepted though its device
+/// posted (JIA activated it) before rolling it back: its leader, paused or cut off while JIA
+/// answered, gives the worker JIA's acceptance once it runs again, and the sweep finishes the
+/// registration with what the device posted (the nemesis paused leaders at that moment for
+/// up to 6 s). A leader that died there never does: after this long, it is rolled back.
+const ACCEPTANCE_WAIT: Duration = Duration::from_secs(20);
+
+/// Whether a sweep may leave a registration to await its acceptance ([`ACCEPTANCE_WAIT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sweep {
+    /// A takeover's or the watch's: the next sweep looks again.
+    MayWait,
+    /// A migration's: everything is ended before the slot's ISUs move.
+    DecideNow,
+}
+
 /// How a registration left unfinished on its worker ends.
 enum LeftRegistration {
     Publish(PublishIsu),
@@ -386,6 +402,11 @@ impl State {
         // Still running here (its first answer was lost on the way): wait for its end.
         let deadline = tokio::time::Instant::now() + CONCURRENT_REGISTRATION_WAIT;
         while generation.pending.lock().contains_key(&uuid)
+            || self
+                .awaiting_acceptance
+                .lock()
+                .iter()
+                .any(|((of, _), (_, held))| *of == generation.id && *held == uuid)
             || generation
                 .unfinished
                 .lock()
@@ -530,11 +551,12 @@ impl State {
         &self,
         generation: &Arc<Generation>,
         cell: CellId,
+        sweep: Sweep,
     ) -> anyhow::Result<usize> {
         stall_for_test("sweep-stall").await;
         self.log.settled().await?;
         let decide_by = std::time::Instant::now() + SWEEP_DECIDED_WITHIN;
-        self.end_registrations_held_by_within(generation, cell, Some(decide_by))
+        self.end_registrations_held_by_within(generation, cell, Some(decide_by), sweep)
             .await?
             .ok_or_else(|| anyhow::anyhow!("the worker answered too long after the barrier"))
     }
@@ -547,7 +569,9 @@ impl State {
         cell: CellId,
     ) -> anyhow::Result<usize> {
         stall_for_test("sweep-stall").await;
-        let ended = self.end_registrations_held_by_within(generation, cell, None).await?;
+        let ended = self
+            .end_registrations_held_by_within(generation, cell, None, Sweep::MayWait)
+            .await?;
         Ok(ended.unwrap_or_default())
     }
 
@@ -563,8 +587,9 @@ impl State {
         generation: &Arc<Generation>,
         cell: CellId,
         decide_by: Option<std::time::Instant>,
+        sweep: Sweep,
     ) -> anyhow::Result<Option<usize>> {
-        let Some((count, accepted_meanwhile)) = self.end_held_once(generation, cell, decide_by).await? else {
+        let Some((count, accepted_meanwhile)) = self.end_held_once(generation, cell, decide_by, sweep).await? else {
             return Ok(None);
         };
         if !accepted_meanwhile {
@@ -577,7 +602,7 @@ impl State {
             "a registration was accepted while the sweep ended it: finishing it"
         );
         Ok(self
-            .end_held_once(generation, cell, None)
+            .end_held_once(generation, cell, None, sweep)
             .await?
             .map(|(count, _)| count))
     }
@@ -589,6 +614,7 @@ impl State {
         generation: &Arc<Generation>,
         cell: CellId,
         decide_by: Option<std::time::Instant>,
+        sweep: Sweep,
     ) -> anyhow::Result<Option<(usize, bool)>> {
         let mut held = self.workers.unpublished(cell, generation.id).await?;
         if decide_by.is_some_and(|decide_by| std::time::Instant::now() > decide_by) {
@@ -614,6 +640,19 @@ impl State {
                     finished.push(command);
                     Some(character)
                 });
+            if character.is_none()
+                && held.posted
+                && sweep == Sweep::MayWait
+                && self.awaits_acceptance(generation.id, held.id, &held.uuid)
+            {
+                // Its request sent again meanwhile waits for the outcome, never runs twice.
+                if let Some(request) = &held.request {
+                    let registered = (held.uuid.clone(), held.owner.clone());
+                    generation.requests.lock().insert(request.clone(), registered);
+                }
+                continue;
+            }
+            self.awaiting_acceptance.lock().remove(&(generation.id, held.id));
             match character {
                 Some(character) => accepted.push(PublishIsu {
                     generation: generation.id,
@@ -748,6 +787,30 @@ impl State {
         if let Err(error) = self.workers.rollback(cell, rollback).await {
             tracing::error!(%error, uuid = %rollback.uuid, "rollback on worker failed; the leader's sweep ends it");
         }
+    }
+
+    /// Whether the sweeps leave registration `id` (held unaccepted, its device posted) to
+    /// await its acceptance: for [`ACCEPTANCE_WAIT`] from the first sweep that found it.
+    fn awaits_acceptance(&self, generation: u64, id: i64, uuid: &str) -> bool {
+        let now = std::time::Instant::now();
+        let mut awaiting = self.awaiting_acceptance.lock();
+        // Another generation's, or one that left its worker unseen (replaced by a later
+        // registration of the UUID), is forgotten.
+        awaiting.retain(|(of, _), (since, _)| *of == generation && now.duration_since(*since) < ACCEPTANCE_WAIT * 2);
+        let since = awaiting
+            .entry((generation, id))
+            .or_insert_with(|| (now, uuid.to_owned()))
+            .0;
+        let waited = now.duration_since(since);
+        if waited < ACCEPTANCE_WAIT {
+            tracing::warn!(
+                id,
+                waited_ms = waited.as_millis() as u64,
+                "a registration its device posted to awaits JIA's acceptance from its leader"
+            );
+            return true;
+        }
+        false
     }
 
     /// Whether this coordinator still leads in `term` (see [`State::leading_term`]).

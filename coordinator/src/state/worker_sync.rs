@@ -122,7 +122,10 @@ impl State {
                     if left || sweep_due || unfenced || unanswered.contains(&cell) {
                         // It did not answer when this replica took over or since its last
                         // sweep, it forgot the term, or it is its turn.
-                        if let Ok(ended) = self.sweep_registrations(&generation, cell).await {
+                        if let Ok(ended) = self
+                            .sweep_registrations(&generation, cell, super::registration::Sweep::MayWait)
+                            .await
+                        {
                             self.registrations_left.lock().remove(&cell);
                             unanswered.remove(&cell);
                             if left || ended > 0 {

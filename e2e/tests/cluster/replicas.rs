@@ -538,6 +538,87 @@ async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
     cluster.assert_no_crash();
 }
 
+/// Nemesis seed 271828 (10 minutes): the leader was paused (6 s) while JIA answered its
+/// registration, after the device's first posts; the next leader's takeover rolled the
+/// registration back at once and the posts its worker had acknowledged were lost. Now the
+/// sweeps leave a registration its device posted to awaiting its acceptance (20 s): the
+/// paused leader hands it over once it runs again, and the next sweep finishes it.
+#[tokio::test]
+async fn a_leader_paused_as_jia_answers_hands_over_the_acceptance_once_resumed() {
+    let uuid = test_uuid('e', 76);
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        fail_points: Some(format!("registration-jia-answered=return({uuid}/2000)")),
+        ..ClusterOptions::default()
+    })
+    .await;
+    cluster.make_known(&uuid);
+    let workers = cluster.workers.len();
+    let leader = agreed_leader(&cluster).await;
+    let term_before = statuses(&cluster).await[leader].as_ref().unwrap()["term"]
+        .as_u64()
+        .unwrap();
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, (leader + 1) % 3), &cluster.signer, "alice").await);
+    let registering = register_in_background(&alice, &uuid, "paused");
+    cluster.wait_for_log(workers + leader, "registration held").await;
+    let info = "is_dirty=false,is_overweight=false,is_broken=false";
+    let posted = [sent(VIRTUAL_START + 60, true, info, "before the leader was paused")];
+    cluster.post_conditions(&uuid, &posted).await.assert_empty(202);
+
+    cluster.signal_node(workers + leader, "STOP");
+    let others: Vec<usize> = (0..3).filter(|replica| *replica != leader).collect();
+    let next = wait_until(
+        "another replica leads, ready, in a later term",
+        Duration::from_secs(15),
+        || async {
+            let answers = statuses(&cluster).await;
+            others.iter().copied().find(|replica| {
+                answers[*replica].as_ref().is_some_and(|answer| {
+                    answer["role"] == "leader" && answer["ready"] == true && answer["term"].as_u64() > Some(term_before)
+                })
+            })
+        },
+    )
+    .await;
+    cluster.wait_for_log(workers + next, "awaits JIA's acceptance").await;
+    cluster.signal_node(workers + leader, "CONT");
+
+    let answer = registering.await.unwrap();
+    assert!(
+        [201, 503].contains(&answer.status.as_u16()),
+        "{} {}",
+        answer.status,
+        answer.text()
+    );
+    let (alice_ref, uuid_ref) = (&alice, &uuid);
+    wait_until("the ISU is listed", Duration::from_secs(30), || async move {
+        listed(alice_ref)
+            .await
+            .filter(|uuids| uuids.contains(uuid_ref))
+            .map(|_| ())
+    })
+    .await;
+    let path = format!(
+        "/api/condition/{uuid}?end_time={}&condition_level=info,warning,critical",
+        VIRTUAL_START + 61
+    );
+    let conditions = wait_until("the conditions are readable", Duration::from_secs(10), || async {
+        let reply = alice.try_get(&path).await.ok()?;
+        (reply.status.as_u16() == 200).then(|| reply.json(200))
+    })
+    .await;
+    assert!(
+        conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|condition| condition["timestamp"].as_i64() == Some(VIRTUAL_START + 60)),
+        "{conditions}"
+    );
+    assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
+    cluster.assert_no_crash();
+}
+
 /// Worker `worker`'s `/healthz` answer (`None`: it did not answer).
 async fn worker_health(cluster: &Cluster, worker: usize) -> Option<shared::protocol::Health> {
     let url = format!("{}{}", cluster.workers[worker], shared::protocol::HEALTH);
