@@ -422,7 +422,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn posts_are_spread_evenly_over_the_isus_and_each_isus_are_evenly_apart() {
+    fn posts_are_spread_evenly_over_the_isus_and_each_isus_posts_evenly_apart() {
         let schedule = PostSchedule {
             isus: 4,
             rate_per_isu: 0.5,
