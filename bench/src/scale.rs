@@ -82,7 +82,7 @@ pub struct ScaleReport {
     /// (compare `pushes` with the rate).
     pub simulator_cpu_seconds: Option<f64>,
     /// Summed over the coordinators (each applies every update). With real workers:
-    /// `items_sent` the posts the workers took, `items_applied` and `frames_sent` the
+    /// `items_sent` the posts the workers took (times the coordinators), `items_applied` and `frames_sent` the
     /// updates and batches the workers' `latest_batch_items` say were acknowledged (nothing
     /// is dropped or broken on the bench's side then).
     pub pushes: PushTotals,
@@ -405,7 +405,9 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         Cells::Simulated(cells) => push_simulated(&config, &coordinators, cells).await?,
         Cells::Real(workers) => {
             let targets = post_targets(&client, &urls[0], &secret, &config, workers.endpoints()).await?;
-            let reset = applied_before_initialize + config.isus as u64;
+            // Each replica acknowledges every batch: the workers count each acknowledgment.
+            let replicas = config.coordinators as u64;
+            let reset = applied_before_initialize + config.isus as u64 * replicas;
             push_real(&config, &client, &coordinators, workers, &targets, reset).await?
         }
     };
@@ -629,7 +631,8 @@ async fn push_real(
     let own_cpu = own_before
         .zip(crate::nodes::own_cpu_seconds())
         .map(|(before, after)| after - before);
-    let expected = applied_before.items + posts.accepted;
+    let replicas = config.coordinators as u64;
+    let expected = applied_before.items + posts.accepted * replicas;
     let ack_deadline = Instant::now() + Duration::from_secs(5);
     while workers.items_applied(client).await?.items < expected && Instant::now() < ack_deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -654,7 +657,7 @@ async fn push_real(
         own_cpu,
         pushes: PushTotals {
             frames_sent: applied_after.batches - applied_before.batches,
-            items_sent: posts.accepted,
+            items_sent: posts.accepted * replicas,
             items_applied: applied_after.items - applied_before.items,
             items_dropped: 0,
             streams_broken: 0,
