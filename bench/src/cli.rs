@@ -170,15 +170,17 @@ pub struct RunArgs {
     /// in `--out`), and every cell pushes to each.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=5))]
     pub scale_coordinators: u16,
-    /// Scale: simulated cells (a placement map holds at most 64).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=200))]
-    pub scale_cells: u16,
+    /// Scale: simulated cells (a placement map holds at most 64), or real workers [default: 16;
+    /// 2 with --scale-real-workers or --scale-compare].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=200))]
+    pub scale_cells: Option<u16>,
     /// Scale: ISUs of the generated dataset.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub scale_isus: u32,
-    /// Scale: latest updates per ISU per second.
-    #[arg(long, default_value_t = 1.0)]
-    pub scale_rate: f64,
+    /// Scale: latest updates per ISU per second (with real workers, condition posts) [default:
+    /// 1; 0.3 with --scale-real-workers or --scale-compare].
+    #[arg(long)]
+    pub scale_rate: Option<f64>,
     /// Scale: how long the cells push.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub scale_push_time: Duration,
@@ -197,6 +199,32 @@ pub struct RunArgs {
     /// Scale: the coordinator binary; default: `coordinator` beside this bench binary.
     #[arg(long, value_name = "PATH")]
     pub coordinator_bin: Option<PathBuf>,
+    /// A scale step (implies --scale) whose cells are real workers (`--worker-bin`, in memory,
+    /// each on a loopback host as a simulated cell is) and whose updates a device poster in
+    /// the bench makes: after `/initialize`, each ISU gets `--scale-rate` condition posts a
+    /// second (one condition each, spread evenly, on kept-alive connections) to the worker
+    /// the coordinator's map gives it; the updates applied are the workers' own
+    /// `latest_batch_items` count. The map spread and the registrations are skipped.
+    #[arg(long, conflicts_with_all = ["capacity", "migration_cost", "flood_cost"])]
+    pub scale_real_workers: bool,
+    /// Check the cell simulator against real workers (implies --scale): `--scale-rounds`
+    /// rounds of one simulated and one real step of the same size, alternated, then each
+    /// figure's median and the ratio real / simulated of the coordinator's CPU per 1,000
+    /// applied updates and of its memory per ISU (after `/initialize`; after the pushes too,
+    /// shown, not judged), and whether they agree within 20 %. No
+    /// registrations and no restart; fails when a step fails or loses an update.
+    #[arg(long, conflicts_with_all = ["capacity", "migration_cost", "flood_cost", "scale_real_workers", "scale_restart"])]
+    pub scale_compare: bool,
+    /// Scale compare: rounds (each a simulated and a real step).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub scale_rounds: u16,
+    /// Scale: the worker binary for real workers; default: `worker` beside this bench binary.
+    #[arg(long, value_name = "PATH")]
+    pub worker_bin: Option<PathBuf>,
+    /// Scale: run the nodes the step starts (coordinators, workers) under `taskset -c LIST`,
+    /// e.g. 1 with the bench itself under `taskset -c 0`.
+    #[arg(long, value_name = "LIST")]
+    pub scale_node_cpus: Option<String>,
 }
 
 /// Options of the standalone JIA simulator.
@@ -220,6 +248,22 @@ pub struct JiaArgs {
     /// Devices connect to ADDR:PORT for HOST (repeatable).
     #[arg(long = "resolve", value_name = "HOST=ADDR:PORT", value_parser = parse_resolve)]
     pub resolve: Vec<(String, SocketAddr)>,
+}
+
+/// A node's binary: `given`, or `name` beside this bench binary; it must exist.
+fn node_binary(given: Option<PathBuf>, name: &str) -> anyhow::Result<PathBuf> {
+    let path = match given {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .context("finding the bench binary")?
+            .with_file_name(format!("{name}{}", std::env::consts::EXE_SUFFIX)),
+    };
+    anyhow::ensure!(
+        path.is_file(),
+        "no {name} binary at {} (build it: cargo build --release -p {name})",
+        path.display()
+    );
+    Ok(path)
 }
 
 fn load_signer(path: Option<&Path>) -> anyhow::Result<JwtSigner> {
@@ -306,35 +350,47 @@ impl RunArgs {
         })
     }
 
-    /// The settings of a scale step (`--scale`).
+    /// Scale mode: `--scale`, `--scale-real-workers` or `--scale-compare`.
+    pub fn is_scale(&self) -> bool {
+        self.scale || self.scale_real_workers || self.scale_compare
+    }
+
+    /// The settings of a scale comparison (`--scale-compare`).
+    pub fn into_scale_compare_config(self) -> anyhow::Result<crate::scale_compare::CompareConfig> {
+        let rounds = usize::from(self.scale_rounds);
+        let worker = node_binary(self.worker_bin.clone(), "worker")?;
+        Ok(crate::scale_compare::CompareConfig {
+            step: self.into_scale_config()?,
+            worker,
+            rounds,
+        })
+    }
+
+    /// The settings of a scale step (`--scale`, `--scale-real-workers`).
     pub fn into_scale_config(self) -> anyhow::Result<crate::scale::ScaleConfig> {
-        anyhow::ensure!(
-            self.scale_rate.is_finite() && self.scale_rate > 0.0,
-            "--scale-rate must be positive"
-        );
-        let coordinator = match self.coordinator_bin {
-            Some(path) => path,
-            None => std::env::current_exe()
-                .context("finding the bench binary")?
-                .with_file_name(format!("coordinator{}", std::env::consts::EXE_SUFFIX)),
+        let real = self.scale_real_workers || self.scale_compare;
+        let rate = self.scale_rate.unwrap_or(if real { 0.3 } else { 1.0 });
+        anyhow::ensure!(rate.is_finite() && rate > 0.0, "--scale-rate must be positive");
+        let coordinator = node_binary(self.coordinator_bin, "coordinator")?;
+        let real_workers = if self.scale_real_workers {
+            Some(node_binary(self.worker_bin, "worker")?)
+        } else {
+            None
         };
-        anyhow::ensure!(
-            coordinator.is_file(),
-            "no coordinator binary at {} (build it: cargo build --release -p coordinator)",
-            coordinator.display()
-        );
         Ok(crate::scale::ScaleConfig {
             coordinator,
             coordinators: usize::from(self.scale_coordinators),
-            cells: usize::from(self.scale_cells),
+            cells: usize::from(self.scale_cells.unwrap_or(if real { 2 } else { 16 })),
             isus: self.scale_isus as usize,
-            rate_per_isu: self.scale_rate,
+            rate_per_isu: rate,
             push_time: self.scale_push_time,
             first_host: self.scale_first_host,
             out: self.out,
             restart: self.scale_restart,
             registrations: self.scale_registrations as usize,
             private_key: self.private_key,
+            real_workers,
+            node_cpus: self.scale_node_cpus,
         })
     }
 

@@ -9,7 +9,9 @@
 //! - [`report`]: a run's report, one type (`report.json`) that the table is printed from and
 //!   that `isuctl` and CI read back;
 //! - [`capacity`], [`migration_cost`]: the measuring modes, with [`nodes`] (the nodes' CPU);
-//! - [`scale`]: one step of a lone coordinator against many simulated cells ([`cellsim`]);
+//! - [`scale`]: one step of a lone coordinator against many simulated cells ([`cellsim`]),
+//!   or against real workers ([`realcells`]); [`scale_compare`] checks the one against the
+//!   other;
 //! - what `isuctl bench` runs beside the load, step by step on a thread ([`periodic`]):
 //!   [`migrator`] (live migrations) and [`takeover`] (leader kills and pauses, timed);
 //! - [`cli`]: the command line of the `bench` binary.
@@ -22,7 +24,9 @@ pub mod migrator;
 pub mod model;
 pub mod nodes;
 pub mod periodic;
+pub mod realcells;
 pub mod report;
 pub mod scale;
+pub mod scale_compare;
 pub mod scenario;
 pub mod takeover;

@@ -57,7 +57,10 @@ async fn run(cli: Cli) -> ExitCode {
     if cli.run.capacity {
         return run_capacity(cli.run, json_path).await;
     }
-    if cli.run.scale {
+    if cli.run.scale_compare {
+        return run_scale_compare(cli.run, json_path).await;
+    }
+    if cli.run.is_scale() {
         return run_scale(cli.run, json_path).await;
     }
     if cli.run.migration_cost || cli.run.flood_cost {
@@ -109,6 +112,20 @@ async fn run_scale(args: bench::cli::RunArgs, json_path: Option<std::path::PathB
     };
     finish_measuring_mode("scale", outcome, json_path, |report| {
         let json = serde_json::json!({ "scale": report });
+        (json, report.held())
+    })
+}
+
+/// `--scale-compare`: each round's steps, the medians and ratios, and `scale_compare` in the
+/// JSON; fails when a step failed or lost an update (a disagreement is a finding, not a
+/// failure: the table says it).
+async fn run_scale_compare(args: bench::cli::RunArgs, json_path: Option<std::path::PathBuf>) -> ExitCode {
+    let outcome = match args.into_scale_compare_config() {
+        Ok(config) => bench::scale_compare::run(config).await,
+        Err(error) => Err(error),
+    };
+    finish_measuring_mode("scale compare", outcome, json_path, |report| {
+        let json = serde_json::json!({ "scale_compare": report });
         (json, report.held())
     })
 }

@@ -5,17 +5,22 @@
 //! at a rate per ISU for a while, and reports the coordinator's memory per ISU, its CPU per
 //! thousand applied latest updates, the trend's size and time, a new map's way to every
 //! cell and registrations per second.
+//!
+//! With `real_workers` the cells are real workers ([`crate::realcells`]) and a device poster
+//! in the bench makes their updates, for checking the simulator against them at a size both
+//! run ([`crate::scale_compare`]); the map spread and the registrations are then skipped.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use deploy::node_args::{CoordinatorArgs, ReplicaGroup};
+use deploy::node_args::{CellEndpoint, CoordinatorArgs, ReplicaGroup};
 use futures::StreamExt;
 use serde::Serialize;
 
 use crate::cellsim::{CellSim, CellSimConfig, PushTotals};
+use crate::realcells::{CellTarget, PostTotals, RealCells, RealCellsConfig};
 
 /// A step's settings.
 #[derive(Debug, Clone)]
@@ -41,14 +46,21 @@ pub struct ScaleConfig {
     pub registrations: usize,
     /// The key that signs the users' sign-in JWTs (default: the project's).
     pub private_key: Option<PathBuf>,
+    /// Real workers (this binary, a release build) as the cells instead of simulated ones.
+    pub real_workers: Option<PathBuf>,
+    /// Run the nodes the step starts (coordinators, workers) under `taskset -c <this>`.
+    pub node_cpus: Option<String>,
 }
 
 /// What the step measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScaleReport {
+    /// `simulated` (the cell simulator) or `real` (real workers and a device poster).
+    pub cells_kind: &'static str,
     pub cells: usize,
     pub isus: usize,
-    /// ISUs the simulated cells were reset with (every dataset ISU, when all went well).
+    /// ISUs the simulated cells were reset with (every dataset ISU, when all went well); with
+    /// real workers, the dataset's ISUs the coordinator's map gives a started worker.
     pub isus_in_cells: usize,
     pub rate_per_isu: f64,
     pub initialize_seconds: f64,
@@ -60,21 +72,32 @@ pub struct ScaleReport {
     /// The largest resident memory right after `/initialize`, per ISU (its fixed share
     /// included: compare two steps for the cost of one more ISU).
     pub rss_bytes_per_isu: f64,
+    /// The same after the pushes.
+    pub rss_bytes_after_push_per_isu: f64,
     pub push_seconds: f64,
     /// Every coordinator's CPU (user + system) over the push window, summed.
     pub coordinator_cpu_seconds: f64,
-    /// This process's (the simulator's) CPU over the same window: on a shared machine, a
-    /// simulator short of CPU pushes less than asked (compare `pushes` with the rate).
+    /// This process's (the simulator's, or with real workers the device poster's) CPU over
+    /// the same window: on a shared machine, a simulator short of CPU pushes less than asked
+    /// (compare `pushes` with the rate).
     pub simulator_cpu_seconds: Option<f64>,
-    /// Summed over the coordinators (each applies every update).
+    /// Summed over the coordinators (each applies every update). With real workers:
+    /// `items_sent` the posts the workers took (times the coordinators), `items_applied` and `frames_sent` the
+    /// updates and batches the workers' `latest_batch_items` say were acknowledged (nothing
+    /// is dropped or broken on the bench's side then).
     pub pushes: PushTotals,
+    /// With real workers: the device posts.
+    pub posts: Option<PostTotals>,
+    /// With real workers: each one's CPU over the push window and memory after it.
+    pub workers: Vec<WorkerFigures>,
     pub applied_per_second: f64,
     /// Coordinator CPU milliseconds per 1,000 applied latest updates (one coordinator's
     /// cost of one update: both summed over the coordinators).
     pub cpu_ms_per_1000_applied: Option<f64>,
     pub trend: TrendFigures,
-    /// New maps from the leader to every cell.
-    pub map_spread: MapSpread,
+    /// New maps from the leader to every cell (simulated cells only: they note each map's
+    /// arrival).
+    pub map_spread: Option<MapSpread>,
     /// New ISUs registered through the leader, after the map changes.
     pub registration: Option<RegistrationFigures>,
     /// With `restart`: from starting the last coordinator again (killed after the pushes)
@@ -94,6 +117,14 @@ pub struct RegistrationFigures {
     pub per_second: f64,
     /// Every coordinator's CPU over the registrations, summed, per registration.
     pub cpu_ms_per_registration: f64,
+}
+
+/// One real worker's CPU and memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerFigures {
+    pub cell: String,
+    pub cpu_seconds: f64,
+    pub rss_bytes_after_push: u64,
 }
 
 /// Registrations in flight at once.
@@ -159,6 +190,8 @@ const MAP_CHANGES: usize = 100;
 struct Coordinators {
     program: PathBuf,
     secret: String,
+    /// `taskset -c` CPU list, if any.
+    cpus: Option<String>,
     children: Vec<Child>,
     urls: Vec<String>,
     /// Each one's command line and log file.
@@ -194,8 +227,7 @@ impl Coordinators {
             .truncate(!append)
             .open(path)
             .with_context(|| format!("opening {}", path.display()))?;
-        Command::new(&self.program)
-            .args(&self.args[index])
+        crate::realcells::node_command(&self.program, &self.args[index], self.cpus.as_deref())
             .env("ISU_CLUSTER_SECRET", &self.secret)
             .env("NO_COLOR", "1")
             .env("RUST_LIB_BACKTRACE", "0")
@@ -310,17 +342,37 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         .map(|_| free_loopback_port())
         .collect::<anyhow::Result<Vec<_>>>()?;
     let urls: Vec<String> = listens.iter().map(|listen| format!("http://{listen}")).collect();
-    let mut cells = CellSim::start(CellSimConfig {
-        cells: config.cells,
-        first_host: config.first_host,
-        coordinators: urls.clone(),
-        secret: secret.clone(),
-        interval: Duration::from_millis(10),
-    })
-    .await?;
-    let mut coordinators = spawn_coordinators(&config, &cells, &listens, &secret)?;
     let client = reqwest::Client::builder().no_proxy().build()?;
+    let mut cells = match &config.real_workers {
+        None => Cells::Simulated(
+            CellSim::start(CellSimConfig {
+                cells: config.cells,
+                first_host: config.first_host,
+                coordinators: urls.clone(),
+                secret: secret.clone(),
+                interval: Duration::from_millis(10),
+            })
+            .await?,
+        ),
+        Some(worker) => {
+            let real = RealCellsConfig {
+                worker: worker.clone(),
+                cells: config.cells,
+                first_host: config.first_host,
+                coordinators: urls.clone(),
+                secret: secret.clone(),
+                out: config.out.clone(),
+                cpus: config.node_cpus.clone(),
+            };
+            let endpoints = RealCells::plan(&real)?;
+            Cells::Real(RealCells::spawn(&real, endpoints)?)
+        }
+    };
+    let mut coordinators = spawn_coordinators(&config, cells.endpoints(), &listens, &secret)?;
     coordinators.wait_ready(&client, Duration::from_secs(120)).await?;
+    if let Cells::Real(workers) = &mut cells {
+        workers.wait_ready(&client, Duration::from_secs(60)).await?;
+    }
     let rss_at_start = coordinators.memory("VmRSS:")?;
     // Activates any UUID at once; no device posts for the step's registrations.
     let jia = jia_sim::JiaSimulator::start(jia_sim::JiaConfig {
@@ -333,6 +385,11 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     })
     .await
     .context("starting the JIA simulator")?;
+    // Real workers count what they pushed since they started: the reset's pushes too.
+    let applied_before_initialize = match &cells {
+        Cells::Real(workers) => workers.items_applied(&client).await?.items,
+        Cells::Simulated(_) => 0,
+    };
     let started = Instant::now();
     initialize(&client, &urls[0], &jia.url()).await?;
     let initialize_seconds = started.elapsed().as_secs_f64();
@@ -344,28 +401,34 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     let rss_after_initialize = coordinators.memory("VmRSS:")?;
     tracing::info!(initialize_seconds, ?rss_after_initialize, "initialized; the cells push");
 
-    let cpu_before = coordinators.cpu_seconds()?;
-    let own_before = crate::nodes::own_cpu_seconds();
-    let started = Instant::now();
-    cells.start_pushing(config.rate_per_isu)?;
-    tokio::time::sleep(config.push_time).await;
-    let pushes = cells.stop_pushing().await;
-    let push_seconds = started.elapsed().as_secs_f64();
-    let cpu: Vec<f64> = (coordinators.cpu_seconds()?.iter().zip(&cpu_before))
-        .map(|(after, before)| after - before)
-        .collect();
-    let simulator_cpu_seconds = own_before
-        .zip(crate::nodes::own_cpu_seconds())
-        .map(|(before, after)| after - before);
+    let window = match &mut cells {
+        Cells::Simulated(cells) => push_simulated(&config, &coordinators, cells).await?,
+        Cells::Real(workers) => {
+            let targets = post_targets(&client, &urls[0], &secret, &config, workers.endpoints()).await?;
+            // Each replica acknowledges every batch: the workers count each acknowledgment.
+            let replicas = config.coordinators as u64;
+            let reset = applied_before_initialize + config.isus as u64 * replicas;
+            push_real(&config, &client, &coordinators, workers, &targets, reset).await?
+        }
+    };
     let (rss_after_push, rss_peak) = (coordinators.memory("VmRSS:")?, coordinators.memory("VmHWM:")?);
     let trend = measure_trend(&client, &urls[0]).await?;
     let leader = coordinators.leader(&client).await?;
-    let map_spread = measure_map_spread(&client, &leader, &secret, &cells).await?;
-    let isus_in_cells = cells.isu_count();
-    let registration = if config.registrations > 0 {
-        Some(measure_registrations(&config, &leader, &coordinators).await?)
-    } else {
-        None
+    let (map_spread, registration) = match &cells {
+        Cells::Simulated(cells) => {
+            let spread = measure_map_spread(&client, &leader, &secret, cells).await?;
+            let registration = if config.registrations > 0 {
+                Some(measure_registrations(&config, &leader, &coordinators).await?)
+            } else {
+                None
+            };
+            (Some(spread), registration)
+        }
+        Cells::Real(_) => (None, None),
+    };
+    let isus_in_cells = match &cells {
+        Cells::Simulated(cells) => cells.isu_count(),
+        Cells::Real(_) => window.isus_in_cells,
     };
     jia.shutdown().await;
     let restart_seconds = if config.restart {
@@ -374,8 +437,11 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     } else {
         None
     };
-    cells.shutdown().await;
+    if let Cells::Simulated(cells) = cells {
+        cells.shutdown().await;
+    }
     drop(coordinators);
+    let cpu = window.coordinator_cpu;
     let figures: Vec<CoordinatorFigures> = (0..config.coordinators)
         .map(|index| CoordinatorFigures {
             id: index as u64 + 1,
@@ -387,26 +453,218 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         })
         .collect();
     let coordinator_cpu_seconds: f64 = cpu.iter().sum();
+    let pushes = window.pushes;
+    let per_isu = |bytes: &[u64]| bytes.iter().copied().max().unwrap_or(0) as f64 / config.isus as f64;
     Ok(ScaleReport {
+        cells_kind: if config.real_workers.is_some() {
+            "real"
+        } else {
+            "simulated"
+        },
         cells: config.cells,
         isus: config.isus,
         isus_in_cells,
         rate_per_isu: config.rate_per_isu,
         initialize_seconds,
         generation_everywhere_seconds,
-        rss_bytes_per_isu: rss_after_initialize.iter().copied().max().unwrap_or(0) as f64 / config.isus as f64,
+        rss_bytes_per_isu: per_isu(&rss_after_initialize),
+        rss_bytes_after_push_per_isu: per_isu(&rss_after_push),
         coordinators: figures,
-        push_seconds,
+        push_seconds: window.seconds,
         coordinator_cpu_seconds,
-        simulator_cpu_seconds,
+        simulator_cpu_seconds: window.own_cpu,
         pushes,
-        applied_per_second: pushes.items_applied as f64 / push_seconds,
+        posts: window.posts,
+        workers: window.workers,
+        applied_per_second: pushes.items_applied as f64 / window.seconds,
         cpu_ms_per_1000_applied: (pushes.items_applied > 0)
             .then(|| coordinator_cpu_seconds * 1e6 / pushes.items_applied as f64),
         trend,
         map_spread,
         registration,
         restart_seconds,
+    })
+}
+
+/// The step's cells: simulated, or real workers.
+enum Cells {
+    Simulated(CellSim),
+    Real(RealCells),
+}
+
+impl Cells {
+    /// The cells as the coordinator is told them.
+    fn endpoints(&self) -> Vec<CellEndpoint> {
+        match self {
+            Cells::Simulated(cells) => cells.cell_endpoints(),
+            Cells::Real(workers) => workers.endpoints().to_vec(),
+        }
+    }
+}
+
+/// What the push window measured.
+struct PushWindow {
+    seconds: f64,
+    /// Each coordinator's CPU over the window.
+    coordinator_cpu: Vec<f64>,
+    own_cpu: Option<f64>,
+    pushes: PushTotals,
+    posts: Option<PostTotals>,
+    workers: Vec<WorkerFigures>,
+    /// With real workers: the dataset's ISUs the poster found a worker for.
+    isus_in_cells: usize,
+}
+
+/// Each coordinator's CPU since `before`.
+fn cpu_since(coordinators: &Coordinators, before: &[f64]) -> anyhow::Result<Vec<f64>> {
+    Ok((coordinators.cpu_seconds()?.iter().zip(before))
+        .map(|(after, before)| after - before)
+        .collect())
+}
+
+/// The simulated cells push for the step's push time.
+async fn push_simulated(
+    config: &ScaleConfig,
+    coordinators: &Coordinators,
+    cells: &mut CellSim,
+) -> anyhow::Result<PushWindow> {
+    let cpu_before = coordinators.cpu_seconds()?;
+    let own_before = crate::nodes::own_cpu_seconds();
+    let started = Instant::now();
+    cells.start_pushing(config.rate_per_isu)?;
+    tokio::time::sleep(config.push_time).await;
+    let pushes = cells.stop_pushing().await;
+    let seconds = started.elapsed().as_secs_f64();
+    let coordinator_cpu = cpu_since(coordinators, &cpu_before)?;
+    let own_cpu = own_before
+        .zip(crate::nodes::own_cpu_seconds())
+        .map(|(before, after)| after - before);
+    Ok(PushWindow {
+        seconds,
+        coordinator_cpu,
+        own_cpu,
+        pushes,
+        posts: None,
+        workers: Vec::new(),
+        isus_in_cells: 0,
+    })
+}
+
+/// Where the poster sends each dataset ISU's conditions: the cell the coordinator's map
+/// gives it (asked after `/initialize`), the dataset's UUIDs generated here as the
+/// coordinator generated them.
+async fn post_targets(
+    client: &reqwest::Client,
+    coordinator: &str,
+    secret: &str,
+    config: &ScaleConfig,
+    endpoints: &[CellEndpoint],
+) -> anyhow::Result<Vec<CellTarget>> {
+    let answer: shared::protocol::cells::PlacementAnswer = client
+        .get(format!("{coordinator}{}", shared::protocol::COORDINATOR_PLACEMENT))
+        .header(shared::protocol::SECRET_HEADER, secret)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .context("asking the coordinator for its placement map")?
+        .json()
+        .await
+        .context("reading the coordinator's placement map")?;
+    let map = answer.map;
+    let mut targets: Vec<CellTarget> = endpoints
+        .iter()
+        .map(|endpoint| CellTarget {
+            device_url: endpoint.device_url.clone(),
+            uuids: Vec::new(),
+        })
+        .collect();
+    shared::dataset::generated::each_isu_with_count(config.isus, |isu| {
+        let cell = map.cell(map.owner(&isu.uuid)).map(|cell| cell.name.as_str());
+        if let Some(index) = cell.and_then(|name| endpoints.iter().position(|endpoint| endpoint.cell == name)) {
+            targets[index].uuids.push(isu.uuid);
+        }
+    });
+    Ok(targets)
+}
+
+/// The device poster posts to the real workers for the step's push time; the updates
+/// applied are the workers' count, read once their pushes settled before and after.
+async fn push_real(
+    config: &ScaleConfig,
+    client: &reqwest::Client,
+    coordinators: &Coordinators,
+    workers: &RealCells,
+    targets: &[CellTarget],
+    reset_pushed: u64,
+) -> anyhow::Result<PushWindow> {
+    // A worker's first stream of the new generation starts with every ISU's latest condition
+    // (the workers' count reaches `reset_pushed` then): a warm-up post makes it, before the
+    // window.
+    crate::realcells::warm_up(client, targets).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while workers.items_applied(client).await?.items < reset_pushed && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let settle = Duration::from_millis(500);
+    let applied_before = workers
+        .settled_items_applied(client, settle, Duration::from_secs(10))
+        .await?;
+    if applied_before.items < reset_pushed {
+        tracing::warn!(
+            applied = applied_before.items,
+            expected = reset_pushed,
+            "the workers did not push every ISU's latest condition after the reset before the window"
+        );
+    }
+    let worker_pids = workers.pids();
+    let worker_cpu = |pids: &[u32]| -> anyhow::Result<Vec<f64>> {
+        pids.iter()
+            .map(|pid| crate::nodes::process_tree_cpu_seconds(*pid).context("reading a worker's CPU time"))
+            .collect()
+    };
+    let workers_before = worker_cpu(&worker_pids)?;
+    let cpu_before = coordinators.cpu_seconds()?;
+    let own_before = crate::nodes::own_cpu_seconds();
+    let started = Instant::now();
+    let posts = crate::realcells::post_conditions(targets, config.rate_per_isu, config.push_time).await?;
+    let own_cpu = own_before
+        .zip(crate::nodes::own_cpu_seconds())
+        .map(|(before, after)| after - before);
+    let replicas = config.coordinators as u64;
+    let expected = applied_before.items + posts.accepted * replicas;
+    let ack_deadline = Instant::now() + Duration::from_secs(5);
+    while workers.items_applied(client).await?.items < expected && Instant::now() < ack_deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let applied_after = workers.items_applied(client).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let coordinator_cpu = cpu_since(coordinators, &cpu_before)?;
+    let workers_after = worker_cpu(&worker_pids)?;
+    let figures = (workers.endpoints().iter().zip(&worker_pids))
+        .zip(workers_after.iter().zip(&workers_before))
+        .map(|((endpoint, pid), (after, before))| {
+            Ok(WorkerFigures {
+                cell: endpoint.cell.clone(),
+                cpu_seconds: after - before,
+                rss_bytes_after_push: status_bytes(*pid, "VmRSS:")?,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(PushWindow {
+        seconds,
+        coordinator_cpu,
+        own_cpu,
+        pushes: PushTotals {
+            frames_sent: applied_after.batches - applied_before.batches,
+            items_sent: posts.accepted * replicas,
+            items_applied: applied_after.items - applied_before.items,
+            items_dropped: 0,
+            streams_broken: 0,
+        },
+        posts: Some(posts),
+        workers: figures,
+        isus_in_cells: targets.iter().map(|target| target.uuids.len()).sum(),
     })
 }
 
@@ -567,11 +825,10 @@ fn free_loopback_port() -> anyhow::Result<String> {
     Ok(listener.local_addr()?.to_string())
 }
 
-/// Starts the coordinators (a group of replicas when more than one) told the simulated
-/// cells, their logs (and a group's data) in `config.out`.
+/// Starts the coordinators (a group of replicas when more than one) told the cells, their logs (and a group's data) in `config.out`.
 fn spawn_coordinators(
     config: &ScaleConfig,
-    cells: &CellSim,
+    cells: Vec<CellEndpoint>,
     listens: &[String],
     secret: &str,
 ) -> anyhow::Result<Coordinators> {
@@ -580,6 +837,7 @@ fn spawn_coordinators(
     let mut coordinators = Coordinators {
         program: config.coordinator.clone(),
         secret: secret.to_owned(),
+        cpus: config.node_cpus.clone(),
         children: Vec::new(),
         urls: urls.clone(),
         args: Vec::new(),
@@ -589,7 +847,7 @@ fn spawn_coordinators(
         let id = index as u64 + 1;
         let mut args = CoordinatorArgs {
             listen: listen.clone(),
-            workers: cells.cell_endpoints(),
+            workers: cells.clone(),
             dataset: Some(format!("generated:{}", config.isus)),
             ..CoordinatorArgs::default()
         };
@@ -699,9 +957,10 @@ impl std::fmt::Display for ScaleReport {
     fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             out,
-            "scale step: {} ISUs over {} simulated cells, {} coordinator(s)",
+            "scale step: {} ISUs over {} {} cells, {} coordinator(s)",
             self.isus,
             self.cells,
+            self.cells_kind,
             self.coordinators.len()
         )?;
         writeln!(out, "  ISUs in the cells' resets   {:>12}", self.isus_in_cells)?;
@@ -713,8 +972,8 @@ impl std::fmt::Display for ScaleReport {
         self.coordinators_table(out)?;
         writeln!(
             out,
-            "  RSS after initialize / ISU  {:>12.0} bytes (the largest)",
-            self.rss_bytes_per_isu
+            "  RSS after initialize / ISU  {:>12.0} bytes (the largest; {:.0} after the pushes)",
+            self.rss_bytes_per_isu, self.rss_bytes_after_push_per_isu
         )?;
         writeln!(
             out,
@@ -731,17 +990,34 @@ impl std::fmt::Display for ScaleReport {
             pushes.items_dropped,
             pushes.streams_broken
         )?;
+        if let Some(posts) = &self.posts {
+            writeln!(
+                out,
+                "  device posts sent / taken   {:>12} / {} ({} failed; at most {} ms late)",
+                posts.sent, posts.accepted, posts.failed, posts.max_late_ms
+            )?;
+        }
         let seconds = |value: Option<f64>| value.map_or("-".to_owned(), |seconds| format!("{seconds:.2}"));
         writeln!(
             out,
             "  coordinator CPU (summed)    {:>12.2} s",
             self.coordinator_cpu_seconds
         )?;
-        writeln!(
-            out,
-            "  simulator CPU               {:>12} s",
-            seconds(self.simulator_cpu_seconds)
-        )?;
+        let bench_side = if self.posts.is_some() {
+            "poster CPU (the bench)"
+        } else {
+            "simulator CPU"
+        };
+        writeln!(out, "  {bench_side:<27} {:>12} s", seconds(self.simulator_cpu_seconds))?;
+        for worker in &self.workers {
+            writeln!(
+                out,
+                "  worker {:<20} {:>12.2} s CPU, {:.1} MiB after the pushes",
+                worker.cell,
+                worker.cpu_seconds,
+                worker.rss_bytes_after_push as f64 / (1024.0 * 1024.0)
+            )?;
+        }
         writeln!(
             out,
             "  CPU per 1,000 applied       {:>12} ms",
@@ -759,19 +1035,20 @@ impl std::fmt::Display for ScaleReport {
             "  trend gzip                  {:>12} bytes in {:.1} ms",
             trend.gzip_bytes, trend.gzip_ms
         )?;
-        let spread = &self.map_spread;
-        write!(
-            out,
-            "\n  map to the last of {} cells  p50 {:.1} ms, p99 {:.1} ms ({} changes; any cell p50 {:.1}, p99 {:.1} ms; answered p50 {:.1} ms; {} missed)",
-            self.cells,
-            spread.last_cell_p50_ms,
-            spread.last_cell_p99_ms,
-            spread.changes,
-            spread.any_cell_p50_ms,
-            spread.any_cell_p99_ms,
-            spread.answer_p50_ms,
-            spread.missed
-        )?;
+        if let Some(spread) = &self.map_spread {
+            write!(
+                out,
+                "\n  map to the last of {} cells  p50 {:.1} ms, p99 {:.1} ms ({} changes; any cell p50 {:.1}, p99 {:.1} ms; answered p50 {:.1} ms; {} missed)",
+                self.cells,
+                spread.last_cell_p50_ms,
+                spread.last_cell_p99_ms,
+                spread.changes,
+                spread.any_cell_p50_ms,
+                spread.any_cell_p99_ms,
+                spread.answer_p50_ms,
+                spread.missed
+            )?;
+        }
         if let Some(registration) = &self.registration {
             write!(
                 out,
@@ -793,7 +1070,8 @@ impl std::fmt::Display for ScaleReport {
 
 impl ScaleReport {
     /// Nothing was lost: every ISU reached a cell, the coordinators applied updates and every
-    /// one the cells sent (none dropped, no stream broken), and every cell got every map.
+    /// one the cells sent (none dropped, no stream broken; with real workers, every post was
+    /// taken and every update it made applied), and every cell got every map.
     pub fn held(&self) -> bool {
         let pushes = &self.pushes;
         self.isus_in_cells == self.isus
@@ -801,7 +1079,8 @@ impl ScaleReport {
             && pushes.items_applied == pushes.items_sent
             && pushes.items_dropped == 0
             && pushes.streams_broken == 0
-            && self.map_spread.missed == 0
+            && self.map_spread.as_ref().is_none_or(|spread| spread.missed == 0)
+            && self.posts.is_none_or(|posts| posts.failed == 0)
             && self
                 .registration
                 .as_ref()

@@ -143,6 +143,16 @@ pub struct Options {
     /// --scale-cells, --scale-isus, --scale-rate and --scale-push-time pass through).
     #[arg(long, conflicts_with_all = ["capacity", "migration_cost", "flood_cost"])]
     pub scale: bool,
+    /// The same step with real workers as the cells and a device poster in the bench (the
+    /// bench's --scale-real-workers; 2 workers and 0.3 posts a second per ISU by default).
+    #[arg(long, conflicts_with_all = ["capacity", "migration_cost", "flood_cost"])]
+    pub scale_real_workers: bool,
+    /// Check the scale step's cell simulator against real workers at one size: alternated
+    /// rounds of each (--scale-rounds, 3 by default), the medians and the ratio real /
+    /// simulated of the coordinator's CPU per applied update and memory per ISU (the bench's
+    /// --scale-compare; with --pin the bench runs on CPU 0 and the nodes on the last CPU).
+    #[arg(long, conflicts_with_all = ["capacity", "migration_cost", "flood_cost", "scale_real_workers"])]
+    pub scale_compare: bool,
     /// Profile for S seconds (default: a sixth of the load, 3-30 s).
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=300))]
     pub profile: Option<u64>,
@@ -152,6 +162,13 @@ pub struct Options {
     /// Write the bench's report here instead of RUN/report.json.
     #[arg(long = "json", visible_alias = "report", value_name = "PATH")]
     pub report: Option<PathBuf>,
+}
+
+impl Options {
+    /// A scale mode: the bench starts its own nodes, no cluster is used.
+    fn is_scale(&self) -> bool {
+        self.scale || self.scale_real_workers || self.scale_compare
+    }
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {
@@ -242,6 +259,14 @@ impl Plan {
             profile = false;
             plan.bench_args.push("--scale".to_owned());
         }
+        if options.scale_real_workers {
+            profile = false;
+            plan.bench_args.push("--scale-real-workers".to_owned());
+        }
+        if options.scale_compare {
+            profile = false;
+            plan.bench_args.push("--scale-compare".to_owned());
+        }
         if let Some(devices) = &options.devices {
             plan.cluster_up.extend(["--devices".to_owned(), devices.clone()]);
         }
@@ -261,6 +286,11 @@ impl Plan {
             anyhow::ensure!(cpus >= 2, "--pin needs at least 2 CPUs (this machine has {cpus})");
             plan.cluster_up.extend(["--cpus".to_owned(), (cpus - 1).to_string()]);
             plan.bench_prefix = vec!["taskset".to_owned(), "-c".to_owned(), "0".to_owned()];
+            if options.is_scale() {
+                // The scale step starts its own nodes: they go to the last CPU.
+                plan.bench_args
+                    .extend(["--scale-node-cpus".to_owned(), (cpus - 1).to_string()]);
+            }
             if options.capacity {
                 plan.bench_args.extend(["--cluster-cores".to_owned(), "1".to_owned()]);
             }
@@ -329,7 +359,7 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     }
     let (options, plan, repo) = prepare(args.args)?;
     let interrupt = Interrupt::install()?;
-    if options.scale {
+    if options.is_scale() {
         return run_scale(&plan, &repo, format, &interrupt);
     }
     let run_dir = RunDir::from_env();
@@ -383,17 +413,27 @@ pub fn run(args: Args, format: Format) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--scale`: the bench alone (it starts its coordinator and simulated cells), its report
-/// in the run folder or `--json PATH`.
+/// `--scale`, `--scale-real-workers`, `--scale-compare`: the bench alone (it starts its
+/// coordinator and its cells, simulated or real workers), its report in the run folder or
+/// `--json PATH`.
 fn run_scale(plan: &Plan, repo: &Path, format: Format, interrupt: &Interrupt) -> anyhow::Result<()> {
     let out = repo.join("run/bench").join(shared::clock::timestamp());
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let report = plan.report.clone().unwrap_or_else(|| out.join("report.json"));
     let release = deploy::external::target_dir(repo).join("release");
-    let mut bench = Command::new(release.join("bench"));
+    let mut bench = match plan.bench_prefix.split_first() {
+        Some((program, prefix)) => {
+            let mut command = Command::new(program);
+            command.args(prefix).arg(release.join("bench"));
+            command
+        }
+        None => Command::new(release.join("bench")),
+    };
     bench
         .arg("--coordinator-bin")
         .arg(release.join("coordinator"))
+        .arg("--worker-bin")
+        .arg(release.join("worker"))
         .arg("--out")
         .arg(&out)
         .args(&plan.bench_args)
@@ -423,7 +463,9 @@ fn prepare(args: Vec<String>) -> anyhow::Result<(Options, Plan, PathBuf)> {
     }
     anyhow::ensure!(found_on_path("cargo"), "bench: cargo is required (https://rustup.rs)");
     // Scale mode starts its own coordinator, a release build.
-    let packages: &[&str] = if options.scale {
+    let packages: &[&str] = if options.scale_real_workers || options.scale_compare {
+        &["bench", "coordinator", "worker"]
+    } else if options.scale {
         &["bench", "coordinator"]
     } else {
         &["bench"]
@@ -816,6 +858,12 @@ mod tests {
             scale.bench_args,
             strings("--scale-isus 100000 --scale-cells 16 --scale")
         );
+        let compare = plan("--pin --scale-compare --scale-rounds 3");
+        assert_eq!(
+            compare.bench_args,
+            strings("--scale-rounds 3 --scale-compare --scale-node-cpus 1")
+        );
+        assert_eq!(compare.bench_prefix, strings("taskset -c 0"));
     }
 
     #[test]
