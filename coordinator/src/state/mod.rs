@@ -98,6 +98,10 @@ pub struct State {
     /// generation and id, with when a sweep first found them (see
     /// `registration::ACCEPTANCE_WAIT`).
     awaiting_acceptance: parking_lot::Mutex<std::collections::HashMap<(u64, i64), (std::time::Instant, String)>>,
+    /// The commands this replica built from JIA's answers, by generation and registration
+    /// id, until their registration is over: a sweep finishes one from here when its
+    /// worker could not be given it.
+    jia_answers: parking_lot::Mutex<std::collections::HashMap<(u64, i64), command::Command>>,
     reset_lock: tokio::sync::Mutex<()>,
     /// One migration at a time.
     migration_lock: tokio::sync::Mutex<()>,
@@ -153,6 +157,7 @@ impl State {
             stalls: replica::Stalls::default(),
             registrations_left: parking_lot::Mutex::default(),
             awaiting_acceptance: parking_lot::Mutex::default(),
+            jia_answers: parking_lot::Mutex::default(),
             reset_lock: tokio::sync::Mutex::new(()),
             migration_lock: tokio::sync::Mutex::new(()),
             migration_grace: DEFAULT_MIGRATION_GRACE,

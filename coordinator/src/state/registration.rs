@@ -296,6 +296,13 @@ impl State {
             request: registration.request.clone(),
         };
         hold_for_crash_test("registration-jia-answered", &registration.uuid).await;
+        // Kept here too until the registration is over: when the worker cannot be given it
+        // (down, cut off), this leader's sweep finishes the registration from this copy.
+        {
+            let mut answers = self.jia_answers.lock();
+            answers.retain(|(of, _), _| *of == generation.id);
+            answers.insert((generation.id, id), accepted.clone());
+        }
         // The worker holds the command before it is proposed: from then on the registration
         // is finished, by this leader or the next one's sweep, with what its device posted.
         self.accept_on_worker(cell, generation.id, &accepted, &isu, term)
@@ -312,6 +319,7 @@ impl State {
             character,
         };
         self.publish_registered(cell, &publish).await;
+        self.jia_answers.lock().remove(&(generation.id, id));
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
             .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
         if started.elapsed() >= SLOW_REGISTRATION {
@@ -636,7 +644,8 @@ impl State {
                 .filter(|isu| isu.id == held.id)
                 .map(|isu| isu.character.to_string())
                 .or_else(|| {
-                    let (command, character) = accepted_command(generation, &held)?;
+                    let (command, character) =
+                        accepted_command(generation, &held).or_else(|| self.own_jia_answer(generation.id, held.id))?;
                     finished.push(command);
                     Some(character)
                 });
@@ -680,6 +689,9 @@ impl State {
         // commit): registered now from the worker's copy of their command, then published.
         for command in &finished {
             self.log.propose_as_leader(command).await?;
+            if let Command::Isu { isu, .. } = command {
+                self.jia_answers.lock().remove(&(generation.id, isu.id));
+            }
         }
         if !finished.is_empty() {
             tracing::warn!(
@@ -811,6 +823,21 @@ impl State {
             return true;
         }
         false
+    }
+
+    /// The command this replica built from JIA's answer for registration `id` (kept until
+    /// the registration is over, see `activate_and_publish`), with the ISU's character.
+    fn own_jia_answer(&self, generation: u64, id: i64) -> Option<(Command, String)> {
+        let command = self.jia_answers.lock().get(&(generation, id)).cloned()?;
+        let Command::Isu { isu, .. } = &command else {
+            return None;
+        };
+        let character = isu.character.clone();
+        tracing::warn!(
+            id,
+            "finishing a registration from this leader's copy of JIA's answer (its worker did not take it)"
+        );
+        Some((command, character))
     }
 
     /// Whether this coordinator still leads in `term` (see [`State::leading_term`]).

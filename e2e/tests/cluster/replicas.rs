@@ -619,6 +619,65 @@ async fn a_leader_paused_as_jia_answers_hands_over_the_acceptance_once_resumed()
     cluster.assert_no_crash();
 }
 
+/// Nemesis seed 4711, run again on the fixes above: the worker was down when its leader
+/// had JIA's answer to give it; the leader gave up after 1.5 s and dropped the answer, and a
+/// migration's sweep rolled the registration back with the conditions the restarted worker
+/// had acknowledged. Now the leader keeps its copy until the registration is over, and its
+/// sweep finishes the registration from it once the worker answers again.
+#[tokio::test]
+async fn a_leader_finishes_from_its_own_copy_a_registration_whose_worker_was_down_at_the_acceptance() {
+    let uuid = test_uuid('e', 77);
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        durable: true,
+        fail_points: Some(format!("registration-jia-answered=return({uuid}/2000)")),
+        ..ClusterOptions::default()
+    })
+    .await;
+    cluster.make_known(&uuid);
+    let workers = cluster.workers.len();
+    let leader = agreed_leader(&cluster).await;
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, leader), &cluster.signer, "alice").await);
+    let registering = register_in_background(&alice, &uuid, "worker down");
+    cluster.wait_for_log(workers + leader, "registration held").await;
+    let info = "is_dirty=false,is_overweight=false,is_broken=false";
+    let posted = [sent(VIRTUAL_START + 60, true, info, "before its worker died")];
+    cluster.post_conditions(&uuid, &posted).await.assert_empty(202);
+    let worker = default_cell(&uuid, workers);
+    cluster.kill_node(worker);
+    // The acceptance finds its worker down: the registration is answered 503.
+    let answer = registering.await.unwrap();
+    assert_eq!(answer.status.as_u16(), 503, "{}", answer.text());
+    cluster.start_node(worker);
+    let (alice_ref, uuid_ref) = (&alice, &uuid);
+    wait_until("the ISU is listed", Duration::from_secs(15), || async move {
+        listed(alice_ref)
+            .await
+            .filter(|uuids| uuids.contains(uuid_ref))
+            .map(|_| ())
+    })
+    .await;
+    let path = format!(
+        "/api/condition/{uuid}?end_time={}&condition_level=info,warning,critical",
+        VIRTUAL_START + 61
+    );
+    let conditions = wait_until("the conditions are readable", Duration::from_secs(10), || async {
+        let reply = alice.try_get(&path).await.ok()?;
+        (reply.status.as_u16() == 200).then(|| reply.json(200))
+    })
+    .await;
+    assert!(
+        conditions
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|condition| condition["timestamp"].as_i64() == Some(VIRTUAL_START + 60)),
+        "{conditions}"
+    );
+    assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
+    cluster.assert_no_crash();
+}
+
 /// Worker `worker`'s `/healthz` answer (`None`: it did not answer).
 async fn worker_health(cluster: &Cluster, worker: usize) -> Option<shared::protocol::Health> {
     let url = format!("{}{}", cluster.workers[worker], shared::protocol::HEALTH);
