@@ -124,11 +124,12 @@ const ENDED_AT_ONCE: usize = 32;
 const SWEEP_DECIDED_WITHIN: Duration = Duration::from_secs(2);
 const _: () = assert!(SWEEP_DECIDED_WITHIN.as_millis() < consensus::replica::ELECTION_WAIT.as_millis());
 
-/// How long the sweeps leave a registration its worker holds unaccepted though its device
-/// posted (JIA activated it) before rolling it back: its leader, paused or cut off while JIA
-/// answered, gives the worker JIA's acceptance once it runs again, and the sweep finishes the
-/// registration with what the device posted (the nemesis paused leaders at that moment for
-/// up to 6 s). A leader that died there never does: after this long, it is rolled back.
+/// How long the sweeps leave a registration its worker holds unaccepted before rolling it
+/// back: its leader, paused or cut off while JIA answered, gives the worker JIA's acceptance
+/// once it runs again, and the sweep finishes the registration with what the device posted
+/// (the nemesis paused leaders at that moment for up to 6 s). Rolled back at once, JIA had
+/// activated an ISU its user then registered again, asking JIA a second time (seed 271828).
+/// A leader that died there never does: after this long, it is rolled back.
 const ACCEPTANCE_WAIT: Duration = Duration::from_secs(20);
 
 /// Whether a sweep may leave a registration to await its acceptance ([`ACCEPTANCE_WAIT`]).
@@ -649,10 +650,12 @@ impl State {
                     finished.push(command);
                     Some(character)
                 });
+            // A lone coordinator's registrations left unfinished are its own dead process's:
+            // no other process will give the worker their acceptance.
             if character.is_none()
-                && held.posted
                 && sweep == Sweep::MayWait
-                && self.awaits_acceptance(generation.id, held.id, &held.uuid)
+                && !self.peer_urls().is_empty()
+                && self.awaits_acceptance(generation.id, held.id, &held.uuid, held.posted)
             {
                 // Its request sent again meanwhile waits for the outcome, never runs twice.
                 if let Some(request) = &held.request {
@@ -803,7 +806,7 @@ impl State {
 
     /// Whether the sweeps leave registration `id` (held unaccepted, its device posted) to
     /// await its acceptance: for [`ACCEPTANCE_WAIT`] from the first sweep that found it.
-    fn awaits_acceptance(&self, generation: u64, id: i64, uuid: &str) -> bool {
+    fn awaits_acceptance(&self, generation: u64, id: i64, uuid: &str, posted: bool) -> bool {
         let now = std::time::Instant::now();
         let mut awaiting = self.awaiting_acceptance.lock();
         // Another generation's, or one that left its worker unseen (replaced by a later
@@ -817,8 +820,9 @@ impl State {
         if waited < ACCEPTANCE_WAIT {
             tracing::warn!(
                 id,
+                posted,
                 waited_ms = waited.as_millis() as u64,
-                "a registration its device posted to awaits JIA's acceptance from its leader"
+                "a registration awaits JIA's acceptance from its leader"
             );
             return true;
         }

@@ -749,9 +749,11 @@ async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
     hold_on(&cluster, 0, &left).await;
     let unpublished = || held_by(&cluster, 0, generation);
     assert_eq!(unpublished().await.map(|held| held.len()), Some(1));
+    // Left 20 s for an acceptance that never comes (`ACCEPTANCE_WAIT`), then ended by the
+    // next sweep (every 10 s).
     wait_until(
         "the leader's sweep ends the registration left behind",
-        Duration::from_secs(30),
+        Duration::from_secs(45),
         || async { unpublished().await.filter(Vec::is_empty).map(drop) },
     )
     .await;
