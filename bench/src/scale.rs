@@ -414,21 +414,19 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     let (rss_after_push, rss_peak) = (coordinators.memory("VmRSS:")?, coordinators.memory("VmHWM:")?);
     let trend = measure_trend(&client, &urls[0]).await?;
     let leader = coordinators.leader(&client).await?;
-    let (map_spread, registration) = match &cells {
+    // The dataset's ISUs in the cells, counted before the step registers new ones.
+    let (map_spread, registration, isus_in_cells) = match &cells {
         Cells::Simulated(cells) => {
             let spread = measure_map_spread(&client, &leader, &secret, cells).await?;
+            let isus_in_cells = cells.isu_count();
             let registration = if config.registrations > 0 {
                 Some(measure_registrations(&config, &leader, &coordinators).await?)
             } else {
                 None
             };
-            (Some(spread), registration)
+            (Some(spread), registration, isus_in_cells)
         }
-        Cells::Real(_) => (None, None),
-    };
-    let isus_in_cells = match &cells {
-        Cells::Simulated(cells) => cells.isu_count(),
-        Cells::Real(_) => window.isus_in_cells,
+        Cells::Real(_) => (None, None, window.isus_in_cells),
     };
     jia.shutdown().await;
     let restart_seconds = if config.restart {
