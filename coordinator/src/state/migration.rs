@@ -292,14 +292,17 @@ impl State {
 
     /// Tells `cell` to drop the subject's ISUs the current map does not give it (and to end
     /// its export), until it answers. The map and generation are read at each attempt: no
-    /// other migration of the slot runs meanwhile, so the newest map is the right one.
+    /// other migration of the slot runs meanwhile, so the newest map the workers may have is
+    /// the right one (a later migration's flip, held back until its target activated, is
+    /// not: given it, this source forwarded that subject's reads to a target that did not
+    /// show its ISU yet, and a read answered 404).
     async fn forget_until_done(&self, migration: &Migration, cell: CellId) {
         self.until_done("forgetting a migrated subject", migration, || {
             let forget = ForgetSubject {
                 generation: self.generation().id,
                 migration: migration.id,
                 subject: migration.subject.clone(),
-                map: (*self.placement.map()).clone(),
+                map: (*self.placement.map_for_workers()).clone(),
             };
             let workers = &self.workers;
             async move { workers.forget(cell, &forget).await }

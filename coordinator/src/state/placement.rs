@@ -59,9 +59,9 @@ pub struct Placement {
     router_copy: RouterCopy,
     /// Router updates happen one at a time, in map order.
     router_update: tokio::sync::Mutex<()>,
-    /// Migrations between their flip's commit and their target's activation
-    /// ([`Placement::hold_router`]): nginx is handed no map meanwhile.
-    router_holds: std::sync::atomic::AtomicUsize,
+    /// Migrations between their flip's commit and their target's activation, and the map
+    /// from before the first of them ([`Placement::hold_router`]).
+    router_holds: Mutex<RouterHolds>,
     router_client: reqwest::Client,
     secret: String,
     pub(super) gate: SlotGate,
@@ -91,7 +91,7 @@ impl Placement {
             configured: configured.to_vec(),
             router_copy: RouterCopy::default(),
             router_update: tokio::sync::Mutex::new(()),
-            router_holds: std::sync::atomic::AtomicUsize::new(0),
+            router_holds: Mutex::default(),
             router_client: node_http::internal_client()
                 .timeout(ROUTER_TIMEOUT)
                 .build()
@@ -183,19 +183,30 @@ impl Placement {
         self.update_router(true).await;
     }
 
-    /// Holds nginx on the map it has until the hold is dropped: a migration takes it from
-    /// its flip's commit until its target has activated the subject's ISUs, so that nginx
-    /// never sends a read to a target that does not show the ISU yet (404 after a 201).
+    /// Holds nginx and the workers on the map from before the hold until it is dropped: a
+    /// migration takes it before it commits its flip and drops it once its target has
+    /// activated the subject's ISUs, so that no read is sent to a target that does not show
+    /// the ISU yet (404 after a 201): not by nginx, nor by a source that, given the new map,
+    /// would forward the subject's reads to the target.
     pub fn hold_router(&self) -> RouterHold<'_> {
-        self.router_holds.fetch_add(1, Ordering::AcqRel);
+        let mut holds = self.router_holds.lock();
+        if holds.count == 0 {
+            holds.before = Some(self.map());
+        }
+        holds.count += 1;
         RouterHold(&self.router_holds)
     }
 
-    /// Whether a migration holds the map back (see [`Placement::hold_router`]): the workers'
-    /// watch does not send it meanwhile either (a source that had it would forward the
-    /// subject's reads to the target).
-    pub fn map_held(&self) -> bool {
-        self.router_holds.load(Ordering::Acquire) > 0
+    /// The map nginx and the workers may be given now: the current one, or while a migration
+    /// holds the map back (see [`Placement::hold_router`]), the one from before its flip.
+    /// Every map that goes out goes through here, but the migration's own to the workers
+    /// once its target has activated.
+    pub fn map_for_workers(&self) -> Arc<PlacementMap> {
+        // The current map first, then the hold: a migration takes its hold before it commits
+        // its flip, so a flipped map read here is always seen held. Asked the other way
+        // round, a flip could come in between.
+        let current = self.map();
+        self.router_holds.lock().before.clone().unwrap_or(current)
     }
 
     /// Writes the router's map file only (at start, before nginx may run: an nginx that
@@ -208,15 +219,10 @@ impl Placement {
         let Some(router) = &self.router else { return };
         let _one_at_a_time = self.router_update.lock().await;
         let copy = &self.router_copy;
-        // The map first, then the hold: a migration takes its hold before it commits its
-        // flip, so a flipped map read here is always seen held. Asked the other way round
-        // (or before the lock, which an update waits on), a flip could come in between.
-        let map = self.map();
-        if self.map_held() {
-            // A migration between its flip and its target's activation: neither nginx nor
-            // the file (an nginx that starts reads it) gets the map yet.
-            return;
-        }
+        // Read once its turn came: one waiting on the lock must not take a map flipped
+        // meanwhile. Neither nginx nor the file (an nginx that starts reads it) gets a map a
+        // migration holds back.
+        let map = self.map_for_workers();
         let version = map.version();
         let needs_file = copy.written.load(Ordering::Relaxed) < version;
         let needs_handing = hand && router.url.is_some() && copy.handed.load(Ordering::Relaxed) < version;
@@ -390,11 +396,23 @@ enum HandOver {
 const ROUTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// See [`Placement::hold_router`].
-pub struct RouterHold<'a>(&'a std::sync::atomic::AtomicUsize);
+#[derive(Default)]
+struct RouterHolds {
+    count: usize,
+    /// The map when the first of them was taken.
+    before: Option<Arc<PlacementMap>>,
+}
+
+/// See [`Placement::hold_router`].
+pub struct RouterHold<'a>(&'a Mutex<RouterHolds>);
 
 impl Drop for RouterHold<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        let mut holds = self.0.lock();
+        holds.count -= 1;
+        if holds.count == 0 {
+            holds.before = None;
+        }
     }
 }
 
@@ -604,7 +622,10 @@ mod tests {
             first,
             "the flipped map waits for the hold"
         );
+        // Nor does anything else that gives the workers a map (a forget, the watch).
+        assert_eq!(placement.map_for_workers().version(), first);
         drop(hold);
+        assert_eq!(placement.map_for_workers().version(), placement.map().version());
         placement.write_router_file().await;
         assert_eq!(
             placement.router_copy.written.load(Ordering::Relaxed),

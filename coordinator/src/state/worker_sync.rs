@@ -38,7 +38,7 @@ impl State {
         keep_current: bool,
     ) -> anyhow::Result<()> {
         // The map first: from its reset on, the worker forwards what it does not own.
-        self.workers.placement(cell, &self.placement.map()).await?;
+        self.workers.placement(cell, &self.placement.map_for_workers()).await?;
         if keep_current && self.workers.health(cell).await?.generation == generation.id {
             self.workers.resend_latest(cell, generation.id).await?;
             tracing::info!(
@@ -107,8 +107,8 @@ impl State {
                     unanswered.insert(cell);
                     continue; // down: it is reset (or swept) when it answers again
                 };
-                let map = self.placement.map();
-                if health.map_version < map.version() && !self.placement.map_held() {
+                let map = self.placement.map_for_workers();
+                if health.map_version < map.version() {
                     if let Err(error) = self.workers.placement(cell, &map).await {
                         tracing::warn!(%error, "sending the placement map failed");
                     }
