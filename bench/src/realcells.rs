@@ -95,15 +95,13 @@ impl RealCells {
             };
             let log_path = config.out.join(format!("worker-{}.log", endpoint.cell));
             let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
-            let child = node_command(&config.worker, &args.args(), config.cpus.as_deref())
-                .env("ISU_CLUSTER_SECRET", &config.secret)
-                .env("NO_COLOR", "1")
-                .env("RUST_LIB_BACKTRACE", "0")
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log.try_clone()?))
-                .stderr(Stdio::from(log))
-                .spawn()
-                .with_context(|| format!("starting {}", config.worker.display()))?;
+            let child = spawn_node(
+                &config.worker,
+                &args.args(),
+                config.cpus.as_deref(),
+                &config.secret,
+                log,
+            )?;
             cells.children.push(child);
             cells.endpoints.push(endpoint);
             cells.logs.push(log_path);
@@ -123,29 +121,17 @@ impl RealCells {
     pub async fn wait_ready(&mut self, client: &reqwest::Client, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
         for index in 0..self.children.len() {
-            let url = format!("{}{HEALTH}", self.endpoints[index].url);
-            loop {
-                if let Some(status) = self.children[index].try_wait()? {
-                    let log = std::fs::read_to_string(&self.logs[index]).unwrap_or_default();
-                    let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                    anyhow::bail!(
-                        "worker {} exited ({status}) before it was ready; its log ({}) ends:\n{}",
-                        self.endpoints[index].cell,
-                        self.logs[index].display(),
-                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                    );
-                }
-                let answer = client.get(&url).timeout(Duration::from_secs(2)).send().await;
-                if answer.is_ok_and(|response| response.status().is_success()) {
-                    break;
-                }
-                anyhow::ensure!(
-                    Instant::now() < deadline,
-                    "worker {} was not ready in time",
-                    self.endpoints[index].cell
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let endpoint = &self.endpoints[index];
+            let name = format!("worker {}", endpoint.cell);
+            wait_node_ready(
+                &mut self.children[index],
+                &name,
+                &endpoint.url,
+                &self.logs[index],
+                client,
+                deadline,
+            )
+            .await?;
         }
         Ok(())
     }
@@ -223,8 +209,59 @@ pub fn node_command(program: &std::path::Path, args: &[String], cpus: Option<&st
     }
 }
 
+/// Starts `program` with `args` (under `taskset -c cpus` when given) for a bench step: the
+/// cluster secret in its environment, plain log lines, its output in `log`.
+pub fn spawn_node(
+    program: &std::path::Path,
+    args: &[String],
+    cpus: Option<&str>,
+    secret: &str,
+    log: std::fs::File,
+) -> anyhow::Result<Child> {
+    node_command(program, args, cpus)
+        .env("ISU_CLUSTER_SECRET", secret)
+        .env("NO_COLOR", "1")
+        .env("RUST_LIB_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))
+}
+
+/// Waits until node `name` (`child`, writing `log`) answers 200 at `base_url`'s `/healthz`;
+/// fails at once when it exits (a flag it refuses, say), with the end of its log, and at
+/// `deadline`.
+pub async fn wait_node_ready(
+    child: &mut Child,
+    name: &str,
+    base_url: &str,
+    log: &std::path::Path,
+    client: &reqwest::Client,
+    deadline: Instant,
+) -> anyhow::Result<()> {
+    let url = format!("{base_url}{HEALTH}");
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(5).collect();
+            anyhow::bail!(
+                "{name} exited ({status}) before it was ready; its log ({}) ends:\n{}",
+                log.display(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        let answer = client.get(&url).timeout(Duration::from_secs(2)).send().await;
+        if answer.is_ok_and(|response| response.status().is_success()) {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "{name} was not ready in time");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A free port on `host` (bound on port 0 and released).
-fn free_port_on(host: Ipv4Addr) -> anyhow::Result<SocketAddr> {
+pub fn free_port_on(host: Ipv4Addr) -> anyhow::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(SocketAddr::from((host, 0)))
         .with_context(|| format!("finding a free port on {host}"))?;
     Ok(listener.local_addr()?)

@@ -11,7 +11,7 @@
 //! run ([`crate::scale_compare`]); the map spread and the registrations are then skipped.
 
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -227,15 +227,13 @@ impl Coordinators {
             .truncate(!append)
             .open(path)
             .with_context(|| format!("opening {}", path.display()))?;
-        crate::realcells::node_command(&self.program, &self.args[index], self.cpus.as_deref())
-            .env("ISU_CLUSTER_SECRET", &self.secret)
-            .env("NO_COLOR", "1")
-            .env("RUST_LIB_BACKTRACE", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .with_context(|| format!("starting {}", self.program.display()))
+        crate::realcells::spawn_node(
+            &self.program,
+            &self.args[index],
+            self.cpus.as_deref(),
+            &self.secret,
+            log,
+        )
     }
 
     /// Kills the last coordinator (SIGKILL), starts it again and times it until ready.
@@ -299,29 +297,16 @@ impl Coordinators {
         client: &reqwest::Client,
         deadline: Instant,
     ) -> anyhow::Result<()> {
-        let url = format!("{}{}", self.urls[index], shared::protocol::HEALTH);
-        loop {
-            if let Some(status) = self.children[index].try_wait()? {
-                let log = std::fs::read_to_string(&self.logs[index]).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(5).collect();
-                anyhow::bail!(
-                    "coordinator {} exited ({status}) before it was ready; its log ({}) ends:\n{}",
-                    index + 1,
-                    self.logs[index].display(),
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                );
-            }
-            let answer = client.get(&url).timeout(Duration::from_secs(2)).send().await;
-            if answer.is_ok_and(|response| response.status().is_success()) {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "coordinator {} was not ready in time",
-                index + 1
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let name = format!("coordinator {}", index + 1);
+        crate::realcells::wait_node_ready(
+            &mut self.children[index],
+            &name,
+            &self.urls[index],
+            &self.logs[index],
+            client,
+            deadline,
+        )
+        .await
     }
 }
 
@@ -819,8 +804,7 @@ async fn health(client: &reqwest::Client, url: &str) -> Option<shared::protocol:
 
 /// A free port on 127.0.0.1 (bound on port 0 and released).
 fn free_loopback_port() -> anyhow::Result<String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.to_string())
+    Ok(crate::realcells::free_port_on(std::net::Ipv4Addr::LOCALHOST)?.to_string())
 }
 
 /// Starts the coordinators (a group of replicas when more than one) told the cells, their logs (and a group's data) in `config.out`.

@@ -251,21 +251,17 @@ impl Plan {
             let quota = std::env::var("ISU_QUOTA").unwrap_or_else(|_| "0".to_owned());
             plan.cluster_env.push(("ISU_QUOTA".to_owned(), quota));
         }
-        if options.flood_cost {
-            profile = false;
-            plan.bench_args.push("--flood-cost".to_owned());
-        }
-        if options.scale {
-            profile = false;
-            plan.bench_args.push("--scale".to_owned());
-        }
-        if options.scale_real_workers {
-            profile = false;
-            plan.bench_args.push("--scale-real-workers".to_owned());
-        }
-        if options.scale_compare {
-            profile = false;
-            plan.bench_args.push("--scale-compare".to_owned());
+        // The measuring modes that run without profiles.
+        for (on, flag) in [
+            (options.flood_cost, "--flood-cost"),
+            (options.scale, "--scale"),
+            (options.scale_real_workers, "--scale-real-workers"),
+            (options.scale_compare, "--scale-compare"),
+        ] {
+            if on {
+                profile = false;
+                plan.bench_args.push(flag.to_owned());
+            }
         }
         if let Some(devices) = &options.devices {
             plan.cluster_up.extend(["--devices".to_owned(), devices.clone()]);

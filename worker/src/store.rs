@@ -162,11 +162,11 @@ pub struct IsuEntry {
     history: RwLock<History>,
 }
 
-/// What a registration's provisional entry keeps of it.
 /// See [`Shard::rollback_unless_accepted`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RollbackRefused;
 
+/// What a registration's provisional entry keeps of it.
 #[derive(Debug)]
 struct Registration {
     /// The registration request's id (replicas).

@@ -94,9 +94,8 @@ pub struct State {
     /// Leading: the cells whose worker did not answer when this replica took over,
     /// so the registrations it holds provisionally are ended when it answers again.
     registrations_left: parking_lot::Mutex<std::collections::BTreeSet<shared::placement_map::CellId>>,
-    /// Leading: registrations a worker holds unaccepted though their device posted, by
-    /// generation and id, with when a sweep first found them (see
-    /// `registration::ACCEPTANCE_WAIT`).
+    /// Leading: registrations a worker holds unaccepted, by generation and id, with when a
+    /// sweep first found them and their UUID (see `registration::ACCEPTANCE_WAIT`).
     awaiting_acceptance: parking_lot::Mutex<std::collections::HashMap<(u64, i64), (std::time::Instant, String)>>,
     /// The commands this replica built from JIA's answers, by generation and registration
     /// id, until their registration is over: a sweep finishes one from here when its

@@ -306,8 +306,7 @@ impl State {
         }
         // The worker holds the command before it is proposed: from then on the registration
         // is finished, by this leader or the next one's sweep, with what its device posted.
-        self.accept_on_worker(cell, generation.id, &accepted, &isu, term)
-            .await?;
+        self.accept_on_worker(cell, generation.id, &accepted, &isu).await?;
         hold_for_crash_test("registration-answered", &registration.uuid).await;
         // Committed before the worker publishes it: an ISU visible anywhere is in the log.
         let isu = self.log_accepted(generation, &accepted, &isu.uuid, term).await?;
@@ -441,22 +440,19 @@ impl State {
     }
 
     /// Gives the worker of `cell` JIA's acceptance: `accepted`, the command that registers
-    /// the ISU. Only while this replica leads in `term`. A failure is answered 503 and leaves
+    /// the ISU. Given even when this replica lost the lead while JIA answered (the worker
+    /// takes it whatever the term): JIA activated the ISU and its device posts, and the next
+    /// leader's sweep finishes the registration with it rather than roll back what the
+    /// device posted; only the commit needs the lead. A failure is answered 503 and leaves
     /// the registration to the leader's sweep (the worker may hold the command, its answer
-    /// lost): it is finished if the worker holds it, else rolled back.
+    /// lost): it is finished from the worker's copy or this leader's, else rolled back.
     async fn accept_on_worker(
         &self,
         cell: CellId,
         generation: u64,
         accepted: &Command,
         isu: &Isu,
-        term: u64,
     ) -> Result<(), ApiError> {
-        // Given even when this replica lost the lead while JIA answered (the worker takes
-        // it whatever the term): JIA activated the ISU and its device posts; the next
-        // leader's sweep finishes the registration with it rather than roll back what the
-        // device posted. Only the commit below needs the lead.
-        let _ = term;
         let acceptance = AcceptIsu {
             generation,
             uuid: isu.uuid.to_string(),
@@ -634,6 +630,9 @@ impl State {
         let mut accepted = Vec::new();
         let mut finished = Vec::new();
         let mut abandoned = Vec::new();
+        // A lone coordinator's registrations left unfinished are its own dead process's: no
+        // other process will give the worker their acceptance, so none waits for it.
+        let may_wait = sweep == Sweep::MayWait && !self.peer_urls().is_empty();
         for held in held {
             // Its id is never given again, whatever becomes of it.
             generation.next_id.fetch_max(held.id + 1, Ordering::AcqRel);
@@ -650,11 +649,8 @@ impl State {
                     finished.push(command);
                     Some(character)
                 });
-            // A lone coordinator's registrations left unfinished are its own dead process's:
-            // no other process will give the worker their acceptance.
             if character.is_none()
-                && sweep == Sweep::MayWait
-                && !self.peer_urls().is_empty()
+                && may_wait
                 && self.awaits_acceptance(generation.id, held.id, &held.uuid, held.posted)
             {
                 // Its request sent again meanwhile waits for the outcome, never runs twice.
@@ -804,8 +800,9 @@ impl State {
         }
     }
 
-    /// Whether the sweeps leave registration `id` (held unaccepted, its device posted) to
-    /// await its acceptance: for [`ACCEPTANCE_WAIT`] from the first sweep that found it.
+    /// Whether the sweeps leave registration `id` (held unaccepted; `posted`: its device
+    /// posted to it, for the log) to await its acceptance: for [`ACCEPTANCE_WAIT`] from the
+    /// first sweep that found it.
     fn awaits_acceptance(&self, generation: u64, id: i64, uuid: &str, posted: bool) -> bool {
         let now = std::time::Instant::now();
         let mut awaiting = self.awaiting_acceptance.lock();

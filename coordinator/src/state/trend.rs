@@ -76,6 +76,10 @@ impl TrendCache {
     /// one after it came in any case. Not while a request builds or takes one (it holds
     /// `building_now`, and puts the trend in demand before it lets go).
     fn drop_stale(&self) {
+        // Nothing kept (the usual case on a replica serving no trend): one lock, then done.
+        if self.built.lock().0 == 0 {
+            return;
+        }
         let Some(_building) = self.building_now.try_lock() else {
             return;
         };

@@ -106,6 +106,71 @@ async fn registration_held_at(
     (cluster, leader, alice, registering)
 }
 
+/// Replica `replica`'s term, as its status says.
+async fn term_of(cluster: &Cluster, replica: usize) -> u64 {
+    statuses(cluster).await[replica].as_ref().unwrap()["term"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Waits until a replica other than `old` leads in a term after `term_before` (with `ready`,
+/// one that says it is ready too); that replica.
+async fn another_leads(cluster: &Cluster, old: usize, term_before: u64, ready: bool) -> usize {
+    let what = if ready {
+        "another replica leads, ready, in a later term"
+    } else {
+        "another replica leads in a later term"
+    };
+    wait_until(what, Duration::from_secs(15), || async {
+        let answers = statuses(cluster).await;
+        (0..answers.len()).filter(|replica| *replica != old).find(|replica| {
+            answers[*replica].as_ref().is_some_and(|answer| {
+                answer["role"] == "leader"
+                    && (!ready || answer["ready"] == true)
+                    && answer["term"].as_u64() > Some(term_before)
+            })
+        })
+    })
+    .await
+}
+
+/// The condition the registration tests post while a registration is held: at
+/// `VIRTUAL_START + 60`, acknowledged (202).
+async fn post_held_condition(cluster: &Cluster, uuid: &str, message: &'static str) {
+    let info = "is_dirty=false,is_overweight=false,is_broken=false";
+    let posted = [sent(VIRTUAL_START + 60, true, info, message)];
+    cluster.post_conditions(uuid, &posted).await.assert_empty(202);
+}
+
+/// Waits (at most `within`) until `agent` lists `uuid`.
+async fn wait_listed(agent: &Agent, uuid: &str, within: Duration) {
+    wait_until("the ISU is listed", within, || async move {
+        listed(agent).await.filter(|uuids| uuids.contains(uuid)).map(drop)
+    })
+    .await;
+}
+
+/// Asserts that the condition [`post_held_condition`] posted reads back from `uuid` (beside
+/// what JIA's device posted since, which comes after it).
+async fn assert_held_condition_readable(agent: &Agent, uuid: &str) {
+    let path = format!(
+        "/api/condition/{uuid}?end_time={}&condition_level=info,warning,critical",
+        VIRTUAL_START + 61
+    );
+    let conditions = wait_until("the conditions are readable", Duration::from_secs(10), || async {
+        let reply = agent.try_get(&path).await.ok()?;
+        (reply.status.as_u16() == 200).then(|| reply.json(200))
+    })
+    .await;
+    let timestamps: Vec<i64> = conditions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|condition| condition["timestamp"].as_i64().unwrap())
+        .collect();
+    assert!(timestamps.contains(&(VIRTUAL_START + 60)), "{timestamps:?}");
+}
+
 /// How many times JIA was asked to activate `uuid`.
 pub(super) fn activations_of(cluster: &Cluster, uuid: &str) -> usize {
     let activations = cluster.jia.activations();
@@ -412,9 +477,7 @@ async fn a_registration_jia_accepted_is_finished_by_the_next_leader_with_its_ack
     let (mut cluster, leader, alice, registering) =
         registration_held_at("registration-answered", &uuid, "accepted").await;
     let workers = cluster.workers.len();
-    let info = "is_dirty=false,is_overweight=false,is_broken=false";
-    let posted = [sent(VIRTUAL_START + 60, true, info, "before the leader died")];
-    cluster.post_conditions(&uuid, &posted).await.assert_empty(202);
+    post_held_condition(&cluster, &uuid, "before the leader died").await;
     cluster.kill_node(workers + leader);
     // The follower sends the registration again to the next leader, which finished it at its
     // takeover: the request is answered from that outcome.
@@ -425,26 +488,7 @@ async fn a_registration_jia_accepted_is_finished_by_the_next_leader_with_its_ack
     assert_eq!(listed(&alice).await, Some(BTreeSet::from([uuid.clone()])));
     // The condition acknowledged before the leader died is there (beside what JIA's device
     // posted since, which comes after it).
-    let path = format!(
-        "/api/condition/{uuid}?end_time={}&condition_level=info,warning,critical",
-        VIRTUAL_START + 61
-    );
-    let conditions = wait_until(
-        "the finished ISU's conditions are readable",
-        Duration::from_secs(10),
-        || async {
-            let reply = alice.try_get(&path).await.ok()?;
-            (reply.status.as_u16() == 200).then(|| reply.json(200))
-        },
-    )
-    .await;
-    let timestamps: Vec<i64> = conditions
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|condition| condition["timestamp"].as_i64().unwrap())
-        .collect();
-    assert!(timestamps.contains(&(VIRTUAL_START + 60)), "{timestamps:?}");
+    assert_held_condition_readable(&alice, &uuid).await;
     assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
     cluster.start_node(workers + leader);
     agreed_leader(&cluster).await;
@@ -472,32 +516,15 @@ async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
     cluster.make_known(&uuid);
     let workers = cluster.workers.len();
     let leader = agreed_leader(&cluster).await;
-    let term_before = statuses(&cluster).await[leader].as_ref().unwrap()["term"]
-        .as_u64()
-        .unwrap();
+    let term_before = term_of(&cluster, leader).await;
     let through = (leader + 1) % 3;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, through), &cluster.signer, "alice").await);
     let registering = register_in_background(&alice, &uuid, "deposed");
     cluster.wait_for_log(workers + leader, "registration held").await;
-    let info = "is_dirty=false,is_overweight=false,is_broken=false";
-    let posted = [sent(VIRTUAL_START + 60, true, info, "while JIA's answer was held")];
-    cluster.post_conditions(&uuid, &posted).await.assert_empty(202);
+    post_held_condition(&cluster, &uuid, "while JIA's answer was held").await;
 
     cluster.signal_node(workers + leader, "STOP");
-    let others: Vec<usize> = (0..3).filter(|replica| *replica != leader).collect();
-    wait_until(
-        "another replica leads in a later term",
-        Duration::from_secs(15),
-        || async {
-            let answers = statuses(&cluster).await;
-            others.iter().copied().find(|replica| {
-                answers[*replica]
-                    .as_ref()
-                    .is_some_and(|answer| answer["role"] == "leader" && answer["term"].as_u64() > Some(term_before))
-            })
-        },
-    )
-    .await;
+    another_leads(&cluster, leader, term_before, false).await;
     cluster.signal_node(workers + leader, "CONT");
 
     // The deposed leader's acceptance reaches the worker; the next leader finishes the
@@ -510,30 +537,8 @@ async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
         answer.status,
         answer.text()
     );
-    let (alice_ref, uuid_ref) = (&alice, &uuid);
-    wait_until("the ISU is listed", Duration::from_secs(20), || async move {
-        listed(alice_ref)
-            .await
-            .filter(|uuids| uuids.contains(uuid_ref))
-            .map(|_| ())
-    })
-    .await;
-    let path = format!(
-        "/api/condition/{uuid}?end_time={}&condition_level=info,warning,critical",
-        VIRTUAL_START + 61
-    );
-    let conditions = wait_until("the conditions are readable", Duration::from_secs(10), || async {
-        let reply = alice.try_get(&path).await.ok()?;
-        (reply.status.as_u16() == 200).then(|| reply.json(200))
-    })
-    .await;
-    let timestamps: Vec<i64> = conditions
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|condition| condition["timestamp"].as_i64().unwrap())
-        .collect();
-    assert!(timestamps.contains(&(VIRTUAL_START + 60)), "{timestamps:?}");
+    wait_listed(&alice, &uuid, Duration::from_secs(20)).await;
+    assert_held_condition_readable(&alice, &uuid).await;
     assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
     cluster.assert_no_crash();
 }
@@ -555,31 +560,14 @@ async fn a_leader_paused_as_jia_answers_hands_over_the_acceptance_once_resumed()
     cluster.make_known(&uuid);
     let workers = cluster.workers.len();
     let leader = agreed_leader(&cluster).await;
-    let term_before = statuses(&cluster).await[leader].as_ref().unwrap()["term"]
-        .as_u64()
-        .unwrap();
+    let term_before = term_of(&cluster, leader).await;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, (leader + 1) % 3), &cluster.signer, "alice").await);
     let registering = register_in_background(&alice, &uuid, "paused");
     cluster.wait_for_log(workers + leader, "registration held").await;
-    let info = "is_dirty=false,is_overweight=false,is_broken=false";
-    let posted = [sent(VIRTUAL_START + 60, true, info, "before the leader was paused")];
-    cluster.post_conditions(&uuid, &posted).await.assert_empty(202);
+    post_held_condition(&cluster, &uuid, "before the leader was paused").await;
 
     cluster.signal_node(workers + leader, "STOP");
-    let others: Vec<usize> = (0..3).filter(|replica| *replica != leader).collect();
-    let next = wait_until(
-        "another replica leads, ready, in a later term",
-        Duration::from_secs(15),
-        || async {
-            let answers = statuses(&cluster).await;
-            others.iter().copied().find(|replica| {
-                answers[*replica].as_ref().is_some_and(|answer| {
-                    answer["role"] == "leader" && answer["ready"] == true && answer["term"].as_u64() > Some(term_before)
-                })
-            })
-        },
-    )
-    .await;
+    let next = another_leads(&cluster, leader, term_before, true).await;
     cluster.wait_for_log(workers + next, "awaits JIA's acceptance").await;
     cluster.signal_node(workers + leader, "CONT");
 
@@ -590,31 +578,8 @@ async fn a_leader_paused_as_jia_answers_hands_over_the_acceptance_once_resumed()
         answer.status,
         answer.text()
     );
-    let (alice_ref, uuid_ref) = (&alice, &uuid);
-    wait_until("the ISU is listed", Duration::from_secs(30), || async move {
-        listed(alice_ref)
-            .await
-            .filter(|uuids| uuids.contains(uuid_ref))
-            .map(|_| ())
-    })
-    .await;
-    let path = format!(
-        "/api/condition/{uuid}?end_time={}&condition_level=info,warning,critical",
-        VIRTUAL_START + 61
-    );
-    let conditions = wait_until("the conditions are readable", Duration::from_secs(10), || async {
-        let reply = alice.try_get(&path).await.ok()?;
-        (reply.status.as_u16() == 200).then(|| reply.json(200))
-    })
-    .await;
-    assert!(
-        conditions
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|condition| condition["timestamp"].as_i64() == Some(VIRTUAL_START + 60)),
-        "{conditions}"
-    );
+    wait_listed(&alice, &uuid, Duration::from_secs(30)).await;
+    assert_held_condition_readable(&alice, &uuid).await;
     assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
     cluster.assert_no_crash();
 }
@@ -640,40 +605,15 @@ async fn a_leader_finishes_from_its_own_copy_a_registration_whose_worker_was_dow
     let alice = Arc::new(sign_in_with(agent_of(&cluster, leader), &cluster.signer, "alice").await);
     let registering = register_in_background(&alice, &uuid, "worker down");
     cluster.wait_for_log(workers + leader, "registration held").await;
-    let info = "is_dirty=false,is_overweight=false,is_broken=false";
-    let posted = [sent(VIRTUAL_START + 60, true, info, "before its worker died")];
-    cluster.post_conditions(&uuid, &posted).await.assert_empty(202);
+    post_held_condition(&cluster, &uuid, "before its worker died").await;
     let worker = default_cell(&uuid, workers);
     cluster.kill_node(worker);
     // The acceptance finds its worker down: the registration is answered 503.
     let answer = registering.await.unwrap();
     assert_eq!(answer.status.as_u16(), 503, "{}", answer.text());
     cluster.start_node(worker);
-    let (alice_ref, uuid_ref) = (&alice, &uuid);
-    wait_until("the ISU is listed", Duration::from_secs(15), || async move {
-        listed(alice_ref)
-            .await
-            .filter(|uuids| uuids.contains(uuid_ref))
-            .map(|_| ())
-    })
-    .await;
-    let path = format!(
-        "/api/condition/{uuid}?end_time={}&condition_level=info,warning,critical",
-        VIRTUAL_START + 61
-    );
-    let conditions = wait_until("the conditions are readable", Duration::from_secs(10), || async {
-        let reply = alice.try_get(&path).await.ok()?;
-        (reply.status.as_u16() == 200).then(|| reply.json(200))
-    })
-    .await;
-    assert!(
-        conditions
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|condition| condition["timestamp"].as_i64() == Some(VIRTUAL_START + 60)),
-        "{conditions}"
-    );
+    wait_listed(&alice, &uuid, Duration::from_secs(15)).await;
+    assert_held_condition_readable(&alice, &uuid).await;
     assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
     cluster.assert_no_crash();
 }
@@ -733,9 +673,7 @@ async fn the_leader_ends_a_registration_left_on_a_worker_without_a_takeover() {
     let workers = cluster.workers.len();
     let uuid = cluster.known_uuid('a', 91);
     let health = worker_health(&cluster, 0).await.unwrap();
-    let term = statuses(&cluster).await[leader].as_ref().unwrap()["term"]
-        .as_u64()
-        .unwrap();
+    let term = term_of(&cluster, leader).await;
     assert_eq!(health.fence_term, term, "the leader's term on its worker");
     let generation = health.generation;
     let left = ProvisionalIsu {
@@ -882,9 +820,7 @@ async fn a_paused_leader_is_replaced_fenced_off_the_workers_and_follows_once_res
     let (leaders_per_term, sampler) = sample_leaders(&cluster);
     let workers = cluster.workers.len();
     let leader = agreed_leader(&cluster).await;
-    let term_before = statuses(&cluster).await[leader].as_ref().unwrap()["term"]
-        .as_u64()
-        .unwrap();
+    let term_before = term_of(&cluster, leader).await;
 
     // A registration sent to the leader is held (2 s) before its worker hears of it, and the
     // leader is paused there: it still believes it leads when it wakes up.
@@ -896,20 +832,7 @@ async fn a_paused_leader_is_replaced_fenced_off_the_workers_and_follows_once_res
 
     // The other two elect a leader in a later term, which calls the workers with its term
     // (the held registration is nowhere yet: nothing to end).
-    let others: Vec<usize> = (0..3).filter(|replica| *replica != leader).collect();
-    let new_leader = wait_until(
-        "another replica leads, ready, in a later term",
-        Duration::from_secs(15),
-        || async {
-            let answers = statuses(&cluster).await;
-            others.iter().copied().find(|replica| {
-                answers[*replica].as_ref().is_some_and(|answer| {
-                    answer["role"] == "leader" && answer["ready"] == true && answer["term"].as_u64() > Some(term_before)
-                })
-            })
-        },
-    )
-    .await;
+    let new_leader = another_leads(&cluster, leader, term_before, true).await;
     eprintln!("a new leader was ready {:?} after the pause", paused_at.elapsed());
     let bob = sign_in_with(agent_of(&cluster, new_leader), &cluster.signer, "bob").await;
     let second = cluster.known_uuid('f', 74);
