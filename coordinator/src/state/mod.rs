@@ -101,6 +101,9 @@ pub struct State {
     /// id, until their registration is over: a sweep finishes one from here when its
     /// worker could not be given it.
     jia_answers: parking_lot::Mutex<std::collections::HashMap<(u64, i64), command::Command>>,
+    /// One sweep of a cell's provisional registrations at a time (the watch's, a takeover's,
+    /// a migration's, and those a registration waiting on an earlier one drives).
+    sweeping: parking_lot::Mutex<std::collections::HashMap<shared::placement_map::CellId, Arc<tokio::sync::Mutex<()>>>>,
     reset_lock: tokio::sync::Mutex<()>,
     /// One migration at a time.
     migration_lock: tokio::sync::Mutex<()>,
@@ -157,6 +160,7 @@ impl State {
             registrations_left: parking_lot::Mutex::default(),
             awaiting_acceptance: parking_lot::Mutex::default(),
             jia_answers: parking_lot::Mutex::default(),
+            sweeping: parking_lot::Mutex::default(),
             reset_lock: tokio::sync::Mutex::new(()),
             migration_lock: tokio::sync::Mutex::new(()),
             migration_grace: DEFAULT_MIGRATION_GRACE,

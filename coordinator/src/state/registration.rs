@@ -132,6 +132,11 @@ const _: () = assert!(SWEEP_DECIDED_WITHIN.as_millis() < consensus::replica::ELE
 /// A leader that died there never does: after this long, it is rolled back.
 const ACCEPTANCE_WAIT: Duration = Duration::from_secs(20);
 
+/// How often a registration of a UUID an earlier leader left awaiting its acceptance sweeps
+/// that UUID's cell while it waits for the outcome: the acceptance reaches the worker when
+/// the old leader runs again, and the client (whose first try timed out) is still waiting.
+const AWAITED_SWEEP_EVERY: Duration = Duration::from_millis(100);
+
 /// Whether a sweep may leave a registration to await its acceptance ([`ACCEPTANCE_WAIT`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Sweep {
@@ -139,6 +144,16 @@ pub(super) enum Sweep {
     MayWait,
     /// A migration's: everything is ended before the slot's ISUs move.
     DecideNow,
+}
+
+/// What one pass of a sweep did.
+struct SweepPass {
+    /// The registrations the worker held.
+    count: usize,
+    /// The worker refused a rollback: JIA's acceptance reached it since it was listed.
+    accepted_meanwhile: bool,
+    /// The ids of those it ended (or tried to: a worker that did not answer has them again next time).
+    decided: Vec<i64>,
 }
 
 /// How a registration left unfinished on its worker ends.
@@ -181,6 +196,23 @@ impl State {
     async fn claim(&self, generation: &Arc<Generation>, uuid: &str) -> Result<(Claim, i64), ApiError> {
         let deadline = tokio::time::Instant::now() + CONCURRENT_REGISTRATION_WAIT;
         loop {
+            // A registration of the UUID an earlier leader left awaiting JIA's acceptance (the
+            // client sent it again after its first try timed out): its outcome decides this
+            // one's, 409 once it is published. Claimed beside it, this one's provisional call
+            // met the worker's copy and was answered 409 while the ISU read 404 (CI's leader
+            // pauses under the contest's load, 2026-12-06).
+            if self.awaited(generation.id, uuid) {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ApiError::Unavailable(format!(
+                        "registration of {uuid} still awaits its acceptance"
+                    )));
+                }
+                self.sweep_cell_of(generation, uuid).await;
+                if self.awaited(generation.id, uuid) {
+                    tokio::time::sleep(AWAITED_SWEEP_EVERY).await;
+                }
+                continue;
+            }
             let mut in_flight = {
                 let mut pending = generation.pending.lock();
                 // In flight first: an ISU being published may still fail and be removed.
@@ -410,11 +442,7 @@ impl State {
         // Still running here (its first answer was lost on the way): wait for its end.
         let deadline = tokio::time::Instant::now() + CONCURRENT_REGISTRATION_WAIT;
         while generation.pending.lock().contains_key(&uuid)
-            || self
-                .awaiting_acceptance
-                .lock()
-                .iter()
-                .any(|((of, _), (_, held))| *of == generation.id && *held == uuid)
+            || self.awaited(generation.id, &uuid)
             || generation
                 .unfinished
                 .lock()
@@ -426,7 +454,12 @@ impl State {
                     "registration of {uuid} still in flight"
                 ))));
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            if self.awaited(generation.id, &uuid) {
+                self.sweep_cell_of(generation, &uuid).await;
+                tokio::time::sleep(AWAITED_SWEEP_EVERY).await;
+            } else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
         match generation.owned_isu(&uuid, &registration.owner) {
             Some(isu) => {
@@ -558,6 +591,7 @@ impl State {
         cell: CellId,
         sweep: Sweep,
     ) -> anyhow::Result<usize> {
+        let _sweeping = self.sweep_lock(cell).lock_owned().await;
         stall_for_test("sweep-stall").await;
         self.log.settled().await?;
         let decide_by = std::time::Instant::now() + SWEEP_DECIDED_WITHIN;
@@ -573,6 +607,7 @@ impl State {
         generation: &Arc<Generation>,
         cell: CellId,
     ) -> anyhow::Result<usize> {
+        let _sweeping = self.sweep_lock(cell).lock_owned().await;
         stall_for_test("sweep-stall").await;
         let ended = self
             .end_registrations_held_by_within(generation, cell, None, Sweep::MayWait)
@@ -594,33 +629,38 @@ impl State {
         decide_by: Option<std::time::Instant>,
         sweep: Sweep,
     ) -> anyhow::Result<Option<usize>> {
-        let Some((count, accepted_meanwhile)) = self.end_held_once(generation, cell, decide_by, sweep).await? else {
+        let Some(first) = self.end_held_once(generation, cell, decide_by, sweep).await? else {
             return Ok(None);
         };
-        if !accepted_meanwhile {
-            return Ok(Some(count));
+        let mut decided = first.decided;
+        if first.accepted_meanwhile {
+            // A deposed leader's acceptance reached the worker after this sweep had listed the
+            // registration: the worker refused its rollback, and a second pass finishes it.
+            tracing::warn!(
+                worker = self.workers.role(cell),
+                "a registration was accepted while the sweep ended it: finishing it"
+            );
+            if let Some(second) = self.end_held_once(generation, cell, None, sweep).await? {
+                decided.extend(second.decided);
+            }
         }
-        // A deposed leader's acceptance reached the worker after this sweep had listed the
-        // registration: the worker refused its rollback, and a second pass finishes it.
-        tracing::warn!(
-            worker = self.workers.role(cell),
-            "a registration was accepted while the sweep ended it: finishing it"
-        );
-        Ok(self
-            .end_held_once(generation, cell, None, sweep)
-            .await?
-            .map(|(count, _)| count))
+        // No longer awaited once ended on the worker (not when decided): a registration of
+        // the UUID waiting on it then finds it published, or the UUID free.
+        let mut awaiting = self.awaiting_acceptance.lock();
+        for id in decided {
+            awaiting.remove(&(generation.id, id));
+        }
+        Ok(Some(first.count))
     }
 
-    /// One pass of [`State::end_registrations_held_by_within`]: how many it ended, and
-    /// whether the worker refused a rollback because JIA's acceptance reached it meanwhile.
+    /// One pass of [`State::end_registrations_held_by_within`].
     async fn end_held_once(
         &self,
         generation: &Arc<Generation>,
         cell: CellId,
         decide_by: Option<std::time::Instant>,
         sweep: Sweep,
-    ) -> anyhow::Result<Option<(usize, bool)>> {
+    ) -> anyhow::Result<Option<SweepPass>> {
         let mut held = self.workers.unpublished(cell, generation.id).await?;
         if decide_by.is_some_and(|decide_by| std::time::Instant::now() > decide_by) {
             return Ok(None);
@@ -630,6 +670,7 @@ impl State {
         let mut accepted = Vec::new();
         let mut finished = Vec::new();
         let mut abandoned = Vec::new();
+        let mut decided = Vec::new();
         // A lone coordinator's registrations left unfinished are its own dead process's: no
         // other process will give the worker their acceptance, so none waits for it.
         let may_wait = sweep == Sweep::MayWait && !self.peer_urls().is_empty();
@@ -660,7 +701,7 @@ impl State {
                 }
                 continue;
             }
-            self.awaiting_acceptance.lock().remove(&(generation.id, held.id));
+            decided.push(held.id);
             match character {
                 Some(character) => accepted.push(PublishIsu {
                     generation: generation.id,
@@ -716,7 +757,11 @@ impl State {
             .collect::<Vec<bool>>()
             .await
             .contains(&true);
-        Ok(Some((count, accepted_meanwhile)))
+        Ok(Some(SweepPass {
+            count,
+            accepted_meanwhile,
+            decided,
+        }))
     }
 
     /// Publishes or rolls back one registration left unfinished on the worker of `cell`;
@@ -839,6 +884,40 @@ impl State {
             "finishing a registration from this leader's copy of JIA's answer (its worker did not take it)"
         );
         Some((command, character))
+    }
+
+    /// Whether a registration of `uuid` a worker holds unaccepted awaits its acceptance (see
+    /// [`State::awaits_acceptance`]).
+    fn awaited(&self, generation: u64, uuid: &str) -> bool {
+        self.awaiting_acceptance
+            .lock()
+            .iter()
+            .any(|((of, _), (_, held))| *of == generation && held == uuid)
+    }
+
+    /// The cells holding a registration that awaits its acceptance: the watch sweeps them at
+    /// each of its rounds.
+    pub(super) fn cells_awaiting_acceptance(&self, generation: u64) -> std::collections::BTreeSet<CellId> {
+        let map = self.placement.map();
+        self.awaiting_acceptance
+            .lock()
+            .iter()
+            .filter(|((of, _), _)| *of == generation)
+            .map(|(_, (_, uuid))| map.owner(uuid))
+            .collect()
+    }
+
+    /// Sweeps the cell that owns `uuid` (for a registration waiting on an earlier one of it).
+    async fn sweep_cell_of(&self, generation: &Arc<Generation>, uuid: &str) {
+        let cell = self.placement.map().owner(uuid);
+        if let Err(error) = self.end_registrations_held_by(generation, cell).await {
+            tracing::debug!(%error, %uuid, "sweeping for a registration that waits on an earlier one failed");
+        }
+    }
+
+    /// The lock that keeps sweeps of `cell` one at a time.
+    fn sweep_lock(&self, cell: CellId) -> Arc<tokio::sync::Mutex<()>> {
+        self.sweeping.lock().entry(cell).or_default().clone()
     }
 
     /// Whether this coordinator still leads in `term` (see [`State::leading_term`]).

@@ -100,6 +100,9 @@ impl State {
             if sweep_due {
                 swept_at = tokio::time::Instant::now();
             }
+            // A registration awaiting its acceptance is finished at the next round once its
+            // old leader gives the worker the acceptance, not a sweep interval later.
+            let awaiting = self.cells_awaiting_acceptance(self.generation().id);
             for cell in self.workers.cells() {
                 // Asked under the lock, so an `/initialize` in progress is not mistaken for a restart.
                 let _resetting = self.reset_lock.lock().await;
@@ -119,9 +122,10 @@ impl State {
                     // A worker that restarted forgot the newest term (a deposed leader's call
                     // would pass): the sweep's call raises it again, and ends what passed.
                     let unfenced = self.leading_term().is_some_and(|term| health.fence_term < term);
-                    if left || sweep_due || unfenced || unanswered.contains(&cell) {
+                    if left || sweep_due || unfenced || unanswered.contains(&cell) || awaiting.contains(&cell) {
                         // It did not answer when this replica took over or since its last
-                        // sweep, it forgot the term, or it is its turn.
+                        // sweep, it forgot the term, it holds a registration awaiting its
+                        // acceptance, or it is its turn.
                         if let Ok(ended) = self
                             .sweep_registrations(&generation, cell, super::registration::Sweep::MayWait)
                             .await

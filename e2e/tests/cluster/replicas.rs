@@ -543,6 +543,32 @@ async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
     cluster.assert_no_crash();
 }
 
+/// Three replicas whose leader is paused (SIGSTOP) while JIA answers alice's registration
+/// of `uuid`, after the registration's device posted (see [`post_held_condition`]), until
+/// the next leader awaits the registration's acceptance: the cluster, the paused leader's
+/// node, alice (on a replica that was a follower), and the registration's answer to come.
+async fn paused_as_jia_answers(uuid: &str) -> (Cluster, usize, Arc<Agent>, tokio::task::JoinHandle<Reply>) {
+    let cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        fail_points: Some(format!("registration-jia-answered=return({uuid}/2000)")),
+        ..ClusterOptions::default()
+    })
+    .await;
+    cluster.make_known(uuid);
+    let workers = cluster.workers.len();
+    let leader = agreed_leader(&cluster).await;
+    let term_before = term_of(&cluster, leader).await;
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, (leader + 1) % 3), &cluster.signer, "alice").await);
+    let registering = register_in_background(&alice, uuid, "paused as JIA answers");
+    cluster.wait_for_log(workers + leader, "registration held").await;
+    post_held_condition(&cluster, uuid, "before the leader was paused").await;
+
+    cluster.signal_node(workers + leader, "STOP");
+    let next = another_leads(&cluster, leader, term_before, true).await;
+    cluster.wait_for_log(workers + next, "awaits JIA's acceptance").await;
+    (cluster, workers + leader, alice, registering)
+}
+
 /// Nemesis seed 271828 (10 minutes): the leader was paused (6 s) while JIA answered its
 /// registration, after the device's first posts; the next leader's takeover rolled the
 /// registration back at once and the posts its worker had acknowledged were lost. Now the
@@ -551,25 +577,8 @@ async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
 #[tokio::test]
 async fn a_leader_paused_as_jia_answers_hands_over_the_acceptance_once_resumed() {
     let uuid = test_uuid('e', 76);
-    let mut cluster = spawn_cluster_with(ClusterOptions {
-        coordinators: 3,
-        fail_points: Some(format!("registration-jia-answered=return({uuid}/2000)")),
-        ..ClusterOptions::default()
-    })
-    .await;
-    cluster.make_known(&uuid);
-    let workers = cluster.workers.len();
-    let leader = agreed_leader(&cluster).await;
-    let term_before = term_of(&cluster, leader).await;
-    let alice = Arc::new(sign_in_with(agent_of(&cluster, (leader + 1) % 3), &cluster.signer, "alice").await);
-    let registering = register_in_background(&alice, &uuid, "paused");
-    cluster.wait_for_log(workers + leader, "registration held").await;
-    post_held_condition(&cluster, &uuid, "before the leader was paused").await;
-
-    cluster.signal_node(workers + leader, "STOP");
-    let next = another_leads(&cluster, leader, term_before, true).await;
-    cluster.wait_for_log(workers + next, "awaits JIA's acceptance").await;
-    cluster.signal_node(workers + leader, "CONT");
+    let (mut cluster, paused, alice, registering) = paused_as_jia_answers(&uuid).await;
+    cluster.signal_node(paused, "CONT");
 
     let answer = registering.await.unwrap();
     assert!(
@@ -579,6 +588,44 @@ async fn a_leader_paused_as_jia_answers_hands_over_the_acceptance_once_resumed()
         answer.text()
     );
     wait_listed(&alice, &uuid, Duration::from_secs(30)).await;
+    assert_held_condition_readable(&alice, &uuid).await;
+    assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
+    cluster.assert_no_crash();
+}
+
+/// CI's leader pauses under the contest's load (2026-12-06): a client whose registration
+/// timed out sent it again (a new request) while the next leader awaited the first one's
+/// acceptance. The new one's provisional call met the worker's copy of the first and was
+/// answered 409 at once, while the ISU read 404; the first was published once its leader
+/// ran again, after the client had given up on it. Now a registration sent again waits
+/// for the first one's outcome, and its 409 comes once the ISU reads 200.
+#[tokio::test]
+async fn a_registration_sent_again_while_the_first_awaits_its_acceptance_waits_for_its_outcome() {
+    let uuid = test_uuid('e', 78);
+    let (mut cluster, paused, alice, first) = paused_as_jia_answers(&uuid).await;
+    let again = register_in_background(&alice, &uuid, "sent twice");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !again.is_finished(),
+        "the registration sent again is answered only once the first one is over"
+    );
+    cluster.signal_node(paused, "CONT");
+
+    let answer = again.await.unwrap();
+    assert_eq!(answer.status.as_u16(), 409, "{}", answer.text());
+    let read = alice.try_get(&format!("/api/isu/{uuid}")).await.unwrap();
+    assert_eq!(
+        read.status.as_u16(),
+        200,
+        "the ISU reads once its registration sent again is answered 409"
+    );
+    let answer = first.await.unwrap();
+    assert!(
+        [201, 503].contains(&answer.status.as_u16()),
+        "{} {}",
+        answer.status,
+        answer.text()
+    );
     assert_held_condition_readable(&alice, &uuid).await;
     assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
     cluster.assert_no_crash();
