@@ -14,7 +14,6 @@ use shared::session::SessionKey;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::jia_client::JiaClient;
 use crate::old_journal;
 use crate::routes;
 use crate::state::{self, Start, State};
@@ -69,7 +68,6 @@ impl Application {
             Bytes::from(default_icon),
             SessionKey::from_secret(&config.cluster_secret),
             workers,
-            JiaClient::new()?,
             placement,
             match converting {
                 Some(snapshot) => Start::Converted(snapshot),

@@ -7,14 +7,13 @@
 //! - [`state`]: the in-memory state, the commands that change it, and the protocols;
 //! - [`old_journal`]: the one-time conversion of an earlier build's journal (`coordinator.wal`);
 //! - [`icons`]: with a data directory, the icons, content-addressed files out of the log;
-//! - [`jia_client`]: the only code that talks to JIA;
 //! - [`user_sync`]: the actor that tells the workers about new users, in batches;
 //! - [`worker_client`]: the only code that builds worker URLs;
 //! - [`routes`]: public API, frontend, internal and debug routes;
 //! - [`error`]: the error type mapped to the API's statuses and messages.
 //!
 //! The modules use each other in one direction only (`e2e/tests/structure.rs` checks that no
-//! import cycle exists): `config`, `error`, `icons`, `jia_client` and `worker_client` use no
+//! import cycle exists): `config`, `error`, `icons` and `worker_client` use no
 //! other module; `user_sync` uses `worker_client`; [`state`] uses those; `old_journal` uses
 //! `state`; this crate root, which holds the handlers' [`AppState`], uses `config` and
 //! `state`; [`routes`] use the root, `state` and `error`; [`application`] uses them all, and
@@ -24,7 +23,6 @@ pub mod application;
 pub mod config;
 pub mod error;
 pub mod icons;
-pub mod jia_client;
 pub mod old_journal;
 pub mod routes;
 pub mod state;

@@ -74,6 +74,8 @@ fn endpoints(cells: &[Cell]) -> std::sync::Arc<[Endpoint]> {
 
 /// Long enough for a large reset.
 const RESET_TIMEOUT: Duration = Duration::from_secs(15);
+/// A worker's JIA call: JIA's own timeout (10 s, the worker's client), and some.
+const JIA_ACTIVATE_TIMEOUT: Duration = Duration::from_secs(12);
 /// A migration's whole history copy.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(600);
 /// A call answers in microseconds on a LAN, but on a saturated machine (a bench burst, a test
@@ -291,17 +293,19 @@ impl WorkerClient {
             .await
     }
 
-    /// Idempotent (a first record stays), so retried: until the worker holds it, a leader
-    /// that dies leaves the registration to be rolled back.
-    pub async fn accept(&self, cell: CellId, isu: &shared::protocol::AcceptIsu) -> Result<(), WorkerCallError> {
-        self.post_retrying(
-            cell,
-            shared::protocol::WORKER_ACCEPT,
-            isu,
-            CALL_TIMEOUT,
-            PROVISIONAL_RETRY_BUDGET,
-        )
-        .await
+    /// Has the worker of `cell` ask JIA to activate a registration's ISU and keep JIA's
+    /// answer with the registration (see [`shared::protocol::WORKER_JIA_ACTIVATE`]). One
+    /// attempt: a failure fails the registration, and leaves it to the leader's sweep, which
+    /// finishes it from the worker's copy of JIA's answer or else rolls it back.
+    pub async fn jia_activate(
+        &self,
+        cell: CellId,
+        call: &shared::protocol::JiaActivateIsu,
+    ) -> Result<shared::protocol::Activation, WorkerCallError> {
+        let response = self
+            .post_for_response(cell, shared::protocol::WORKER_JIA_ACTIVATE, call, JIA_ACTIVATE_TIMEOUT)
+            .await?;
+        response.json().await.map_err(self.transport(cell))
     }
 
     /// Idempotent, so retried: once JIA has activated an ISU, giving up on a

@@ -155,3 +155,24 @@ pub fn fail_points_from_env() -> Option<fail::FailScenario<'static>> {
 pub fn fail_points_on() -> bool {
     FAIL_POINTS_ON.load(std::sync::atomic::Ordering::Acquire)
 }
+
+/// Tests only: with the fail point `step` set to `return(KEY)`, the caller whose `key` is
+/// KEY waits here for a minute; `return(KEY/MILLIS)`, that long (without blocking a thread,
+/// as the fail crate's `sleep` would). A test then kills, pauses or cuts off a node while a
+/// request is held at an exact step.
+pub async fn hold_at(step: &'static str, key: &str) {
+    if !fail_points_on() {
+        return;
+    }
+    let Some(target) = fail::eval(step, |target| target).flatten() else {
+        return;
+    };
+    let (target, millis) = match target.split_once('/') {
+        Some((target, millis)) => (target.to_owned(), millis.parse().unwrap_or(60_000)),
+        None => (target, 60_000),
+    };
+    if target == key {
+        tracing::warn!(step, key, millis, "held at a fail point");
+        tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
+    }
+}

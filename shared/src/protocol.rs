@@ -28,7 +28,14 @@ pub const WORKER_USERS: &str = "/internal/users";
 pub const WORKER_PROVISIONAL: &str = "/internal/isu/provisional";
 /// Worker: mark a provisional ISU accepted by JIA, with the record that finishes its
 /// registration ([`AcceptIsu`]); from then on the registration is finished, never rolled back.
+/// Sent by coordinators before [`WORKER_JIA_ACTIVATE`] (asked JIA themselves); still taken, so
+/// workers can be upgraded before their coordinators.
 pub const WORKER_ACCEPT: &str = "/internal/isu/accept";
+/// Worker: ask JIA to activate a provisional ISU and keep its answer with the registration
+/// ([`JiaActivateIsu`], answered [`Activation`]): the worker that takes the device's posts holds
+/// what finishes the registration before anyone hears JIA's answer, so a leader that dies
+/// as JIA answers leaves nothing to roll back.
+pub const WORKER_JIA_ACTIVATE: &str = "/internal/isu/jia-activate";
 /// Worker: make a provisional ISU visible.
 pub const WORKER_PUBLISH: &str = "/internal/isu/publish";
 /// Worker: forget a provisional ISU and everything posted to it.
@@ -246,10 +253,14 @@ pub struct UnpublishedIsu {
     pub owner: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<String>,
-    /// The record of [`AcceptIsu`], once JIA accepted it: the registration is finished from
-    /// it, never rolled back (its device's posts were acknowledged).
+    /// The coordinator's record, once JIA accepted the registration: it is finished from it,
+    /// never rolled back (its device's posts were acknowledged). With `character`, the record
+    /// of [`JiaActivateIsu`] (whose character is JIA's, below); without, that of [`AcceptIsu`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted: Option<String>,
+    /// The character JIA gave when this worker asked it ([`WORKER_JIA_ACTIVATE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub character: Option<String>,
     /// Its device posted to it: JIA activated it, whether or not its acceptance came.
     #[serde(default)]
     pub posted: bool,
@@ -265,6 +276,34 @@ pub struct AcceptIsu {
     /// What the coordinator logs to register the ISU (its accepted command, base64): opaque
     /// to the worker, which keeps it and gives it back with [`UnpublishedIsu`].
     pub record: String,
+}
+
+/// Body of [`WORKER_JIA_ACTIVATE`]: applies only to the provisional entry of registration `id`
+/// (`404` when the worker holds no such entry). A repeat while JIA is asked waits for that
+/// answer; one after it is answered from it (JIA is asked again only after a failure).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JiaActivateIsu {
+    pub generation: u64,
+    pub uuid: String,
+    pub id: i64,
+    /// What the coordinator logs to register the ISU once JIA accepted it (base64), with the
+    /// character left out: opaque to the worker, which keeps it with JIA's character and
+    /// gives both back with [`UnpublishedIsu`].
+    pub record: String,
+    /// JIA's URL (`POST {jia_service_url}/api/activate`).
+    pub jia_service_url: String,
+    /// The URL JIA's device posts to: the owning cell's device URL.
+    pub target_base_url: String,
+}
+
+/// The answer to [`WORKER_JIA_ACTIVATE`] (200): JIA's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Activation {
+    /// JIA activated the ISU (202) with this character; the worker holds it.
+    Activated { character: String },
+    /// JIA answered this status instead (the API passes it through).
+    Refused { status: u16 },
 }
 
 /// Body of [`WORKER_PUBLISH`]: applies only to the provisional entry of registration `id`.

@@ -101,6 +101,7 @@ impl Application {
             config: Arc::new(config),
             metrics,
             fence: Default::default(),
+            jia: crate::jia_client::JiaClient::new()?,
         });
         Ok(Application {
             data_lock,

@@ -30,6 +30,9 @@ pub enum WorkerError {
     /// 408: a device post's body did not arrive in time; `Connection: close`.
     #[error("request timeout")]
     RequestTimeout,
+    /// 502: JIA, asked for an activation, did not answer (or answered 202 undecodably).
+    #[error("jia did not answer: {0}")]
+    Upstream(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -47,6 +50,7 @@ impl WorkerError {
             WorkerError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             WorkerError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             WorkerError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            WorkerError::Upstream(_) => StatusCode::BAD_GATEWAY,
             WorkerError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -62,6 +66,7 @@ impl WorkerError {
             WorkerError::Unavailable => "service unavailable",
             WorkerError::TooManyRequests => "too many requests",
             WorkerError::RequestTimeout => "request body timed out",
+            WorkerError::Upstream(_) => "jia did not answer",
             WorkerError::Internal(_) => messages::INTERNAL,
         }
     }

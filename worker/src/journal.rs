@@ -10,7 +10,9 @@
 //!   internal messages, so replayed conditions find their ISU;
 //! - `6` post: one accepted device batch;
 //! - `7` accept: JIA accepted a provisional registration (with the coordinator's record
-//!   that finishes it).
+//!   that finishes it), as an earlier coordinator told it;
+//! - `8` activated: this worker asked JIA to activate a provisional registration and JIA
+//!   did (the coordinator's record, then JIA's character).
 //!
 //! Every record after a snapshot carries the generation it was applied to;
 //! replay skips records of another generation (a post that raced a reset),
@@ -22,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use shared::protocol::{AcceptIsu, ProvisionalIsu, PublishIsu, RollbackIsu};
+use shared::protocol::{AcceptIsu, JiaActivateIsu, ProvisionalIsu, PublishIsu, RollbackIsu};
 use shared::wal::{read_log_from, Decoder, Encoder, FsyncPolicy, Tail, Wal, WalError, WalOptions};
 
 use crate::store::{NewCondition, Shard, Store, SNAPSHOT_TAG};
@@ -33,6 +35,7 @@ const PUBLISH_TAG: u8 = 4;
 const ROLLBACK_TAG: u8 = 5;
 const POST_TAG: u8 = 6;
 const ACCEPT_TAG: u8 = 7;
+const ACTIVATED_TAG: u8 = 8;
 
 /// Cheap-clone handle to the log; disabled (every call a no-op) without `--data-dir`.
 #[derive(Clone, Default)]
@@ -182,6 +185,20 @@ impl Journal {
         self.append(|| {
             let mut encoder = Encoder::new(ACCEPT_TAG);
             encoder.u64(isu.generation).i64(isu.id).str(&isu.uuid).str(&isu.record);
+            encoder
+        })
+        .await
+    }
+
+    pub async fn activated(&self, isu: &JiaActivateIsu, character: &str) -> Result<(), WalError> {
+        self.append(|| {
+            let mut encoder = Encoder::new(ACTIVATED_TAG);
+            encoder
+                .u64(isu.generation)
+                .i64(isu.id)
+                .str(&isu.uuid)
+                .str(&isu.record)
+                .str(character);
             encoder
         })
         .await
@@ -357,6 +374,10 @@ fn apply(shard: &Shard, tag: u8, decoder: &mut Decoder<'_>) -> Option<()> {
             let (id, uuid, record) = (decoder.i64()?, decoder.str()?, decoder.str()?);
             shard.accept(uuid, id, record).then_some(())
         }
+        ACTIVATED_TAG => {
+            let (id, uuid, record, character) = (decoder.i64()?, decoder.str()?, decoder.str()?, decoder.str()?);
+            shard.activated(uuid, id, record, character).then_some(())
+        }
         ROLLBACK_TAG => {
             let (id, uuid) = (decoder.i64()?, decoder.str()?);
             shard.rollback(uuid, id);
@@ -399,6 +420,16 @@ mod tests {
         };
         journal.provisional(&provisional("a", 7), true).await.unwrap();
         journal.provisional(&provisional("b", 8), true).await.unwrap();
+        journal.provisional(&provisional("c", 9), true).await.unwrap();
+        let activation = JiaActivateIsu {
+            generation: 3,
+            uuid: "c".into(),
+            id: 9,
+            record: "record-c".into(),
+            jia_service_url: "http://127.0.0.1:1".into(),
+            target_base_url: "http://127.0.0.3:8080".into(),
+        };
+        journal.activated(&activation, "いじっぱり").await.unwrap();
         let acceptance = AcceptIsu {
             generation: 3,
             uuid: "a".into(),
@@ -419,8 +450,18 @@ mod tests {
         let shard = replayed.shard();
         let mut held = shard.unpublished_registrations();
         held.sort_by(|a, b| a.uuid.cmp(&b.uuid));
-        let held: Vec<(&str, Option<&str>)> = held.iter().map(|isu| (&*isu.uuid, isu.accepted.as_deref())).collect();
-        assert_eq!(held, [("a", Some("record-a")), ("b", None)]);
+        let held: Vec<(&str, Option<&str>, Option<&str>)> = held
+            .iter()
+            .map(|isu| (&*isu.uuid, isu.accepted.as_deref(), isu.character.as_deref()))
+            .collect();
+        assert_eq!(
+            held,
+            [
+                ("a", Some("record-a"), None),
+                ("b", None, None),
+                ("c", Some("record-c"), Some("いじっぱり"))
+            ]
+        );
         assert_eq!(shard.isu("a").unwrap().condition_count(), 1, "its acknowledged post");
     }
 }

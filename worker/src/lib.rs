@@ -5,6 +5,8 @@
 //!   queue) and the shard's generation rule ([`store::Store::current`]);
 //! - [`cells`]: this worker's copy of the placement map, and forwarding to the owner cell;
 //! - [`fence`]: the newest coordinator leader term seen, which fences off deposed leaders;
+//! - [`jia_client`]: the only place that talks to JIA: ISU activation, asked for the
+//!   registrations this worker holds;
 //! - [`error`]: the error type mapped to the API's statuses and messages;
 //! - [`ingest`]: the per-ISU quota, the ingest lanes, the shaping lane and their watchdog;
 //! - [`config`]: command-line/environment configuration;
@@ -27,6 +29,7 @@
 //! store         -> (none)
 //! cells         -> (none)
 //! fence         -> (none)
+//! jia_client    -> (none)
 //! error         -> store
 //! ingest        -> error
 //! config        -> ingest
@@ -35,12 +38,13 @@
 //! pusher        -> store
 //! migration     -> cells, error, journal, store
 //! write_path    -> cells, error, ingest, journal, migration, store
-//! state         -> cells, config, fence, ingest, journal, migration, store, write_path
+//! state         -> cells, config, fence, ingest, jia_client, journal, migration, store,
+//!                  write_path
 //! routes        -> cells, fence, state, routes::{common, condition, device, graph, internal, migration}
 //! routes::*     -> error, handover, store, state, routes::common, routes::condition
 //! device_server -> handover, routes
-//! app           -> cells, config, device_server, handover, ingest, journal, migration, pusher,
-//!                  routes, state, store
+//! app           -> cells, config, device_server, handover, ingest, jia_client, journal,
+//!                  migration, pusher, routes, state, store
 //! ```
 
 mod app;
@@ -51,6 +55,7 @@ pub mod error;
 pub mod fence;
 pub mod handover;
 pub mod ingest;
+pub mod jia_client;
 pub mod journal;
 pub mod migration;
 pub mod pusher;

@@ -30,6 +30,8 @@ pub struct Shared {
     pub metrics: PrometheusHandle,
     /// The newest coordinator leader term seen (control calls of older ones are refused).
     pub fence: crate::fence::Fence,
+    /// Asks JIA to activate the ISUs this worker holds registrations of.
+    pub jia: crate::jia_client::JiaClient,
 }
 
 impl node_http::NodeState for Shared {

@@ -172,8 +172,13 @@ struct Registration {
     /// The registration request's id (replicas).
     request: Option<Box<str>>,
     /// JIA's acceptance, as the coordinator's record that finishes the registration (see
-    /// [`Shard::accept`]); set once.
+    /// [`Shard::accept`] and [`Shard::activate`]); set once.
     accepted: OnceLock<Box<str>>,
+    /// The character JIA gave when this worker asked it ([`Shard::activate`]); set once,
+    /// before `accepted`.
+    character: OnceLock<Box<str>>,
+    /// One JIA call at a time for this registration (a repeated call waits for the first).
+    asking: tokio::sync::Mutex<()>,
 }
 
 impl Registration {
@@ -181,7 +186,15 @@ impl Registration {
         Registration {
             request: request.map(Box::from),
             accepted: OnceLock::new(),
+            character: OnceLock::new(),
+            asking: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Keeps JIA's answer: the character first, so whoever sees the record sees it too.
+    fn activated(&self, record: &str, character: &str) {
+        let _ = self.character.set(character.into());
+        let _ = self.accepted.set(record.into());
     }
 }
 
@@ -541,6 +554,47 @@ impl Shard {
         true
     }
 
+    /// Asks JIA to activate registration `id`'s provisional ISU through `ask`, once: the
+    /// character JIA gave is kept with `record` (the coordinator's record of the accepted
+    /// registration, which leaves the character out), and from then on the registration is
+    /// accepted (see [`Shard::accept`]). A call while another asks waits for that one; a
+    /// call after an answer gets it without asking; after a failure, the next call asks
+    /// again. `None` when the UUID is unknown, belongs to another registration, or is not
+    /// a registration's. `Ok(true)`: this call asked and JIA activated it (to be logged).
+    pub async fn activate<E, F>(
+        &self,
+        uuid: &str,
+        id: i64,
+        record: &str,
+        ask: impl FnOnce() -> F,
+    ) -> Option<Result<(String, bool), E>>
+    where
+        F: std::future::Future<Output = Result<String, E>>,
+    {
+        let entry = self.isu(uuid).filter(|entry| entry.id() == id)?;
+        let registration = entry.registration.as_ref()?;
+        let _asking = registration.asking.lock().await;
+        if let Some(character) = registration.character.get() {
+            return Some(Ok((character.to_string(), false)));
+        }
+        Some(ask().await.map(|character| {
+            registration.activated(record, &character);
+            (character, true)
+        }))
+    }
+
+    /// Replays an activation of registration `id` ([`Shard::activate`]); false as `activate`'s `None`.
+    pub fn activated(&self, uuid: &str, id: i64, record: &str, character: &str) -> bool {
+        let Some(entry) = self.isu(uuid).filter(|entry| entry.id() == id) else {
+            return false;
+        };
+        let Some(registration) = entry.registration.as_ref() else {
+            return false;
+        };
+        registration.activated(record, character);
+        true
+    }
+
     /// The registrations held provisionally, neither published nor rolled back (a
     /// migration's imports are not registrations): a new leader of the coordinator
     /// replicas publishes those its log accepted and rolls back the others.
@@ -556,6 +610,7 @@ impl Shard {
                     owner: entry.owner.to_string(),
                     request: registration.request.as_deref().map(String::from),
                     accepted: registration.accepted.get().map(|record| record.to_string()),
+                    character: registration.character.get().map(|character| character.to_string()),
                     posted: entry.condition_count() > 0,
                 })
             })
@@ -740,6 +795,9 @@ const SNAPSHOT_PUBLISHED: u8 = 1;
 const SNAPSHOT_REGISTERING: u8 = 2;
 /// A registration's entry JIA accepted: its request id, then its record (since 2026-12-06).
 const SNAPSHOT_ACCEPTED: u8 = 3;
+/// A registration's entry this worker asked JIA to activate ([`Shard::activate`]): its
+/// request id, its record, then JIA's character (since 2026-12-07).
+const SNAPSHOT_ACTIVATED: u8 = 4;
 
 impl Shard {
     /// The whole shard as one log record: generation, users, ISUs (with their
@@ -763,14 +821,18 @@ impl Shard {
                 (None, false) => encoder.u8(SNAPSHOT_PROVISIONAL),
                 (Some(registration), false) => {
                     let accepted = registration.accepted.get();
-                    let kind = if accepted.is_some() {
-                        SNAPSHOT_ACCEPTED
-                    } else {
-                        SNAPSHOT_REGISTERING
+                    let character = registration.character.get();
+                    let kind = match (accepted, character) {
+                        (Some(_), Some(_)) => SNAPSHOT_ACTIVATED,
+                        (Some(_), None) => SNAPSHOT_ACCEPTED,
+                        (None, _) => SNAPSHOT_REGISTERING,
                     };
                     encoder.u8(kind).str(registration.request.as_deref().unwrap_or(""));
                     if let Some(record) = accepted {
                         encoder.str(record);
+                        if let Some(character) = character.filter(|_| kind == SNAPSHOT_ACTIVATED) {
+                            encoder.str(character);
+                        }
                     }
                     &mut encoder
                 }
@@ -808,11 +870,14 @@ impl Shard {
             let published = match decoder.u8()? {
                 SNAPSHOT_PROVISIONAL => false,
                 SNAPSHOT_PUBLISHED => true,
-                kind @ (SNAPSHOT_REGISTERING | SNAPSHOT_ACCEPTED) => {
+                kind @ (SNAPSHOT_REGISTERING | SNAPSHOT_ACCEPTED | SNAPSHOT_ACTIVATED) => {
                     let request = decoder.str()?;
                     let registration = Registration::new((!request.is_empty()).then_some(request));
                     if kind == SNAPSHOT_ACCEPTED {
                         let _ = registration.accepted.set(decoder.str()?.into());
+                    } else if kind == SNAPSHOT_ACTIVATED {
+                        let record = decoder.str()?;
+                        registration.activated(record, decoder.str()?);
                     }
                     entry.registration = Some(registration);
                     false
@@ -1150,6 +1215,7 @@ mod tests {
                 owner: "alice".into(),
                 request: Some("req-a".into()),
                 accepted: None,
+                character: None,
                 posted: false,
             }],
             "neither a published one, a rolled-back one nor a migration's import"
@@ -1191,6 +1257,53 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_registration_asks_jia_once_keeps_its_answer_and_is_then_accepted() {
+        let shard = Shard::new(1);
+        shard.provisional("a", "alice", "chair", 7, Some("req-a")).unwrap();
+        assert_eq!(shard.import("m", "dave", "moved", 3), Ok(true));
+        let asked = std::sync::atomic::AtomicUsize::new(0);
+        let ask = |answer: Result<&'static str, u16>| {
+            let asked = &asked;
+            move || async move {
+                asked.fetch_add(1, Ordering::Relaxed);
+                answer.map(String::from)
+            }
+        };
+        assert!(shard.activate("m", 3, "r", ask(Ok("x"))).await.is_none(), "an import");
+        assert!(
+            shard.activate("a", 6, "r", ask(Ok("x"))).await.is_none(),
+            "another registration's"
+        );
+        assert!(shard.activate("nope", 7, "r", ask(Ok("x"))).await.is_none());
+        assert_eq!(asked.load(Ordering::Relaxed), 0, "JIA is asked for a registration only");
+
+        assert_eq!(shard.activate("a", 7, "record", ask(Err(404))).await, Some(Err(404)));
+        assert!(!shard.isu("a").unwrap().is_accepted(), "a refusal accepts nothing");
+        assert_eq!(
+            shard.activate("a", 7, "record", ask(Ok("いじっぱり"))).await,
+            Some(Ok(("いじっぱり".to_owned(), true))),
+            "asked again after a failure"
+        );
+        assert_eq!(
+            shard.activate("a", 7, "other", ask(Ok("ほかの"))).await,
+            Some(Ok(("いじっぱり".to_owned(), false))),
+            "answered from the first answer"
+        );
+        assert_eq!(asked.load(Ordering::Relaxed), 2);
+        let held = &shard.unpublished_registrations()[0];
+        assert_eq!(
+            (held.accepted.as_deref(), held.character.as_deref()),
+            (Some("record"), Some("いじっぱり"))
+        );
+        assert_eq!(shard.rollback_unless_accepted("a", 7), Err(RollbackRefused));
+        assert_eq!(
+            shard.provisional("a", "erin", "again", 10, None),
+            Err(ProvisionalError::AlreadyExists),
+            "never replaced once JIA activated it"
+        );
+    }
+
     #[test]
     fn a_coordinators_rollback_leaves_a_registration_jia_accepted() {
         let shard = Shard::new(1);
@@ -1218,6 +1331,8 @@ mod tests {
         shard.provisional("c", "carol", "chair", 9, Some("req-c")).unwrap();
         shard.provisional("d", "dora", "chair", 11, Some("req-d")).unwrap();
         assert!(shard.accept("d", 11, "record-d"));
+        shard.provisional("e", "emma", "chair", 12, Some("req-e")).unwrap();
+        assert!(shard.activated("e", 12, "record-e", "いじっぱり"));
         assert!(shard.publish("c", 9));
         assert_eq!(shard.import("m", "dave", "moved", 3), Ok(true));
         let snapshot = shard.snapshot();
@@ -1227,18 +1342,29 @@ mod tests {
         assert!(decoder.is_empty());
         let mut held = restored.unpublished_registrations();
         held.sort_by(|a, b| a.uuid.cmp(&b.uuid));
-        let held: Vec<(&str, i64, Option<&str>, Option<&str>)> = held
+        type Held<'a> = (&'a str, i64, Option<&'a str>, Option<&'a str>, Option<&'a str>);
+        let held: Vec<Held> = held
             .iter()
-            .map(|isu| (&*isu.uuid, isu.id, isu.request.as_deref(), isu.accepted.as_deref()))
+            .map(|isu| {
+                (
+                    &*isu.uuid,
+                    isu.id,
+                    isu.request.as_deref(),
+                    isu.accepted.as_deref(),
+                    isu.character.as_deref(),
+                )
+            })
             .collect();
         assert_eq!(
             held,
             [
-                ("a", 7, Some("req-a"), None),
-                ("b", 8, None, None),
-                ("d", 11, Some("req-d"), Some("record-d"))
+                ("a", 7, Some("req-a"), None, None),
+                ("b", 8, None, None, None),
+                ("d", 11, Some("req-d"), Some("record-d"), None),
+                ("e", 12, Some("req-e"), Some("record-e"), Some("いじっぱり"))
             ]
         );
+        assert!(restored.isu("e").unwrap().is_accepted(), "activated is accepted");
         assert!(restored.isu("d").unwrap().is_accepted(), "still accepted");
         assert!(!restored.isu("a").unwrap().is_accepted());
         assert!(restored.isu("c").unwrap().is_published());

@@ -15,10 +15,10 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use shared::placement_map::PlacementMap;
 use shared::protocol::{
-    encode_latest, Health, LatestItem, ProvisionalIsu, PublishIsu, ResendLatest, RollbackIsu, UnpublishedIsu, UserSync,
-    WireCondition, HEALTH, LATEST_BINARY, SECRET_HEADER, WORKER_ACCEPT, WORKER_LATEST_ALL, WORKER_PLACEMENT,
-    WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_UNPUBLISHED,
-    WORKER_USERS,
+    encode_latest, Activation, Health, JiaActivateIsu, LatestItem, ProvisionalIsu, PublishIsu, ResendLatest,
+    RollbackIsu, UnpublishedIsu, UserSync, WireCondition, HEALTH, LATEST_BINARY, SECRET_HEADER, WORKER_ACCEPT,
+    WORKER_JIA_ACTIVATE, WORKER_LATEST_ALL, WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST,
+    WORKER_RESET, WORKER_ROLLBACK, WORKER_UNPUBLISHED, WORKER_USERS,
 };
 
 use super::{SimCell, SimIsu};
@@ -33,6 +33,7 @@ pub fn router(cell: Arc<SimCell>, secret: String) -> Router {
         .route(WORKER_USERS, post(sync_users))
         .route(WORKER_PROVISIONAL, post(provisional))
         .route(WORKER_ACCEPT, post(accept))
+        .route(WORKER_JIA_ACTIVATE, post(jia_activate))
         .route(WORKER_PUBLISH, post(publish))
         .route(WORKER_ROLLBACK, post(rollback))
         .route(WORKER_UNPUBLISHED, post(unpublished))
@@ -126,6 +127,41 @@ async fn accept(State(cell): State<Arc<SimCell>>, Json(isu): Json<shared::protoc
         Ok(()) => StatusCode::OK,
         Err(status) => status,
     }
+}
+
+/// Asks JIA, as a worker does, and answers with JIA's answer (the cell keeps nothing: its
+/// devices post only once the ISU is published); 502 when JIA does not answer.
+async fn jia_activate(State(cell): State<Arc<SimCell>>, Json(call): Json<JiaActivateIsu>) -> Response {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    if let Err(status) = current(&cell, call.generation) {
+        return status.into_response();
+    }
+    let client = CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .expect("a plain HTTP client builds")
+    });
+    #[derive(Deserialize)]
+    struct Answer {
+        character: String,
+    }
+    let answer = client
+        .post(format!("{}/api/activate", call.jia_service_url.trim_end_matches('/')))
+        .json(&serde_json::json!({ "target_base_url": call.target_base_url, "isu_uuid": call.uuid }))
+        .send()
+        .await;
+    let activation = match answer {
+        Ok(answer) if answer.status() == StatusCode::ACCEPTED => match answer.json::<Answer>().await {
+            Ok(Answer { character }) => Activation::Activated { character },
+            Err(_) => return StatusCode::BAD_GATEWAY.into_response(),
+        },
+        Ok(answer) => Activation::Refused {
+            status: answer.status().as_u16(),
+        },
+        Err(_) => return StatusCode::BAD_GATEWAY.into_response(),
+    };
+    Json(activation).into_response()
 }
 
 /// The published ISU joins the cell's pushes.

@@ -46,7 +46,6 @@ pub use placement::Placement;
 pub use trend::Trend;
 
 use crate::error::ApiError;
-use crate::jia_client::JiaClient;
 use crate::user_sync::UserSyncer;
 use crate::worker_client::WorkerClient;
 
@@ -85,7 +84,6 @@ pub struct State {
     pub workers: WorkerClient,
     /// Tells the workers about new users, in the background.
     pub user_sync: UserSyncer,
-    jia: JiaClient,
     /// The control plane: which cell owns which ISU.
     pub placement: Placement,
     ready: AtomicBool,
@@ -97,10 +95,6 @@ pub struct State {
     /// Leading: registrations a worker holds unaccepted, by generation and id, with when a
     /// sweep first found them and their UUID (see `registration::ACCEPTANCE_WAIT`).
     awaiting_acceptance: parking_lot::Mutex<std::collections::HashMap<(u64, i64), (std::time::Instant, String)>>,
-    /// The commands this replica built from JIA's answers, by generation and registration
-    /// id, until their registration is over: a sweep finishes one from here when its
-    /// worker could not be given it.
-    jia_answers: parking_lot::Mutex<std::collections::HashMap<(u64, i64), command::Command>>,
     /// One sweep of a cell's provisional registrations at a time (the watch's, a takeover's,
     /// a migration's, and those a registration waiting on an earlier one drives).
     sweeping: parking_lot::Mutex<std::collections::HashMap<shared::placement_map::CellId, Arc<tokio::sync::Mutex<()>>>>,
@@ -121,7 +115,6 @@ impl State {
         default_icon: Bytes,
         session_key: SessionKey,
         workers: WorkerClient,
-        jia: JiaClient,
         placement: Placement,
         start: Start,
     ) -> State {
@@ -153,13 +146,11 @@ impl State {
             default_icon,
             session_key,
             workers,
-            jia,
             placement,
             ready: AtomicBool::new(false),
             stalls: replica::Stalls::default(),
             registrations_left: parking_lot::Mutex::default(),
             awaiting_acceptance: parking_lot::Mutex::default(),
-            jia_answers: parking_lot::Mutex::default(),
             sweeping: parking_lot::Mutex::default(),
             reset_lock: tokio::sync::Mutex::new(()),
             migration_lock: tokio::sync::Mutex::new(()),

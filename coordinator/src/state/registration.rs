@@ -3,9 +3,9 @@
 //! concurrent registration of the same UUID waits for the first.
 //!
 //! One command is committed per registration, the accepted ISU with its character (and the
-//! request's id), before its worker publishes it. Before that command is proposed, the worker
-//! gets it too, as JIA's acceptance: the worker has acknowledged the posts of the device JIA
-//! started, and from then on nothing rolls them back.
+//! request's id), before its worker publishes it. The worker asks JIA itself and keeps JIA's
+//! answer with that command before it answers: it has acknowledged the posts of the device
+//! JIA started, and from then on nothing rolls them back, whatever becomes of the leader.
 //! What a leader leaves unfinished is on the workers: a new leader (or a lone coordinator
 //! restarted from its data directory) asks each worker for the registrations it holds
 //! provisionally, publishes those the log accepted, finishes those JIA accepted (logs their
@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use parking_lot::Mutex;
 use shared::placement_map::CellId;
-use shared::protocol::{AcceptIsu, ProvisionalIsu, PublishIsu, RollbackIsu, UnpublishedIsu};
+use shared::protocol::{Activation, JiaActivateIsu, ProvisionalIsu, PublishIsu, RollbackIsu, UnpublishedIsu};
 use tokio::sync::watch;
 
 use super::command::{Command, Unfinished};
@@ -28,7 +28,6 @@ use super::generation::{logged, Generation};
 use super::model::{Isu, Outcome};
 use super::State;
 use crate::error::ApiError;
-use crate::jia_client::ActivateError;
 
 /// A registration request, after parsing.
 pub struct Registration {
@@ -59,27 +58,14 @@ impl Drop for Claim {
 }
 
 /// Crash tests only (fail points, off in any deployment): `registration-claimed=return(UUID)`,
-/// `registration-started=return(UUID)`, `registration-jia-answered=return(UUID)`,
-/// `registration-answered=return(UUID)` or `registration-accepted=return(UUID)` holds that
-/// ISU's registration there for a minute, `return(UUID/MILLIS)` for that long (before its
-/// worker hears of it; once its ISU is provisional on its worker; once JIA answered, before
-/// its worker holds JIA's acceptance; once it holds it, before it is logged; once its ISU is
-/// logged with its character), so a test can kill, pause or depose the leader at that step.
+/// `registration-started=return(UUID)`, `registration-jia-answered=return(UUID)` or
+/// `registration-accepted=return(UUID)` holds that ISU's registration there for a minute,
+/// `return(UUID/MILLIS)` for that long (before its worker hears of it; once its ISU is
+/// provisional on its worker; once the worker answered with JIA's answer, which it holds,
+/// before it is logged; once its ISU is logged with its character), so a test can kill,
+/// pause or depose the leader at that step.
 async fn hold_for_crash_test(step: &'static str, uuid: &str) {
-    if !node_http::fail_points_on() {
-        return;
-    }
-    let Some(target) = fail::eval(step, |target| target).flatten() else {
-        return;
-    };
-    let (target, millis) = match target.split_once('/') {
-        Some((target, millis)) => (target.to_owned(), millis.parse().unwrap_or(60_000)),
-        None => (target, 60_000),
-    };
-    if target == uuid {
-        tracing::warn!(step, uuid, millis, "registration held (fail point)");
-        tokio::time::sleep(Duration::from_millis(millis)).await;
-    }
+    node_http::hold_at(step, uuid).await;
 }
 
 /// Tests only (a fail point, off in any deployment): `sweep-stall=return(MILLIS)` makes each
@@ -299,47 +285,40 @@ impl State {
                 return Err(ApiError::Unavailable(error.to_string()));
             }
         };
-        let service_url = self.jia_service_url.read().clone();
-        let asked_jia = std::time::Instant::now();
-        let activated = self.jia.activate(&service_url, &device_url, &registration.uuid).await;
-        let jia_time = asked_jia.elapsed();
-        let character = match activated {
-            Ok(character) => character,
-            Err(error) => {
-                self.rollback_worker(cell, &rollback, term).await;
-                return Err(match error {
-                    ActivateError::Refused(status) => ApiError::JiaRefused(status),
-                    other => ApiError::Internal(other.to_string()),
-                });
-            }
-        };
-        let isu = Isu {
+        let mut isu = Isu {
             id,
             uuid: registration.uuid.as_str().into(),
             name: registration.name.as_str().into(),
-            character: character.as_str().into(),
+            character: "".into(),
             owner: registration.owner.as_str().into(),
             image: registration.image.clone().unwrap_or_else(|| self.default_icon.clone()),
             icon: icon.map(Box::new),
             latest: Mutex::new(None),
         };
+        // The worker asks JIA, and holds JIA's answer with this record before it answers:
+        // from then on the registration is finished, by this leader or the next one's sweep,
+        // with what its device posted, whatever becomes of this leader meanwhile.
+        let asked_jia = std::time::Instant::now();
+        let activated = self
+            .activate_on_worker(generation, cell, &isu, registration, &device_url)
+            .await;
+        let jia_time = asked_jia.elapsed();
+        let character = match activated {
+            Ok(character) => character,
+            Err(error) => {
+                // Refused by the worker when it holds JIA's acceptance after all (its answer
+                // lost): the sweep finishes the registration then.
+                self.rollback_worker(cell, &rollback, term).await;
+                return Err(error);
+            }
+        };
+        isu.character = character.as_str().into();
         let accepted = Command::Isu {
             generation: generation.id,
             isu: logged(&isu, &self.default_icon),
             request: registration.request.clone(),
         };
         hold_for_crash_test("registration-jia-answered", &registration.uuid).await;
-        // Kept here too until the registration is over: when the worker cannot be given it
-        // (down, cut off), this leader's sweep finishes the registration from this copy.
-        {
-            let mut answers = self.jia_answers.lock();
-            answers.retain(|(of, _), _| *of == generation.id);
-            answers.insert((generation.id, id), accepted.clone());
-        }
-        // The worker holds the command before it is proposed: from then on the registration
-        // is finished, by this leader or the next one's sweep, with what its device posted.
-        self.accept_on_worker(cell, generation.id, &accepted, &isu).await?;
-        hold_for_crash_test("registration-answered", &registration.uuid).await;
         // Committed before the worker publishes it: an ISU visible anywhere is in the log.
         let isu = self.log_accepted(generation, &accepted, &isu.uuid, term).await?;
         let logged_at = std::time::Instant::now();
@@ -351,7 +330,6 @@ impl State {
             character,
         };
         self.publish_registered(cell, &publish).await;
-        self.jia_answers.lock().remove(&(generation.id, id));
         metrics::histogram!(shared::telemetry::REGISTRATION_OWN_SECONDS)
             .record(started.elapsed().saturating_sub(jia_time).as_secs_f64());
         if started.elapsed() >= SLOW_REGISTRATION {
@@ -472,30 +450,44 @@ impl State {
         }
     }
 
-    /// Gives the worker of `cell` JIA's acceptance: `accepted`, the command that registers
-    /// the ISU. Given even when this replica lost the lead while JIA answered (the worker
-    /// takes it whatever the term): JIA activated the ISU and its device posts, and the next
-    /// leader's sweep finishes the registration with it rather than roll back what the
-    /// device posted; only the commit needs the lead. A failure is answered 503 and leaves
-    /// the registration to the leader's sweep (the worker may hold the command, its answer
-    /// lost): it is finished from the worker's copy or this leader's, else rolled back.
-    async fn accept_on_worker(
+    /// Has the worker of `cell` ask JIA to activate `isu` (its record's character left out,
+    /// to be JIA's) with `device_url` as the device's target: JIA's character. JIA's refusal
+    /// is passed through; a worker that does not answer is a 503, and JIA that does not
+    /// answer the worker a 500.
+    async fn activate_on_worker(
         &self,
+        generation: &Generation,
         cell: CellId,
-        generation: u64,
-        accepted: &Command,
         isu: &Isu,
-    ) -> Result<(), ApiError> {
-        let acceptance = AcceptIsu {
-            generation,
-            uuid: isu.uuid.to_string(),
-            id: isu.id,
-            record: base64::engine::general_purpose::STANDARD.encode(accepted.encode()),
+        registration: &Registration,
+        device_url: &str,
+    ) -> Result<String, ApiError> {
+        let template = Command::Isu {
+            generation: generation.id,
+            isu: logged(isu, &self.default_icon),
+            request: registration.request.clone(),
         };
-        self.workers.accept(cell, &acceptance).await.map_err(|error| {
-            tracing::warn!(%error, uuid = %isu.uuid, "giving JIA's acceptance to the worker failed; the leader's sweep ends the registration");
-            ApiError::Unavailable(error.to_string())
-        })
+        let call = JiaActivateIsu {
+            generation: generation.id,
+            uuid: registration.uuid.clone(),
+            id: isu.id,
+            record: base64::engine::general_purpose::STANDARD.encode(template.encode()),
+            jia_service_url: self.jia_service_url.read().clone(),
+            target_base_url: device_url.to_owned(),
+        };
+        match self.workers.jia_activate(cell, &call).await {
+            Ok(Activation::Activated { character }) => Ok(character),
+            Ok(Activation::Refused { status }) => Err(ApiError::JiaRefused(
+                reqwest::StatusCode::from_u16(status).unwrap_or(reqwest::StatusCode::BAD_GATEWAY),
+            )),
+            Err(error) if error.status() == Some(reqwest::StatusCode::BAD_GATEWAY) => {
+                Err(ApiError::Internal(error.to_string()))
+            }
+            Err(error) => {
+                tracing::warn!(%error, uuid = %isu.uuid, "the worker did not answer JIA's activation; the leader's sweep ends the registration");
+                Err(ApiError::Unavailable(error.to_string()))
+            }
+        }
     }
 
     /// Commits the accepted ISU (JIA activated it); applying the command publishes it on
@@ -685,8 +677,7 @@ impl State {
                 .filter(|isu| isu.id == held.id)
                 .map(|isu| isu.character.to_string())
                 .or_else(|| {
-                    let (command, character) =
-                        accepted_command(generation, &held).or_else(|| self.own_jia_answer(generation.id, held.id))?;
+                    let (command, character) = accepted_command(generation, &held)?;
                     finished.push(command);
                     Some(character)
                 });
@@ -729,9 +720,6 @@ impl State {
         // commit): registered now from the worker's copy of their command, then published.
         for command in &finished {
             self.log.propose_as_leader(command).await?;
-            if let Command::Isu { isu, .. } = command {
-                self.jia_answers.lock().remove(&(generation.id, isu.id));
-            }
         }
         if !finished.is_empty() {
             tracing::warn!(
@@ -871,21 +859,6 @@ impl State {
         false
     }
 
-    /// The command this replica built from JIA's answer for registration `id` (kept until
-    /// the registration is over, see `activate_and_publish`), with the ISU's character.
-    fn own_jia_answer(&self, generation: u64, id: i64) -> Option<(Command, String)> {
-        let command = self.jia_answers.lock().get(&(generation, id)).cloned()?;
-        let Command::Isu { isu, .. } = &command else {
-            return None;
-        };
-        let character = isu.character.clone();
-        tracing::warn!(
-            id,
-            "finishing a registration from this leader's copy of JIA's answer (its worker did not take it)"
-        );
-        Some((command, character))
-    }
-
     /// Whether a registration of `uuid` a worker holds unaccepted awaits its acceptance (see
     /// [`State::awaits_acceptance`]).
     fn awaited(&self, generation: u64, uuid: &str) -> bool {
@@ -927,24 +900,39 @@ impl State {
 }
 
 /// The command that registers `held`, from the worker's copy of it (JIA's acceptance), with
-/// the ISU's character; `None` when the worker holds none, or one that is not this
-/// registration's (logged: the registration is then rolled back).
+/// the ISU's character (JIA's answer to the worker, or else the record's); `None` when the
+/// worker holds none, or one that is not this registration's (logged: the registration is
+/// then rolled back).
 fn accepted_command(generation: &Generation, held: &UnpublishedIsu) -> Option<(Command, String)> {
     let record = held.accepted.as_deref()?;
     let command = base64::engine::general_purpose::STANDARD
         .decode(record)
         .ok()
         .and_then(|bytes| Command::decode(&bytes));
-    let character = match &command {
+    match command {
         Some(Command::Isu {
-            generation: of, isu, ..
-        }) if *of == generation.id && isu.uuid == held.uuid && isu.id == held.id => isu.character.clone(),
+            generation: of,
+            mut isu,
+            request,
+        }) if of == generation.id && isu.uuid == held.uuid && isu.id == held.id => {
+            if let Some(character) = &held.character {
+                isu.character = character.clone();
+            }
+            let character = isu.character.clone();
+            Some((
+                Command::Isu {
+                    generation: of,
+                    isu,
+                    request,
+                },
+                character,
+            ))
+        }
         _ => {
             tracing::error!(uuid = %held.uuid, id = held.id, "a worker's record of an accepted registration is not its command; rolled back");
-            return None;
+            None
         }
-    };
-    Some((command?, character))
+    }
 }
 
 /// The command that removes a registered ISU whose registration failed.

@@ -495,7 +495,7 @@ async fn a_lone_durable_coordinator_killed_at_each_step_of_a_registration_ends_i
         wait_until("the registration is held", Duration::from_secs(15), || async {
             let log = cluster.node_log(coordinator);
             log.lines()
-                .any(|line| line.contains("registration held") && line.contains(uuid.as_str()))
+                .any(|line| line.contains("held at a fail point") && line.contains(uuid.as_str()))
                 .then_some(())
         })
         .await;

@@ -101,7 +101,7 @@ async fn registration_held_at(
     let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
     let registering = register_in_background(&alice, uuid, name);
     cluster
-        .wait_for_log(cluster.workers.len() + leader, "registration held")
+        .wait_for_log(cluster.workers.len() + leader, "held at a fail point")
         .await;
     (cluster, leader, alice, registering)
 }
@@ -422,7 +422,7 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
     let follower = (leader + 1) % 3;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "alice").await);
     let registering = register_in_background(&alice, &rolled_back, "rolled back");
-    cluster.wait_for_log(workers + leader, "registration held").await;
+    cluster.wait_for_log(workers + leader, "held at a fail point").await;
     cluster.kill_node(workers + leader);
     // The follower sends it again to the next leader, which has rolled it back.
     let answer = registering.await.unwrap();
@@ -436,7 +436,9 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
     let follower = (0..3).find(|replica| *replica != second_leader).unwrap();
     let bob = Arc::new(sign_in_with(agent_of(&cluster, follower), &cluster.signer, "bob").await);
     let registering = register_in_background(&bob, &published, "published");
-    cluster.wait_for_log(workers + second_leader, "registration held").await;
+    cluster
+        .wait_for_log(workers + second_leader, "held at a fail point")
+        .await;
     cluster.kill_node(workers + second_leader);
     let answer = registering.await.unwrap();
     let created = answer.json(201);
@@ -468,14 +470,17 @@ async fn a_next_leader_rolls_back_a_started_registration_and_publishes_an_accept
 
 /// Issue 38's first nemesis finding: a leader lost the lead after JIA answered and before
 /// the ISU was logged, the next leader rolled the registration back, and the conditions its
-/// worker had acknowledged were lost. Now the worker holds JIA's acceptance (the command)
-/// before the command is proposed, and the next leader finishes the registration from it.
+/// worker had acknowledged were lost. The fix then had the leader give the worker JIA's
+/// acceptance, which left the leader's death between JIA's answer and that call (seeds
+/// 8675309 and 271828: 5 and 48 acknowledged posts lost). Now the worker asks JIA itself and
+/// keeps the answer before the leader hears it, and the next leader finishes the
+/// registration from it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registration_jia_accepted_is_finished_by_the_next_leader_with_its_acknowledged_posts() {
     let uuid = test_uuid('e', 73);
-    // Held once its worker holds JIA's acceptance, before the log does.
+    // Held as soon as the leader has JIA's answer (from the worker), before the log has it.
     let (mut cluster, leader, alice, registering) =
-        registration_held_at("registration-answered", &uuid, "accepted").await;
+        registration_held_at("registration-jia-answered", &uuid, "accepted").await;
     let workers = cluster.workers.len();
     post_held_condition(&cluster, &uuid, "before the leader died").await;
     cluster.kill_node(workers + leader);
@@ -499,9 +504,10 @@ async fn a_registration_jia_accepted_is_finished_by_the_next_leader_with_its_ack
 /// resumed, in a later term, just as JIA answered the leader's registration; the deposed
 /// leader skipped the worker's acceptance, the next leader's sweep rolled the registration
 /// back, and 7 conditions its worker had acknowledged were lost. Here the leader holds the
-/// registration (4 s) once JIA answered and is paused meanwhile (2.5 s) until another replica
-/// leads in a later term; the next leader's sweeps wait 5 s (a fail point), so the deposed
-/// leader's acceptance reaches the worker first, as it did in the run.
+/// registration (4 s) once it has JIA's answer and is paused meanwhile until another
+/// replica leads in a later term; the next leader's sweeps wait 5 s (a fail point). The
+/// worker holds JIA's answer already: the deposed leader, resumed, leaves the registration
+/// alone (no rollback), and the next leader finishes it.
 #[tokio::test]
 async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
     let uuid = test_uuid('e', 75);
@@ -520,7 +526,7 @@ async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
     let through = (leader + 1) % 3;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, through), &cluster.signer, "alice").await);
     let registering = register_in_background(&alice, &uuid, "deposed");
-    cluster.wait_for_log(workers + leader, "registration held").await;
+    cluster.wait_for_log(workers + leader, "held at a fail point").await;
     post_held_condition(&cluster, &uuid, "while JIA's answer was held").await;
 
     cluster.signal_node(workers + leader, "STOP");
@@ -543,14 +549,15 @@ async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
     cluster.assert_no_crash();
 }
 
-/// Three replicas whose leader is paused (SIGSTOP) while JIA answers alice's registration
-/// of `uuid`, after the registration's device posted (see [`post_held_condition`]), until
-/// the next leader awaits the registration's acceptance: the cluster, the paused leader's
-/// node, alice (on a replica that was a follower), and the registration's answer to come.
+/// Three replicas whose leader is paused (SIGSTOP) while the worker asks JIA for alice's
+/// registration of `uuid` (held there 8 s before JIA is asked), after the registration's
+/// device posted (see [`post_held_condition`]), until the next leader awaits the
+/// registration's acceptance: the cluster, the paused leader's node, alice (on a replica
+/// that was a follower), and the registration's answer to come.
 async fn paused_as_jia_answers(uuid: &str) -> (Cluster, usize, Arc<Agent>, tokio::task::JoinHandle<Reply>) {
     let cluster = spawn_cluster_with(ClusterOptions {
         coordinators: 3,
-        fail_points: Some(format!("registration-jia-answered=return({uuid}/2000)")),
+        fail_points: Some(format!("jia-call-held=return({uuid}/8000)")),
         ..ClusterOptions::default()
     })
     .await;
@@ -560,7 +567,9 @@ async fn paused_as_jia_answers(uuid: &str) -> (Cluster, usize, Arc<Agent>, tokio
     let term_before = term_of(&cluster, leader).await;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, (leader + 1) % 3), &cluster.signer, "alice").await);
     let registering = register_in_background(&alice, uuid, "paused as JIA answers");
-    cluster.wait_for_log(workers + leader, "registration held").await;
+    cluster
+        .wait_for_log(default_cell(uuid, workers), "held at a fail point")
+        .await;
     post_held_condition(&cluster, uuid, "before the leader was paused").await;
 
     cluster.signal_node(workers + leader, "STOP");
@@ -572,10 +581,10 @@ async fn paused_as_jia_answers(uuid: &str) -> (Cluster, usize, Arc<Agent>, tokio
 /// Nemesis seed 271828 (10 minutes): the leader was paused (6 s) while JIA answered its
 /// registration, after the device's first posts; the next leader's takeover rolled the
 /// registration back at once and the posts its worker had acknowledged were lost. Now the
-/// sweeps leave a registration its device posted to awaiting its acceptance (20 s): the
-/// paused leader hands it over once it runs again, and the next sweep finishes it.
+/// sweeps leave a registration awaiting its acceptance (20 s): the worker keeps JIA's answer
+/// once it comes, and the next sweep finishes the registration with it.
 #[tokio::test]
-async fn a_leader_paused_as_jia_answers_hands_over_the_acceptance_once_resumed() {
+async fn a_registration_whose_leader_is_paused_as_jia_answers_is_finished_once_jia_answered() {
     let uuid = test_uuid('e', 76);
     let (mut cluster, paused, alice, registering) = paused_as_jia_answers(&uuid).await;
     cluster.signal_node(paused, "CONT");
@@ -631,13 +640,14 @@ async fn a_registration_sent_again_while_the_first_awaits_its_acceptance_waits_f
     cluster.assert_no_crash();
 }
 
-/// Nemesis seed 4711, run again on the fixes above: the worker was down when its leader
-/// had JIA's answer to give it; the leader gave up after 1.5 s and dropped the answer, and a
-/// migration's sweep rolled the registration back with the conditions the restarted worker
-/// had acknowledged. Now the leader keeps its copy until the registration is over, and its
-/// sweep finishes the registration from it once the worker answers again.
+/// Nemesis seed 4711, run again on an earlier fix: the worker was down when its leader had
+/// JIA's answer to give it, and a migration's sweep rolled the registration back with the
+/// conditions the restarted worker had acknowledged. Now the worker asked JIA and logged its
+/// answer before the leader heard it: a worker killed then and started again from its log
+/// still holds it, the registration is answered 201 (logged), and the leader's sweep
+/// publishes it once the worker answers again.
 #[tokio::test]
-async fn a_leader_finishes_from_its_own_copy_a_registration_whose_worker_was_down_at_the_acceptance() {
+async fn a_worker_killed_after_jia_answered_publishes_the_registration_once_back() {
     let uuid = test_uuid('e', 77);
     let mut cluster = spawn_cluster_with(ClusterOptions {
         coordinators: 3,
@@ -651,13 +661,13 @@ async fn a_leader_finishes_from_its_own_copy_a_registration_whose_worker_was_dow
     let leader = agreed_leader(&cluster).await;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, leader), &cluster.signer, "alice").await);
     let registering = register_in_background(&alice, &uuid, "worker down");
-    cluster.wait_for_log(workers + leader, "registration held").await;
+    cluster.wait_for_log(workers + leader, "held at a fail point").await;
     post_held_condition(&cluster, &uuid, "before its worker died").await;
     let worker = default_cell(&uuid, workers);
     cluster.kill_node(worker);
-    // The acceptance finds its worker down: the registration is answered 503.
+    // Logged while its worker is down: answered 201 (the publish is the sweep's).
     let answer = registering.await.unwrap();
-    assert_eq!(answer.status.as_u16(), 503, "{}", answer.text());
+    assert_eq!(answer.status.as_u16(), 201, "{}", answer.text());
     cluster.start_node(worker);
     wait_listed(&alice, &uuid, Duration::from_secs(15)).await;
     assert_held_condition_readable(&alice, &uuid).await;
@@ -873,7 +883,7 @@ async fn a_paused_leader_is_replaced_fenced_off_the_workers_and_follows_once_res
     // leader is paused there: it still believes it leads when it wakes up.
     let alice = Arc::new(sign_in_with(agent_of(&cluster, leader), &cluster.signer, "alice").await);
     let registering = register_in_background(&alice, &held, "held");
-    cluster.wait_for_log(workers + leader, "registration held").await;
+    cluster.wait_for_log(workers + leader, "held at a fail point").await;
     cluster.signal_node(workers + leader, "STOP");
     let paused_at = Instant::now();
 

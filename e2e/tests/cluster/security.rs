@@ -14,9 +14,9 @@ use shared::dataset::generated::VIRTUAL_START;
 use shared::protocol::{
     COORDINATOR_CELLS, COORDINATOR_DRAIN, COORDINATOR_LATEST, COORDINATOR_MEMBERS, COORDINATOR_MIGRATE,
     COORDINATOR_PLACEMENT, COORDINATOR_REBALANCE, COORDINATOR_REPLICA, HEALTH, METRICS, PPROF_LAST, PPROF_PROFILE,
-    SECRET_HEADER, WORKER_ACCEPT, WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET, WORKER_IMPORT, WORKER_LATEST_ALL,
-    WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK,
-    WORKER_UNPUBLISHED, WORKER_USERS,
+    SECRET_HEADER, WORKER_ACCEPT, WORKER_ACTIVATE, WORKER_EXPORT, WORKER_FORGET, WORKER_IMPORT, WORKER_JIA_ACTIVATE,
+    WORKER_LATEST_ALL, WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET,
+    WORKER_ROLLBACK, WORKER_UNPUBLISHED, WORKER_USERS,
 };
 use shared::session::{SessionKey, COOKIE_NAME};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -155,6 +155,11 @@ async fn every_internal_request(cluster: &Cluster, unregistered: &str) -> Vec<In
             json!({"generation": generation, "uuid": unregistered, "id": 999, "record": "forged"}),
         ));
         requests.push(post(
+            WORKER_JIA_ACTIVATE,
+            json!({"generation": generation, "uuid": unregistered, "id": 999, "record": "forged",
+                   "jia_service_url": "http://127.0.0.1:9", "target_base_url": "http://127.0.0.1:9"}),
+        ));
+        requests.push(post(
             WORKER_PUBLISH,
             json!({"generation": generation, "uuid": unregistered, "id": 999, "character": "すなお"}),
         ));
@@ -275,7 +280,7 @@ async fn every_internal_route_of_every_node_refuses_a_missing_or_wrong_secret() 
             refused += 1;
         }
     }
-    assert_eq!(requests.len(), 2 + 10 + 2 * 14 + 3 * 3);
+    assert_eq!(requests.len(), 2 + 10 + 2 * 15 + 3 * 3);
     eprintln!(
         "internal routes: {refused} requests without the right secret, all refused ({} routes × {} credentials)",
         requests.len(),
@@ -402,6 +407,7 @@ async fn nginx_never_routes_internal_routes_whatever_the_spelling() {
         WORKER_USERS,
         WORKER_PROVISIONAL,
         WORKER_ACCEPT,
+        WORKER_JIA_ACTIVATE,
         WORKER_PUBLISH,
         WORKER_ROLLBACK,
         WORKER_RESEND_LATEST,

@@ -54,7 +54,7 @@ async fn registrations_logged_before_their_worker_stopped_stay_and_are_published
     });
     // JIA activated the ISU and the log accepted it (the coordinator shows it); its worker
     // stops before it hears of the publish.
-    cluster.wait_for_log(coordinator, "registration held").await;
+    cluster.wait_for_log(coordinator, "held at a fail point").await;
     cluster.signal_node(WORKER_A, "STOP");
     let stopped_at = Instant::now();
     let timed_out_believed = client.await.expect("the client's task");

@@ -10,9 +10,9 @@ use axum::{Json, Router};
 use node_http::ClusterPeer;
 use shared::placement_map::PlacementMap;
 use shared::protocol::{
-    AcceptIsu, Health, ProvisionalIsu, PublishIsu, ResendLatest, ResetShard, RollbackIsu, UserSync, HEALTH,
-    WORKER_ACCEPT, WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH, WORKER_RESEND_LATEST, WORKER_RESET,
-    WORKER_ROLLBACK, WORKER_UNPUBLISHED, WORKER_USERS,
+    AcceptIsu, Activation, Health, JiaActivateIsu, ProvisionalIsu, PublishIsu, ResendLatest, ResetShard, RollbackIsu,
+    UserSync, HEALTH, WORKER_ACCEPT, WORKER_JIA_ACTIVATE, WORKER_PLACEMENT, WORKER_PROVISIONAL, WORKER_PUBLISH,
+    WORKER_RESEND_LATEST, WORKER_RESET, WORKER_ROLLBACK, WORKER_UNPUBLISHED, WORKER_USERS,
 };
 
 use super::common::json_response;
@@ -33,6 +33,10 @@ pub fn control() -> Router<AppState> {
         .route(WORKER_RESET, post(reset).layer(DefaultBodyLimit::max(RESET_BODY_LIMIT)))
         .route(WORKER_USERS, post(sync_users))
         .route(WORKER_PROVISIONAL, post(provisional))
+        .route(
+            WORKER_JIA_ACTIVATE,
+            post(jia_activate).layer(DefaultBodyLimit::max(ACCEPT_BODY_LIMIT)),
+        )
         .route(WORKER_PUBLISH, post(publish))
         .route(WORKER_ROLLBACK, post(rollback))
         .route(WORKER_UNPUBLISHED, post(unpublished))
@@ -111,6 +115,44 @@ async fn provisional(
     };
     state.journal.provisional(&isu, true).await?;
     Ok(status)
+}
+
+/// Asks JIA to activate a provisional registration (a leader's control call: a deposed
+/// leader's never reaches JIA) and keeps its answer with the registration, logged, before
+/// answering: from then on the registration is finished whatever becomes of the leader.
+async fn jia_activate(
+    _: ClusterPeer,
+    State(state): State<AppState>,
+    Json(call): Json<JiaActivateIsu>,
+) -> Result<Json<Activation>, WorkerError> {
+    use crate::jia_client::ActivateError;
+    let shard = state.store.current(call.generation)?;
+    let asked = shard
+        .activate(&call.uuid, call.id, &call.record, || async {
+            // Tests only: `jia-call-held=return(UUID/MILLIS)` holds the call before JIA is asked.
+            node_http::hold_at("jia-call-held", &call.uuid).await;
+            state
+                .jia
+                .activate(&call.jia_service_url, &call.target_base_url, &call.uuid)
+                .await
+        })
+        .await
+        .ok_or(WorkerError::IsuNotFound)?;
+    match asked {
+        Ok((character, asked_now)) => {
+            if asked_now {
+                state.journal.activated(&call, &character).await?;
+            }
+            Ok(Json(Activation::Activated { character }))
+        }
+        Err(ActivateError::Refused(status)) => Ok(Json(Activation::Refused {
+            status: status.as_u16(),
+        })),
+        Err(error) => {
+            tracing::warn!(%error, uuid = %call.uuid, "asking JIA to activate an ISU failed");
+            Err(WorkerError::Upstream(error.to_string()))
+        }
+    }
 }
 
 /// JIA accepted a provisional registration: marked, then logged (as a publish is).

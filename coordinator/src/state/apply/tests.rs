@@ -16,7 +16,6 @@ use shared::placement_map::{Cell, PlacementMap};
 use super::super::command::{Command, LoggedIsu, Snapshot, Unfinished};
 use super::super::{Placement, Start, State};
 use super::StateApplier;
-use crate::jia_client::JiaClient;
 use crate::worker_client::WorkerClient;
 use consensus::Applier as _;
 
@@ -44,7 +43,6 @@ fn fresh_state() -> Arc<State> {
         Bytes::from_static(b"default icon"),
         shared::session::SessionKey::from_secret(SECRET),
         workers,
-        JiaClient::new().unwrap(),
         placement,
         Start::Fresh {
             jia_service_url: "http://jia".into(),
