@@ -884,4 +884,10 @@ pub struct ForgetSubject {
     pub subject: crate::migration::Subject,
     /// The map that decides what the worker keeps (taken first, if newer than its copy).
     pub map: crate::placement_map::PlacementMap,
+    /// To the migration's source: the target's internal URL. A source that holds no export
+    /// of this migration (it restarted, or was replaced, since it exported) sends the
+    /// target the subject's history again before dropping it: what it took meanwhile was
+    /// not forwarded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_url: Option<String>,
 }

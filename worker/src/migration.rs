@@ -32,7 +32,7 @@ use shared::protocol::{
 use crate::cells::Cells;
 use crate::error::WorkerError;
 use crate::journal::Journal;
-use crate::store::{NewCondition, ProvisionalError, Shard, Store};
+use crate::store::{IsuEntry, NewCondition, ProvisionalError, Shard, Store};
 
 /// Conditions per history chunk (about 1 MB of JSON).
 const CHUNK_CONDITIONS: usize = 20_000;
@@ -72,10 +72,13 @@ impl Exports {
         self.any.store(true, Ordering::Release);
     }
 
-    fn end(&self, migration: u64) {
+    /// Ends the export of `migration`; whether this process held it.
+    fn end(&self, migration: u64) -> bool {
         let mut list = self.list.write();
+        let before = list.len();
         list.retain(|other| other.migration != migration);
         self.any.store(!list.is_empty(), Ordering::Release);
+        list.len() < before
     }
 
     fn is_empty(&self) -> bool {
@@ -168,14 +171,57 @@ impl Migrations<'_> {
         fail::fail_point!("export-copy");
         let map = self.cells.map();
         let entries = shard.isus_where(|uuid| request.subject.covers(uuid, map.as_deref()));
+        let report = self
+            .copy(
+                request.generation,
+                request.migration,
+                &request.target_url,
+                &shard,
+                &entries,
+            )
+            .await?;
+        tracing::info!(
+            migration = request.migration,
+            subject = %request.subject,
+            isus = report.isus,
+            conditions = report.conditions,
+            chunks = report.chunks,
+            millis = started.elapsed().as_millis() as u64,
+            "history copied to the migration's target"
+        );
+        Ok(report)
+    }
+
+    /// Sends the whole history of `entries` to the target at `target_url`, in chunks.
+    async fn copy(
+        &self,
+        generation: u64,
+        migration: u64,
+        target_url: &str,
+        shard: &Shard,
+        entries: &[Arc<IsuEntry>],
+    ) -> Result<ExportReport, WorkerError> {
         let mut report = ExportReport {
             isus: entries.len(),
             ..ExportReport::default()
         };
         let mut chunk = Vec::new();
         let mut in_chunk = 0;
+        let flush = async |chunk: &mut Vec<ImportIsu>, report: &mut ExportReport| {
+            let body = ImportChunk {
+                generation,
+                migration,
+                isus: std::mem::take(chunk),
+            };
+            self.exports.send(target_url, &body).await.map_err(|error| {
+                tracing::warn!(%error, migration, "copying history to the migration's target failed");
+                WorkerError::Unavailable
+            })?;
+            report.chunks += 1;
+            Ok::<(), WorkerError>(())
+        };
         for entry in entries {
-            let history = shard.wire_history(&entry);
+            let history = shard.wire_history(entry);
             report.conditions += history.len();
             let mut rest = history.as_slice();
             loop {
@@ -190,7 +236,7 @@ impl Migrations<'_> {
                 in_chunk += take;
                 rest = &rest[take..];
                 if in_chunk >= CHUNK_CONDITIONS {
-                    self.flush(request, &mut chunk, &mut report).await?;
+                    flush(&mut chunk, &mut report).await?;
                     in_chunk = 0;
                 }
                 if rest.is_empty() {
@@ -199,37 +245,9 @@ impl Migrations<'_> {
             }
         }
         if !chunk.is_empty() {
-            self.flush(request, &mut chunk, &mut report).await?;
+            flush(&mut chunk, &mut report).await?;
         }
-        tracing::info!(
-            migration = request.migration,
-            subject = %request.subject,
-            isus = report.isus,
-            conditions = report.conditions,
-            chunks = report.chunks,
-            millis = started.elapsed().as_millis() as u64,
-            "history copied to the migration's target"
-        );
         Ok(report)
-    }
-
-    async fn flush(
-        &self,
-        request: &ExportSubject,
-        chunk: &mut Vec<ImportIsu>,
-        report: &mut ExportReport,
-    ) -> Result<(), WorkerError> {
-        let body = ImportChunk {
-            generation: request.generation,
-            migration: request.migration,
-            isus: std::mem::take(chunk),
-        };
-        self.exports.send(&request.target_url, &body).await.map_err(|error| {
-            tracing::warn!(%error, migration = request.migration, "copying history to the migration's target failed");
-            WorkerError::Unavailable
-        })?;
-        report.chunks += 1;
-        Ok(())
     }
 
     /// The target, after the flip: the imported ISUs become visible.
@@ -268,10 +286,25 @@ impl Migrations<'_> {
             .await
             .map_err(|error| WorkerError::Internal(error.to_string()))?
             .map_err(|error| WorkerError::Internal(format!("saving the placement map: {error}")))?;
-        self.exports.end(request.migration);
+        let exported_here = self.exports.end(request.migration);
         let entries = shard.isus_where(|uuid| {
             request.subject.covers(uuid, Some(&request.map)) && !self.cells.owns_in(&request.map, uuid)
         });
+        if let Some(target_url) = request.target_url.as_deref().filter(|_| !exported_here) {
+            // This process never held the export (it restarted, or replaced the one that
+            // did): what it acknowledged since went nowhere else (nemesis seed 314159, a
+            // source replaced between its copy and the flip). The target skips what it holds.
+            let report = self
+                .copy(request.generation, request.migration, target_url, &shard, &entries)
+                .await?;
+            tracing::warn!(
+                migration = request.migration,
+                subject = %request.subject,
+                isus = report.isus,
+                conditions = report.conditions,
+                "this process holds no export of the migration it is the source of: history sent to the target again"
+            );
+        }
         let mut conditions = 0;
         for entry in &entries {
             if shard.forget(&entry.uuid).is_some() {

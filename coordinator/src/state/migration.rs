@@ -298,11 +298,16 @@ impl State {
     /// show its ISU yet, and a read answered 404).
     async fn forget_until_done(&self, migration: &Migration, cell: CellId) {
         self.until_done("forgetting a migrated subject", migration, || {
+            let map = self.placement.map_for_workers();
+            let target_url = (cell == migration.from)
+                .then(|| map.cell(migration.to).map(|target| target.internal_url.clone()))
+                .flatten();
             let forget = ForgetSubject {
                 generation: self.generation().id,
                 migration: migration.id,
                 subject: migration.subject.clone(),
-                map: (*self.placement.map_for_workers()).clone(),
+                map: (*map).clone(),
+                target_url,
             };
             let workers = &self.workers;
             async move { workers.forget(cell, &forget).await }
