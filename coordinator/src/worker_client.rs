@@ -355,8 +355,12 @@ impl WorkerClient {
 
     /// Idempotent (what is gone stays gone), so retried.
     pub async fn forget(&self, cell: CellId, request: &ForgetSubject) -> Result<(), WorkerCallError> {
-        self.post_retrying(cell, WORKER_FORGET, request, CALL_TIMEOUT * 5, RETRY_BUDGET * 5)
-            .await
+        // A source that restarted since its export copies the subject again first.
+        let (attempt, budget) = match request.target_url {
+            Some(_) => (EXPORT_TIMEOUT, EXPORT_TIMEOUT),
+            None => (CALL_TIMEOUT * 5, RETRY_BUDGET * 5),
+        };
+        self.post_retrying(cell, WORKER_FORGET, request, attempt, budget).await
     }
 
     /// Retries transport errors and 5xx answers with a short backoff; a 4xx is final.

@@ -232,6 +232,16 @@ impl IsuEntry {
             .is_some_and(|registration| registration.accepted.get().is_some())
     }
 
+    /// Whether JIA accepted the registration or is being asked to ([`Shard::activate`]):
+    /// either way its device may be posting, and nothing may roll it back or replace it.
+    fn is_up_to_jia(&self) -> bool {
+        self.is_accepted()
+            || self
+                .registration
+                .as_ref()
+                .is_some_and(|registration| registration.asking.try_lock().is_err())
+    }
+
     pub fn id(&self) -> i64 {
         self.id.load(Ordering::Relaxed)
     }
@@ -510,9 +520,9 @@ impl Shard {
             {
                 Ok(Provisional::Repeated)
             }
-            // JIA accepted the earlier registration: it is finished, never replaced.
+            // JIA accepted the earlier registration (or is being asked): it is finished, never replaced.
             dashmap::Entry::Occupied(occupied)
-                if occupied.get().is_published() || occupied.get().id() >= id || occupied.get().is_accepted() =>
+                if occupied.get().is_published() || occupied.get().id() >= id || occupied.get().is_up_to_jia() =>
             {
                 Err(ProvisionalError::AlreadyExists)
             }
@@ -577,7 +587,12 @@ impl Shard {
         if let Some(character) = registration.character.get() {
             return Some(Ok((character.to_string(), false)));
         }
-        Some(ask().await.map(|character| {
+        let answer = ask().await;
+        // Removed meanwhile (a reset, a migration's forget): nothing to keep JIA's answer in.
+        if !self.isu(uuid).is_some_and(|now| Arc::ptr_eq(&now, &entry)) {
+            return None;
+        }
+        Some(answer.map(|character| {
             registration.activated(record, &character);
             (character, true)
         }))
@@ -625,12 +640,13 @@ impl Shard {
     }
 
     /// [`Shard::rollback`] asked by a coordinator: refused (`Err`) when JIA accepted the
-    /// registration, whose device's posts this worker took. A sweep can decide on a rollback
-    /// before a deposed leader's acceptance arrives; the next sweep finishes it instead.
+    /// registration, whose device's posts this worker took, or is being asked (a leader whose
+    /// call timed out rolls back while this worker still waits for JIA). The sweep finishes
+    /// it instead once JIA answered.
     pub fn rollback_unless_accepted(&self, uuid: &str, id: i64) -> Result<bool, RollbackRefused> {
         let mut accepted = false;
         let removed = self.isus.remove_if(uuid, |_, entry| {
-            accepted = entry.id() == id && entry.is_accepted() && !entry.is_published();
+            accepted = entry.id() == id && entry.is_up_to_jia() && !entry.is_published();
             entry.id() == id && !accepted
         });
         if accepted {
@@ -1302,6 +1318,28 @@ mod tests {
             Err(ProvisionalError::AlreadyExists),
             "never replaced once JIA activated it"
         );
+
+        // While JIA is being asked, nothing rolls the registration back or replaces it.
+        shard.provisional("b", "bob", "chair", 8, None).unwrap();
+        let (answer, answered) = tokio::sync::oneshot::channel::<String>();
+        let asking = shard.activate("b", 8, "record-b", || async move {
+            Ok::<_, u16>(answered.await.expect("answered"))
+        });
+        let meanwhile = async {
+            tokio::task::yield_now().await;
+            let refused = shard.rollback_unless_accepted("b", 8);
+            let replaced = shard.provisional("b", "erin", "again", 11, None);
+            answer.send("すなお".to_owned()).unwrap();
+            (refused, replaced)
+        };
+        let (asked, (refused, replaced)) = tokio::join!(asking, meanwhile);
+        assert_eq!(refused, Err(RollbackRefused), "a rollback while JIA is asked");
+        assert_eq!(
+            replaced,
+            Err(ProvisionalError::AlreadyExists),
+            "a later registration meanwhile"
+        );
+        assert_eq!(asked, Some(Ok(("すなお".to_owned(), true))));
     }
 
     #[test]

@@ -111,16 +111,17 @@ const SWEEP_DECIDED_WITHIN: Duration = Duration::from_secs(2);
 const _: () = assert!(SWEEP_DECIDED_WITHIN.as_millis() < consensus::replica::ELECTION_WAIT.as_millis());
 
 /// How long the sweeps leave a registration its worker holds unaccepted before rolling it
-/// back: its leader, paused or cut off while JIA answered, gives the worker JIA's acceptance
-/// once it runs again, and the sweep finishes the registration with what the device posted
-/// (the nemesis paused leaders at that moment for up to 6 s). Rolled back at once, JIA had
-/// activated an ISU its user then registered again, asking JIA a second time (seed 271828).
-/// A leader that died there never does: after this long, it is rolled back.
+/// back: its worker may be asking JIA still (JIA takes up to 10 s, and a worker paused or
+/// cut off meanwhile longer), and once it has JIA's answer the sweep finishes the
+/// registration with what the device posted. Rolled back at once, JIA had activated an ISU
+/// its user then registered again, asking JIA a second time (seed 271828). A registration
+/// whose leader died before its worker was asked never gets an answer: after this long, it
+/// is rolled back.
 const ACCEPTANCE_WAIT: Duration = Duration::from_secs(20);
 
 /// How often a registration of a UUID an earlier leader left awaiting its acceptance sweeps
-/// that UUID's cell while it waits for the outcome: the acceptance reaches the worker when
-/// the old leader runs again, and the client (whose first try timed out) is still waiting.
+/// that UUID's cell while it waits for the outcome: the worker may have JIA's answer any
+/// moment, and the client (whose first try timed out) is still waiting.
 const AWAITED_SWEEP_EVERY: Duration = Duration::from_millis(100);
 
 /// Whether a sweep may leave a registration to await its acceptance ([`ACCEPTANCE_WAIT`]).
@@ -138,8 +139,19 @@ struct SweepPass {
     count: usize,
     /// The worker refused a rollback: JIA's acceptance reached it since it was listed.
     accepted_meanwhile: bool,
-    /// The ids of those it ended (or tried to: a worker that did not answer has them again next time).
+    /// The ids of those it ended (one whose worker did not answer is listed again next time).
     decided: Vec<i64>,
+}
+
+/// How one end of a registration left unfinished went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Done,
+    /// The worker did not answer: the next sweep ends it.
+    Failed,
+    /// The worker refused the rollback: JIA accepted the registration (or is being asked)
+    /// since it was listed, and it is to be finished instead.
+    Refused,
 }
 
 /// How a registration left unfinished on its worker ends.
@@ -528,15 +540,17 @@ impl State {
 
     /// A new leader (the workers already fenced off the old one) ends the registrations an
     /// old one left unfinished, as its workers hold them provisionally: one the log holds
-    /// with its character (JIA activated it) is published on its worker; any other is
-    /// rolled back there (JIA is never asked again: it activates an ISU at most once, and
-    /// the old leader may have asked), and the rolled-back requests are logged in one record.
+    /// with its character (JIA activated it) is published on its worker; one whose worker
+    /// holds JIA's answer is logged from it, then published; one whose worker has no answer
+    /// yet is left for [`ACCEPTANCE_WAIT`]; any other is rolled back there (JIA is never asked
+    /// again: it activates an ISU at most once), and the rolled-back requests are logged in one record.
     /// Those of a worker that does not answer stay invisible there (a registration of the
     /// UUID again replaces them). They are ended together (each is its own ISU): one after
     /// the other, each waiting on its worker, they held a takeover for seconds when the old
     /// leader died amid many registrations. Registrations an older build's log holds as
     /// started are ended from the log. Returns how many there were.
     pub(super) async fn finish_registrations(&self, generation: &Arc<Generation>, absent: &[CellId]) -> usize {
+        self.forget_awaited();
         let logged: Vec<Unfinished> = generation.unfinished.lock().values().cloned().collect();
         let count = logged.len();
         futures_util::stream::iter(logged)
@@ -626,8 +640,9 @@ impl State {
         };
         let mut decided = first.decided;
         if first.accepted_meanwhile {
-            // A deposed leader's acceptance reached the worker after this sweep had listed the
-            // registration: the worker refused its rollback, and a second pass finishes it.
+            // JIA's answer reached the worker (or it was asking JIA) after this sweep had
+            // listed the registration: the worker refused its rollback, and a second pass
+            // finishes it (or leaves it awaiting).
             tracing::warn!(
                 worker = self.workers.role(cell),
                 "a registration was accepted while the sweep ended it: finishing it"
@@ -657,12 +672,12 @@ impl State {
         if decide_by.is_some_and(|decide_by| std::time::Instant::now() > decide_by) {
             return Ok(None);
         }
+        self.forget_awaited_not_held(generation.id, cell, &held);
         held.retain(|isu| !generation.pending.lock().contains_key(&isu.uuid));
         let count = held.len();
         let mut accepted = Vec::new();
         let mut finished = Vec::new();
         let mut abandoned = Vec::new();
-        let mut decided = Vec::new();
         // A lone coordinator's registrations left unfinished are its own dead process's: no
         // other process will give the worker their acceptance, so none waits for it.
         let may_wait = sweep == Sweep::MayWait && !self.peer_urls().is_empty();
@@ -692,7 +707,6 @@ impl State {
                 }
                 continue;
             }
-            decided.push(held.id);
             match character {
                 Some(character) => accepted.push(PublishIsu {
                     generation: generation.id,
@@ -740,38 +754,47 @@ impl State {
             }))
             .map(|end| self.end_left_registration(cell, end))
             .collect();
-        let accepted_meanwhile = futures_util::stream::iter(ends)
+        let outcomes: Vec<(i64, Ended)> = futures_util::stream::iter(ends)
             .buffer_unordered(ENDED_AT_ONCE)
-            .collect::<Vec<bool>>()
-            .await
-            .contains(&true);
+            .collect()
+            .await;
         Ok(Some(SweepPass {
             count,
-            accepted_meanwhile,
-            decided,
+            accepted_meanwhile: outcomes.iter().any(|(_, ended)| *ended == Ended::Refused),
+            decided: outcomes
+                .iter()
+                .filter(|(_, ended)| *ended == Ended::Done)
+                .map(|(id, _)| *id)
+                .collect(),
         }))
     }
 
-    /// Publishes or rolls back one registration left unfinished on the worker of `cell`;
-    /// true when the worker refused the rollback because JIA's acceptance reached it since
-    /// it was listed (the registration is to be finished instead).
-    async fn end_left_registration(&self, cell: CellId, end: LeftRegistration) -> bool {
+    /// Publishes or rolls back one registration left unfinished on the worker of `cell`:
+    /// its id, and how that went.
+    async fn end_left_registration(&self, cell: CellId, end: LeftRegistration) -> (i64, Ended) {
         match end {
             LeftRegistration::Publish(publish) => match self.workers.publish(cell, &publish).await {
-                Ok(()) => tracing::warn!(uuid = %publish.uuid, "published a registration left unfinished"),
+                Ok(()) => {
+                    tracing::warn!(uuid = %publish.uuid, "published a registration left unfinished");
+                    (publish.id, Ended::Done)
+                }
                 Err(error) => {
-                    tracing::warn!(%error, uuid = %publish.uuid, "publishing an unfinished registration failed")
+                    tracing::warn!(%error, uuid = %publish.uuid, "publishing an unfinished registration failed");
+                    (publish.id, Ended::Failed)
                 }
             },
             LeftRegistration::Rollback(rollback) => match self.workers.rollback(cell, &rollback).await {
-                Ok(()) => tracing::warn!(uuid = %rollback.uuid, "rolled back a registration left unfinished"),
-                Err(error) if error.status() == Some(reqwest::StatusCode::CONFLICT) => return true,
+                Ok(()) => {
+                    tracing::warn!(uuid = %rollback.uuid, "rolled back a registration left unfinished");
+                    (rollback.id, Ended::Done)
+                }
+                Err(error) if error.status() == Some(reqwest::StatusCode::CONFLICT) => (rollback.id, Ended::Refused),
                 Err(error) => {
-                    tracing::warn!(%error, uuid = %rollback.uuid, "rolling back an unfinished registration failed")
+                    tracing::warn!(%error, uuid = %rollback.uuid, "rolling back an unfinished registration failed");
+                    (rollback.id, Ended::Failed)
                 }
             },
         }
-        false
     }
 
     /// Ends one registration an older build's log holds as unfinished (see
@@ -852,7 +875,7 @@ impl State {
                 id,
                 posted,
                 waited_ms = waited.as_millis() as u64,
-                "a registration awaits JIA's acceptance from its leader"
+                "a registration awaits JIA's acceptance on its worker"
             );
             return true;
         }
@@ -865,7 +888,22 @@ impl State {
         self.awaiting_acceptance
             .lock()
             .iter()
-            .any(|((of, _), (_, held))| *of == generation && held == uuid)
+            .any(|((of, _), (since, held))| *of == generation && held == uuid && since.elapsed() < ACCEPTANCE_WAIT * 2)
+    }
+
+    /// Forgets the awaited registrations of `cell` its worker no longer holds (`held`): ended
+    /// by another leader meanwhile, or lost with a worker that restarted without its log.
+    fn forget_awaited_not_held(&self, generation: u64, cell: CellId, held: &[UnpublishedIsu]) {
+        let map = self.placement.map();
+        self.awaiting_acceptance.lock().retain(|(of, id), (_, uuid)| {
+            *of != generation || map.owner(uuid) != cell || held.iter().any(|isu| isu.id == *id)
+        });
+    }
+
+    /// Forgets every awaited registration: a replica that takes the lead lists them afresh
+    /// (those of an earlier lead may have been ended by the leaders between).
+    fn forget_awaited(&self) {
+        self.awaiting_acceptance.lock().clear();
     }
 
     /// The cells holding a registration that awaits its acceptance: the watch sweeps them at
@@ -875,7 +913,7 @@ impl State {
         self.awaiting_acceptance
             .lock()
             .iter()
-            .filter(|((of, _), _)| *of == generation)
+            .filter(|((of, _), (since, _))| *of == generation && since.elapsed() < ACCEPTANCE_WAIT * 2)
             .map(|(_, (_, uuid))| map.owner(uuid))
             .collect()
     }

@@ -509,7 +509,7 @@ async fn a_registration_jia_accepted_is_finished_by_the_next_leader_with_its_ack
 /// worker holds JIA's answer already: the deposed leader, resumed, leaves the registration
 /// alone (no rollback), and the next leader finishes it.
 #[tokio::test]
-async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
+async fn a_leader_deposed_once_it_has_jia_s_answer_leaves_the_registration_to_the_next_one() {
     let uuid = test_uuid('e', 75);
     let mut cluster = spawn_cluster_with(ClusterOptions {
         coordinators: 3,
@@ -533,19 +533,26 @@ async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
     another_leads(&cluster, leader, term_before, false).await;
     cluster.signal_node(workers + leader, "CONT");
 
-    // The deposed leader's acceptance reaches the worker; the next leader finishes the
-    // registration with the condition its worker acknowledged (the request itself may be
-    // answered 503 while that leader's sweep waits: what counts is its outcome).
-    let answer = registering.await.unwrap();
-    assert!(
-        [201, 503].contains(&answer.status.as_u16()),
-        "{} {}",
-        answer.status,
-        answer.text()
-    );
-    wait_listed(&alice, &uuid, Duration::from_secs(20)).await;
-    assert_held_condition_readable(&alice, &uuid).await;
-    assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
+    // The next leader finishes the registration from the worker's copy of JIA's answer, with
+    // the condition its worker acknowledged (the request itself may be answered 503: what
+    // counts is its outcome).
+    finished_with_its_post(&cluster, &alice, &uuid, registering, Duration::from_secs(20)).await;
+    cluster.assert_no_crash();
+}
+
+/// Found in review of the worker's JIA call: a leader killed while its worker asked JIA
+/// closed the connection, which dropped the worker's handler and JIA's answer with it; the
+/// registration was rolled back with its device's posts after 20 s. The worker now runs the
+/// call to its end whatever becomes of the caller, and the next leader finishes it.
+#[tokio::test]
+async fn a_leader_killed_while_its_worker_asks_jia_leaves_the_registration_to_be_finished() {
+    let uuid = test_uuid('e', 79);
+    let (mut cluster, leader, alice, registering) = held_before_jia(&uuid, 3000).await;
+    cluster.kill_node(leader);
+    // Well within the 20 s after which a registration with no answer is rolled back.
+    finished_with_its_post(&cluster, &alice, &uuid, registering, Duration::from_secs(15)).await;
+    cluster.start_node(leader);
+    agreed_leader(&cluster).await;
     cluster.assert_no_crash();
 }
 
@@ -555,27 +562,58 @@ async fn a_leader_deposed_as_jia_answers_still_hands_over_the_acceptance() {
 /// registration's acceptance: the cluster, the paused leader's node, alice (on a replica
 /// that was a follower), and the registration's answer to come.
 async fn paused_as_jia_answers(uuid: &str) -> (Cluster, usize, Arc<Agent>, tokio::task::JoinHandle<Reply>) {
+    let (cluster, leader, alice, registering) = held_before_jia(uuid, 8000).await;
+    let workers = cluster.workers.len();
+    let term_before = term_of(&cluster, leader - workers).await;
+    cluster.signal_node(leader, "STOP");
+    let next = another_leads(&cluster, leader - workers, term_before, true).await;
+    cluster.wait_for_log(workers + next, "awaits JIA's acceptance").await;
+    (cluster, leader, alice, registering)
+}
+
+/// Three replicas and alice's registration of `uuid` (sent through a follower), held on its
+/// worker `millis` before the worker asks JIA, once its device posted (see
+/// [`post_held_condition`]): the cluster, the leader's node, alice, and the registration's
+/// answer to come.
+async fn held_before_jia(uuid: &str, millis: u64) -> (Cluster, usize, Arc<Agent>, tokio::task::JoinHandle<Reply>) {
     let cluster = spawn_cluster_with(ClusterOptions {
         coordinators: 3,
-        fail_points: Some(format!("jia-call-held=return({uuid}/8000)")),
+        fail_points: Some(format!("jia-call-held=return({uuid}/{millis})")),
         ..ClusterOptions::default()
     })
     .await;
     cluster.make_known(uuid);
     let workers = cluster.workers.len();
     let leader = agreed_leader(&cluster).await;
-    let term_before = term_of(&cluster, leader).await;
     let alice = Arc::new(sign_in_with(agent_of(&cluster, (leader + 1) % 3), &cluster.signer, "alice").await);
-    let registering = register_in_background(&alice, uuid, "paused as JIA answers");
+    let registering = register_in_background(&alice, uuid, "held before JIA");
     cluster
         .wait_for_log(default_cell(uuid, workers), "held at a fail point")
         .await;
-    post_held_condition(&cluster, uuid, "before the leader was paused").await;
-
-    cluster.signal_node(workers + leader, "STOP");
-    let next = another_leads(&cluster, leader, term_before, true).await;
-    cluster.wait_for_log(workers + next, "awaits JIA's acceptance").await;
+    post_held_condition(&cluster, uuid, "before JIA was asked").await;
     (cluster, workers + leader, alice, registering)
+}
+
+/// The registration `registering` is answered 201 or 503 (what counts is its outcome), and
+/// within `within` its ISU is listed with the condition [`post_held_condition`] posted, JIA
+/// asked once.
+async fn finished_with_its_post(
+    cluster: &Cluster,
+    alice: &Agent,
+    uuid: &str,
+    registering: tokio::task::JoinHandle<Reply>,
+    within: Duration,
+) {
+    let answer = registering.await.unwrap();
+    assert!(
+        [201, 503].contains(&answer.status.as_u16()),
+        "{} {}",
+        answer.status,
+        answer.text()
+    );
+    wait_listed(alice, uuid, within).await;
+    assert_held_condition_readable(alice, uuid).await;
+    assert_eq!(activations_of(cluster, uuid), 1, "JIA was asked once");
 }
 
 /// Nemesis seed 271828 (10 minutes): the leader was paused (6 s) while JIA answered its
@@ -588,17 +626,7 @@ async fn a_registration_whose_leader_is_paused_as_jia_answers_is_finished_once_j
     let uuid = test_uuid('e', 76);
     let (mut cluster, paused, alice, registering) = paused_as_jia_answers(&uuid).await;
     cluster.signal_node(paused, "CONT");
-
-    let answer = registering.await.unwrap();
-    assert!(
-        [201, 503].contains(&answer.status.as_u16()),
-        "{} {}",
-        answer.status,
-        answer.text()
-    );
-    wait_listed(&alice, &uuid, Duration::from_secs(30)).await;
-    assert_held_condition_readable(&alice, &uuid).await;
-    assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
+    finished_with_its_post(&cluster, &alice, &uuid, registering, Duration::from_secs(30)).await;
     cluster.assert_no_crash();
 }
 

@@ -1,6 +1,6 @@
 //! Internal routes called by the coordinator (cluster secret required):
-//! reset, user sync, provisional registration, JIA's acceptance, publish and rollback, the registrations
-//! held provisionally.
+//! reset, user sync, provisional registration, its JIA activation (and an older
+//! coordinator's acceptance), publish and rollback, the registrations held provisionally.
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
@@ -125,6 +125,14 @@ async fn jia_activate(
     State(state): State<AppState>,
     Json(call): Json<JiaActivateIsu>,
 ) -> Result<Json<Activation>, WorkerError> {
+    // Runs to its end even when the leader goes away meanwhile (its connection closes and
+    // drops this handler): JIA may have started the device, and its answer is kept.
+    tokio::spawn(activate_with_jia(state, call))
+        .await
+        .map_err(|error| WorkerError::Internal(error.to_string()))?
+}
+
+async fn activate_with_jia(state: AppState, call: JiaActivateIsu) -> Result<Json<Activation>, WorkerError> {
     use crate::jia_client::ActivateError;
     let shard = state.store.current(call.generation)?;
     let asked = shard
