@@ -185,6 +185,7 @@ impl JiaSimulator {
             devices: Mutex::new(HashMap::new()),
             activations: Mutex::new(Vec::new()),
             repeated_activations: Mutex::new(HashMap::new()),
+            asks: Mutex::new(Vec::new()),
             running_devices: Arc::new(AtomicUsize::new(0)),
             error_posts: AtomicUsize::new(0),
             posts: Arc::default(),
@@ -309,6 +310,20 @@ impl JiaHandle {
             .clone()
     }
 
+    /// Every activation request of the ISUs asked more than once, in order: the ISU, the
+    /// target it named, and when it came.
+    pub fn asks_of_repeated(&self) -> Vec<(String, String, std::time::Instant)> {
+        let repeated = self.repeated_activations_by_isu();
+        self.shared
+            .asks
+            .lock()
+            .expect("asks poisoned")
+            .iter()
+            .filter(|(uuid, _, _)| repeated.contains_key(uuid))
+            .map(|(uuid, target, at)| (uuid.clone(), target.clone(), at.into_std()))
+            .collect()
+    }
+
     /// Number of device tasks currently running.
     pub fn running_devices(&self) -> usize {
         self.shared.running_devices.load(Ordering::SeqCst)
@@ -386,6 +401,8 @@ struct Shared {
     activations: Mutex<Vec<Activation>>,
     /// Per ISU, activation requests after its first (answered like the first one).
     repeated_activations: Mutex<HashMap<String, usize>>,
+    /// Every activation request that passed the checks: the ISU, its target, and when.
+    asks: Mutex<Vec<(String, String, Instant)>>,
     running_devices: Arc<AtomicUsize>,
     error_posts: AtomicUsize,
     /// Counts of the devices' posts (the malformed batches are counted apart).
@@ -479,6 +496,11 @@ impl Shared {
         character: &str,
     ) -> Result<(), &'static str> {
         let mut devices = self.devices.lock().expect("devices poisoned");
+        self.asks.lock().expect("asks poisoned").push((
+            isu_uuid.to_owned(),
+            raw_target_base_url.to_owned(),
+            Instant::now(),
+        ));
         if devices.contains_key(isu_uuid) {
             *self
                 .repeated_activations

@@ -303,6 +303,9 @@ fn single_activation(history: &History) -> Check {
         .filter(|op| matches!(op.call, Call::Register { .. }))
         .count() as u64;
     for (uuid, repeats) in &history.repeated_activations {
+        if re_asked_after_its_worker_died(history, uuid) {
+            continue;
+        }
         let involved: Vec<usize> = history
             .ops
             .iter()
@@ -317,6 +320,33 @@ fn single_activation(history: &History) -> Check {
         ));
     }
     check
+}
+
+/// Whether every repeated activation request of `uuid` is a worker's re-ask after it died
+/// asking: the same target as the ask before it, and that target's worker killed or
+/// replaced between the two (a worker that restarts with a registration whose JIA answer it
+/// never logged asks again; JIA answers a repeat with the same character and keeps the
+/// first device). False without the asks (an older history).
+fn re_asked_after_its_worker_died(history: &History, uuid: &str) -> bool {
+    let asks: Vec<&crate::history::ActivationAsk> =
+        history.activation_asks.iter().filter(|ask| ask.uuid == uuid).collect();
+    asks.len() >= 2
+        && asks.windows(2).all(|pair| {
+            let (before, again) = (pair[0], pair[1]);
+            let worker = history
+                .workers_by_device_url
+                .iter()
+                .find(|(url, _)| *url == again.target)
+                .map(|(_, worker)| worker.as_str());
+            before.target == again.target
+                && worker.is_some_and(|worker| {
+                    history.faults.iter().any(|fault| {
+                        matches!(fault.kind.as_str(), "kill" | "replace")
+                            && fault.target == worker
+                            && (before.at..=again.at).contains(&fault.from)
+                    })
+                })
+        })
 }
 
 /// For each viewer, no ISU's latest condition in the trend goes back between two reads.

@@ -180,6 +180,15 @@ impl FaultWindow {
     }
 }
 
+/// One activation request JIA got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivationAsk {
+    pub uuid: String,
+    /// The device URL it named.
+    pub target: String,
+    pub at: Nanos,
+}
+
 /// Everything the checker reads: the operations, the faults, and what was measured outside
 /// the history (JIA's repeated activations, the replicas' state hashes).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -188,6 +197,13 @@ pub struct History {
     pub faults: Vec<FaultWindow>,
     /// Activation requests JIA got for an ISU it had already activated, by UUID.
     pub repeated_activations: Vec<(String, usize)>,
+    /// Every activation request of those ISUs, in order (histories before 2026-12-07 hold
+    /// none: the check then counts the repeats alone).
+    #[serde(default)]
+    pub activation_asks: Vec<ActivationAsk>,
+    /// Each worker's node name (`worker-b`) by the device URL JIA is given for its cell.
+    #[serde(default)]
+    pub workers_by_device_url: Vec<(String, String)>,
     /// Each replica's state hash once they applied the same index (`unanswered` when one
     /// did not answer).
     pub state_hashes: Vec<String>,

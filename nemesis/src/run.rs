@@ -183,10 +183,27 @@ fn load(options: &Options, cluster: Arc<Cluster>) -> anyhow::Result<(History, f6
     ));
     let mut repeated_activations: Vec<(String, usize)> = jia.repeated_activations_by_isu().into_iter().collect();
     repeated_activations.sort();
+    let activation_asks = jia
+        .asks_of_repeated()
+        .into_iter()
+        .map(|(uuid, target, at)| crate::history::ActivationAsk {
+            uuid,
+            target,
+            at: at.saturating_duration_since(start).as_nanos() as crate::history::Nanos,
+        })
+        .collect();
+    let workers_by_device_url = cluster
+        .file
+        .workers
+        .iter()
+        .map(|worker| (worker.device_url.clone(), format!("worker-{}", worker.cell)))
+        .collect();
     let history = History {
         ops: recorder.ops(),
         faults: windows,
         repeated_activations,
+        activation_asks,
+        workers_by_device_url,
         state_hashes,
     };
     Ok((history, busy_cores))

@@ -281,7 +281,7 @@ pub struct AcceptIsu {
 /// Body of [`WORKER_JIA_ACTIVATE`]: applies only to the provisional entry of registration `id`
 /// (`404` when the worker holds no such entry). A repeat while JIA is asked waits for that
 /// answer; one after it is answered from it (JIA is asked again only after a failure).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JiaActivateIsu {
     pub generation: u64,
     pub uuid: String,

@@ -141,6 +141,7 @@ impl Application {
             Duration::from_millis(self.state.config.push_interval_ms.max(1)),
         )?;
         let pusher_task = tokio::spawn(pusher.run(stop_pusher.clone()));
+        tokio::spawn(routes::ask_jia_again(self.state.clone()));
         let self_ingest = self.state.ingest.clone();
         let journal = self.state.journal.clone();
         let watchdog = tokio::spawn(ingest::run_watchdog(self.state.ingest.clone()));

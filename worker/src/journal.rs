@@ -12,7 +12,9 @@
 //! - `7` accept: JIA accepted a provisional registration (with the coordinator's record
 //!   that finishes it), as an earlier coordinator told it;
 //! - `8` activated: this worker asked JIA to activate a provisional registration and JIA
-//!   did (the coordinator's record, then JIA's character).
+//!   did (the coordinator's record, then JIA's character);
+//! - `9` asking: this worker is about to ask JIA for a registration (the call); a worker
+//!   that restarts with such a registration and no answer asks again.
 //!
 //! Every record after a snapshot carries the generation it was applied to;
 //! replay skips records of another generation (a post that raced a reset),
@@ -36,6 +38,7 @@ const ROLLBACK_TAG: u8 = 5;
 const POST_TAG: u8 = 6;
 const ACCEPT_TAG: u8 = 7;
 const ACTIVATED_TAG: u8 = 8;
+const ASKING_TAG: u8 = 9;
 
 /// Cheap-clone handle to the log; disabled (every call a no-op) without `--data-dir`.
 #[derive(Clone, Default)]
@@ -199,6 +202,21 @@ impl Journal {
                 .str(&isu.uuid)
                 .str(&isu.record)
                 .str(character);
+            encoder
+        })
+        .await
+    }
+
+    pub async fn asking(&self, call: &JiaActivateIsu) -> Result<(), WalError> {
+        self.append(|| {
+            let mut encoder = Encoder::new(ASKING_TAG);
+            encoder
+                .u64(call.generation)
+                .i64(call.id)
+                .str(&call.uuid)
+                .str(&call.record)
+                .str(&call.jia_service_url)
+                .str(&call.target_base_url);
             encoder
         })
         .await
@@ -374,6 +392,17 @@ fn apply(shard: &Shard, tag: u8, decoder: &mut Decoder<'_>) -> Option<()> {
             let (id, uuid, record) = (decoder.i64()?, decoder.str()?, decoder.str()?);
             shard.accept(uuid, id, record).then_some(())
         }
+        ASKING_TAG => {
+            let call = JiaActivateIsu {
+                generation: shard.generation,
+                id: decoder.i64()?,
+                uuid: decoder.str()?.to_owned(),
+                record: decoder.str()?.to_owned(),
+                jia_service_url: decoder.str()?.to_owned(),
+                target_base_url: decoder.str()?.to_owned(),
+            };
+            shard.asking(&call).then_some(())
+        }
         ACTIVATED_TAG => {
             let (id, uuid, record, character) = (decoder.i64()?, decoder.str()?, decoder.str()?, decoder.str()?);
             shard.activated(uuid, id, record, character).then_some(())
@@ -429,7 +458,16 @@ mod tests {
             jia_service_url: "http://127.0.0.1:1".into(),
             target_base_url: "http://127.0.0.3:8080".into(),
         };
+        journal.asking(&activation).await.unwrap();
         journal.activated(&activation, "いじっぱり").await.unwrap();
+        journal.provisional(&provisional("d", 10), true).await.unwrap();
+        let asked = JiaActivateIsu {
+            uuid: "d".into(),
+            id: 10,
+            record: "record-d".into(),
+            ..activation.clone()
+        };
+        journal.asking(&asked).await.unwrap();
         let acceptance = AcceptIsu {
             generation: 3,
             uuid: "a".into(),
@@ -459,9 +497,11 @@ mod tests {
             [
                 ("a", Some("record-a"), None),
                 ("b", None, None),
-                ("c", Some("record-c"), Some("いじっぱり"))
+                ("c", Some("record-c"), Some("いじっぱり")),
+                ("d", None, None)
             ]
         );
+        assert_eq!(shard.asks_in_doubt(), vec![asked], "asked, no answer logged");
         assert_eq!(shard.isu("a").unwrap().condition_count(), 1, "its acknowledged post");
     }
 }

@@ -179,6 +179,9 @@ struct Registration {
     character: OnceLock<Box<str>>,
     /// One JIA call at a time for this registration (a repeated call waits for the first).
     asking: tokio::sync::Mutex<()>,
+    /// The call that asks JIA, once this worker started asking ([`Shard::asking`]): a worker
+    /// that restarts with it and no answer asks again ([`Shard::asks_in_doubt`]).
+    asked: OnceLock<Box<shared::protocol::JiaActivateIsu>>,
 }
 
 impl Registration {
@@ -188,6 +191,7 @@ impl Registration {
             accepted: OnceLock::new(),
             character: OnceLock::new(),
             asking: tokio::sync::Mutex::new(()),
+            asked: OnceLock::new(),
         }
     }
 
@@ -598,6 +602,34 @@ impl Shard {
         }))
     }
 
+    /// Keeps `call` with its registration as the JIA call it is about to make (logged before
+    /// JIA is asked); true when it was not kept already (to be logged). False as well when
+    /// the registration is not here (see [`Shard::activate`]).
+    pub fn asking(&self, call: &shared::protocol::JiaActivateIsu) -> bool {
+        let Some(entry) = self.isu(&call.uuid).filter(|entry| entry.id() == call.id) else {
+            return false;
+        };
+        let Some(registration) = entry.registration.as_ref() else {
+            return false;
+        };
+        registration.asked.set(Box::new(call.clone())).is_ok()
+    }
+
+    /// The JIA calls this worker started and has no answer to (it restarted meanwhile):
+    /// asked again at its start, since the device JIA may have started posts meanwhile.
+    pub fn asks_in_doubt(&self) -> Vec<shared::protocol::JiaActivateIsu> {
+        self.isus
+            .iter()
+            .filter(|entry| !entry.is_published())
+            .filter_map(|entry| {
+                let registration = entry.registration.as_ref()?;
+                let call = registration.asked.get()?;
+                (registration.character.get().is_none() && registration.accepted.get().is_none())
+                    .then(|| (**call).clone())
+            })
+            .collect()
+    }
+
     /// Replays an activation of registration `id` ([`Shard::activate`]); false as `activate`'s `None`.
     pub fn activated(&self, uuid: &str, id: i64, record: &str, character: &str) -> bool {
         let Some(entry) = self.isu(uuid).filter(|entry| entry.id() == id) else {
@@ -814,6 +846,9 @@ const SNAPSHOT_ACCEPTED: u8 = 3;
 /// A registration's entry this worker asked JIA to activate ([`Shard::activate`]): its
 /// request id, its record, then JIA's character (since 2026-12-07).
 const SNAPSHOT_ACTIVATED: u8 = 4;
+/// A registration's entry this worker is asking JIA for, with no answer yet: its request
+/// id, then the call's record, JIA's URL and the device URL (since 2026-12-07).
+const SNAPSHOT_ASKING: u8 = 5;
 
 impl Shard {
     /// The whole shard as one log record: generation, users, ISUs (with their
@@ -838,12 +873,20 @@ impl Shard {
                 (Some(registration), false) => {
                     let accepted = registration.accepted.get();
                     let character = registration.character.get();
-                    let kind = match (accepted, character) {
-                        (Some(_), Some(_)) => SNAPSHOT_ACTIVATED,
-                        (Some(_), None) => SNAPSHOT_ACCEPTED,
-                        (None, _) => SNAPSHOT_REGISTERING,
+                    let asked = registration.asked.get();
+                    let kind = match (accepted, character, asked) {
+                        (Some(_), Some(_), _) => SNAPSHOT_ACTIVATED,
+                        (Some(_), None, _) => SNAPSHOT_ACCEPTED,
+                        (None, _, Some(_)) => SNAPSHOT_ASKING,
+                        (None, _, None) => SNAPSHOT_REGISTERING,
                     };
                     encoder.u8(kind).str(registration.request.as_deref().unwrap_or(""));
+                    if let Some(call) = asked.filter(|_| kind == SNAPSHOT_ASKING) {
+                        encoder
+                            .str(&call.record)
+                            .str(&call.jia_service_url)
+                            .str(&call.target_base_url);
+                    }
                     if let Some(record) = accepted {
                         encoder.str(record);
                         if let Some(character) = character.filter(|_| kind == SNAPSHOT_ACTIVATED) {
@@ -886,10 +929,20 @@ impl Shard {
             let published = match decoder.u8()? {
                 SNAPSHOT_PROVISIONAL => false,
                 SNAPSHOT_PUBLISHED => true,
-                kind @ (SNAPSHOT_REGISTERING | SNAPSHOT_ACCEPTED | SNAPSHOT_ACTIVATED) => {
+                kind @ (SNAPSHOT_REGISTERING | SNAPSHOT_ACCEPTED | SNAPSHOT_ACTIVATED | SNAPSHOT_ASKING) => {
                     let request = decoder.str()?;
                     let registration = Registration::new((!request.is_empty()).then_some(request));
-                    if kind == SNAPSHOT_ACCEPTED {
+                    if kind == SNAPSHOT_ASKING {
+                        let call = shared::protocol::JiaActivateIsu {
+                            generation: shard.generation,
+                            uuid: uuid.to_owned(),
+                            id,
+                            record: decoder.str()?.to_owned(),
+                            jia_service_url: decoder.str()?.to_owned(),
+                            target_base_url: decoder.str()?.to_owned(),
+                        };
+                        let _ = registration.asked.set(Box::new(call));
+                    } else if kind == SNAPSHOT_ACCEPTED {
                         let _ = registration.accepted.set(decoder.str()?.into());
                     } else if kind == SNAPSHOT_ACTIVATED {
                         let record = decoder.str()?;
@@ -1340,6 +1393,38 @@ mod tests {
             "a later registration meanwhile"
         );
         assert_eq!(asked, Some(Ok(("すなお".to_owned(), true))));
+    }
+
+    #[test]
+    fn a_jia_call_started_without_an_answer_is_in_doubt_and_kept_by_a_snapshot() {
+        let shard = Shard::new(4);
+        let call = |uuid: &str, id: i64| shared::protocol::JiaActivateIsu {
+            generation: 4,
+            uuid: uuid.into(),
+            id,
+            record: format!("record-{uuid}"),
+            jia_service_url: "http://jia".into(),
+            target_base_url: "http://device".into(),
+        };
+        shard.provisional("a", "alice", "chair", 7, Some("req-a")).unwrap();
+        shard.provisional("b", "bob", "chair", 8, None).unwrap();
+        assert!(!shard.asking(&call("a", 6)), "another registration's");
+        assert!(!shard.asking(&call("z", 1)), "no such ISU");
+        assert!(shard.asking(&call("a", 7)));
+        assert!(!shard.asking(&call("a", 7)), "kept once (logged once)");
+        assert!(shard.asking(&call("b", 8)));
+        assert!(shard.activated("b", 8, "record-b", "いじっぱり"));
+        assert_eq!(shard.asks_in_doubt(), vec![call("a", 7)], "b has its answer");
+
+        let snapshot = shard.snapshot();
+        let mut decoder = Decoder::new(&snapshot);
+        assert_eq!(decoder.u8(), Some(SNAPSHOT_TAG));
+        let restored = Shard::from_snapshot(&mut decoder).expect("the snapshot reads back");
+        assert!(decoder.is_empty());
+        assert_eq!(restored.asks_in_doubt(), vec![call("a", 7)]);
+        assert_eq!(restored.unpublished_registrations().len(), 2);
+        assert!(restored.activated("a", 7, "record-a", "すなお"));
+        assert!(restored.asks_in_doubt().is_empty(), "answered");
     }
 
     #[test]

@@ -556,6 +556,53 @@ async fn a_leader_killed_while_its_worker_asks_jia_leaves_the_registration_to_be
     cluster.assert_no_crash();
 }
 
+/// Nemesis seeds 4711 and 314159 (10 minutes, on the worker's JIA call): a worker SIGKILLed
+/// while it asked JIA, after JIA had started the device and before the worker had logged
+/// JIA's answer, restarted holding the registration with no answer and took the device's
+/// posts; the sweep rolled the registration back after its 20 s, with them. Now the worker
+/// logs that it asks before it does, and asks again when it restarts with no answer (JIA
+/// answers a repeat with the same character and keeps the first device).
+#[tokio::test]
+async fn a_worker_killed_as_jia_answers_asks_again_once_restarted() {
+    let repeats = worker_killed_while_asking_jia(test_uuid('e', 80), "jia-answer-held").await;
+    assert_eq!(repeats, Some(1), "asked again after its worker died");
+}
+
+/// As above, the worker killed before JIA was asked: asked once, at the restart.
+#[tokio::test]
+async fn a_worker_killed_before_it_asks_jia_asks_once_restarted() {
+    let repeats = worker_killed_while_asking_jia(test_uuid('e', 81), "jia-call-held").await;
+    assert_eq!(repeats, None, "asked once");
+}
+
+/// Holds alice's registration of `uuid` on its (durable) worker at the fail point `point`,
+/// once its device posted, kills the worker there and starts it again: the registration is
+/// finished with what the device posted; how many times JIA was asked again for it.
+async fn worker_killed_while_asking_jia(uuid: String, point: &str) -> Option<usize> {
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        durable: true,
+        fail_points: Some(format!("{point}=return({uuid}/60000)")),
+        ..ClusterOptions::default()
+    })
+    .await;
+    cluster.make_known(&uuid);
+    let workers = cluster.workers.len();
+    let leader = agreed_leader(&cluster).await;
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, (leader + 1) % 3), &cluster.signer, "alice").await);
+    let registering = register_in_background(&alice, &uuid, "asked again");
+    let worker = default_cell(&uuid, workers);
+    cluster.wait_for_log(worker, "held at a fail point").await;
+    post_held_condition(&cluster, &uuid, "before its worker died").await;
+    cluster.kill_node(worker);
+    cluster.fail_points = None;
+    cluster.start_node(worker);
+    // Well within the 20 s after which a registration with no answer is rolled back.
+    finished_with_its_post(&cluster, &alice, &uuid, registering, Duration::from_secs(15)).await;
+    cluster.assert_no_crash();
+    cluster.jia.repeated_activations_by_isu().get(&uuid).copied()
+}
+
 /// Three replicas whose leader is paused (SIGSTOP) while the worker asks JIA for alice's
 /// registration of `uuid` (held there 8 s before JIA is asked), after the registration's
 /// device posted (see [`post_held_condition`]), until the next leader awaits the

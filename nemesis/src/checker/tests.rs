@@ -325,6 +325,61 @@ fn a_trend_going_back_repeated_activations_and_differing_replicas_fail() {
 }
 
 #[test]
+fn a_worker_s_re_ask_after_it_died_asking_is_no_second_activation() {
+    use crate::history::ActivationAsk;
+    let device = "http://127.0.42.4:8080";
+    let ask = |target: &str, ms: u64| ActivationAsk {
+        uuid: X.to_owned(),
+        target: target.to_owned(),
+        at: ms * 1_000_000,
+    };
+    let killed = |worker: &str, kind: &str, ms: u64| FaultWindow {
+        kind: kind.to_owned(),
+        target: worker.to_owned(),
+        from: ms * 1_000_000,
+        to: (ms + 500) * 1_000_000,
+        ok: true,
+    };
+    let mut build = Build::default().register(1, "alice", (0, 10), Some(201));
+    build.0.repeated_activations = vec![(X.to_owned(), 1)];
+    build.0.workers_by_device_url = vec![
+        (device.to_owned(), "worker-b".to_owned()),
+        ("http://127.0.42.5:8080".to_owned(), "worker-c".to_owned()),
+    ];
+    build.0.activation_asks = vec![ask(device, 100), ask(device, 2_000)];
+    assert_eq!(
+        build.check("single_activation").violations.len(),
+        1,
+        "asked again with no worker dying in between"
+    );
+    build.0.faults = vec![killed("worker-c", "kill", 150)];
+    assert_eq!(
+        build.check("single_activation").violations.len(),
+        1,
+        "another cell's worker died"
+    );
+    build.0.faults = vec![killed("worker-b", "pause", 150)];
+    assert_eq!(build.check("single_activation").violations.len(), 1, "only paused");
+    build.0.faults = vec![killed("worker-b", "kill", 2_100)];
+    assert_eq!(
+        build.check("single_activation").violations.len(),
+        1,
+        "killed after the re-ask"
+    );
+    build.0.activation_asks = vec![ask(device, 100), ask("http://127.0.42.5:8080", 2_000)];
+    build.0.faults = vec![killed("worker-b", "kill", 150)];
+    assert_eq!(
+        build.check("single_activation").violations.len(),
+        1,
+        "asked again for another device"
+    );
+    build.0.activation_asks = vec![ask(device, 100), ask(device, 2_000)];
+    passes(&build, "single_activation");
+    build.0.faults = vec![killed("worker-b", "replace", 150)];
+    passes(&build, "single_activation");
+}
+
+#[test]
 fn a_long_history_of_one_isu_is_searched_in_seconds() {
     // Three users race for the ISU (one answer lost), then 1,000 reads by each: the search of
     // these 3,003 operations of one key (quadratic in them) must end quickly, either way.

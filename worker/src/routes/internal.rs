@@ -132,17 +132,33 @@ async fn jia_activate(
         .map_err(|error| WorkerError::Internal(error.to_string()))?
 }
 
+/// Why asking JIA failed: its log record of the ask, or JIA.
+enum AskFailed {
+    Log(shared::wal::WalError),
+    Jia(crate::jia_client::ActivateError),
+}
+
 async fn activate_with_jia(state: AppState, call: JiaActivateIsu) -> Result<Json<Activation>, WorkerError> {
     use crate::jia_client::ActivateError;
     let shard = state.store.current(call.generation)?;
     let asked = shard
         .activate(&call.uuid, call.id, &call.record, || async {
+            // Logged before JIA is asked: a worker that dies before it has logged JIA's
+            // answer holds the registration with the device JIA may have started posting
+            // to, and asks again when it restarts (JIA answers a repeat alike).
+            if shard.asking(&call) {
+                state.journal.asking(&call).await.map_err(AskFailed::Log)?;
+            }
             // Tests only: `jia-call-held=return(UUID/MILLIS)` holds the call before JIA is asked.
             node_http::hold_at("jia-call-held", &call.uuid).await;
-            state
+            let answer = state
                 .jia
                 .activate(&call.jia_service_url, &call.target_base_url, &call.uuid)
                 .await
+                .map_err(AskFailed::Jia);
+            // Tests only: `jia-answer-held=return(UUID/MILLIS)` holds JIA's answer before it is kept.
+            node_http::hold_at("jia-answer-held", &call.uuid).await;
+            answer
         })
         .await
         .ok_or(WorkerError::IsuNotFound)?;
@@ -153,12 +169,32 @@ async fn activate_with_jia(state: AppState, call: JiaActivateIsu) -> Result<Json
             }
             Ok(Json(Activation::Activated { character }))
         }
-        Err(ActivateError::Refused(status)) => Ok(Json(Activation::Refused {
+        Err(AskFailed::Jia(ActivateError::Refused(status))) => Ok(Json(Activation::Refused {
             status: status.as_u16(),
         })),
-        Err(error) => {
+        Err(AskFailed::Jia(error)) => {
             tracing::warn!(%error, uuid = %call.uuid, "asking JIA to activate an ISU failed");
             Err(WorkerError::Upstream(error.to_string()))
+        }
+        Err(AskFailed::Log(error)) => Err(error.into()),
+    }
+}
+
+/// At the start: asks JIA again for each registration whose JIA call this worker started
+/// and never logged an answer to (it died meanwhile, and the device JIA may have started
+/// posts to it), so the leader's sweep can finish it instead of rolling it back after its
+/// wait with what the device posted (nemesis seeds 4711 and 314159).
+pub async fn ask_jia_again(state: AppState) {
+    let in_doubt = state.store.shard().asks_in_doubt();
+    for call in in_doubt {
+        let uuid = call.uuid.clone();
+        match activate_with_jia(state.clone(), call).await {
+            Ok(answer) => {
+                tracing::warn!(%uuid, answer = ?answer.0, "asked JIA again for a registration left without its answer")
+            }
+            Err(error) => {
+                tracing::warn!(%error, %uuid, "asking JIA again for a registration left without its answer failed")
+            }
         }
     }
 }

@@ -11,6 +11,7 @@ mod internal;
 mod migration;
 
 pub use device::DeviceService;
+pub use internal::ask_jia_again;
 
 use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
