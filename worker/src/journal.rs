@@ -11,10 +11,10 @@
 //! - `6` post: one accepted device batch;
 //! - `7` accept: JIA accepted a provisional registration (with the coordinator's record
 //!   that finishes it), as an earlier coordinator told it;
-//! - `8` activated: this worker asked JIA to activate a provisional registration and JIA
-//!   did (the coordinator's record, then JIA's character);
-//! - `9` asking: this worker is about to ask JIA for a registration (the call); a worker
-//!   that restarts with such a registration and no answer asks again.
+//! - `9` asking: this worker is about to ask JIA for a registration (the call, with the
+//!   coordinator's record); a worker that restarts with such a registration and no answer
+//!   asks again;
+//! - `8` activated: JIA answered that call (its character; the record is the call's).
 //!
 //! Every record after a snapshot carries the generation it was applied to;
 //! replay skips records of another generation (a post that raced a reset),
@@ -196,12 +196,7 @@ impl Journal {
     pub async fn activated(&self, isu: &JiaActivateIsu, character: &str) -> Result<(), WalError> {
         self.append(|| {
             let mut encoder = Encoder::new(ACTIVATED_TAG);
-            encoder
-                .u64(isu.generation)
-                .i64(isu.id)
-                .str(&isu.uuid)
-                .str(&isu.record)
-                .str(character);
+            encoder.u64(isu.generation).i64(isu.id).str(&isu.uuid).str(character);
             encoder
         })
         .await
@@ -404,8 +399,8 @@ fn apply(shard: &Shard, tag: u8, decoder: &mut Decoder<'_>) -> Option<()> {
             shard.asking(&call).then_some(())
         }
         ACTIVATED_TAG => {
-            let (id, uuid, record, character) = (decoder.i64()?, decoder.str()?, decoder.str()?, decoder.str()?);
-            shard.activated(uuid, id, record, character).then_some(())
+            let (id, uuid, character) = (decoder.i64()?, decoder.str()?, decoder.str()?);
+            shard.activated(uuid, id, character).then_some(())
         }
         ROLLBACK_TAG => {
             let (id, uuid) = (decoder.i64()?, decoder.str()?);

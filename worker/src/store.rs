@@ -171,17 +171,18 @@ pub struct RollbackRefused;
 struct Registration {
     /// The registration request's id (replicas).
     request: Option<Box<str>>,
-    /// JIA's acceptance, as the coordinator's record that finishes the registration (see
-    /// [`Shard::accept`] and [`Shard::activate`]); set once.
+    /// JIA's acceptance as an earlier coordinator gave it: the coordinator's record that
+    /// finishes the registration (see [`Shard::accept`]); set once.
     accepted: OnceLock<Box<str>>,
-    /// The character JIA gave when this worker asked it ([`Shard::activate`]); set once,
-    /// before `accepted`.
+    /// The call that asks JIA (with the coordinator's record, character left out), once
+    /// this worker started asking ([`Shard::activate`]): a worker that restarts with it and
+    /// no answer asks again ([`Shard::asks_in_doubt`]).
+    asked: OnceLock<Box<shared::protocol::JiaActivateIsu>>,
+    /// The character JIA gave when this worker asked it; set once, after `asked`. With it,
+    /// JIA accepted the registration and `asked`'s record finishes it.
     character: OnceLock<Box<str>>,
     /// One JIA call at a time for this registration (a repeated call waits for the first).
     asking: tokio::sync::Mutex<()>,
-    /// The call that asks JIA, once this worker started asking ([`Shard::asking`]): a worker
-    /// that restarts with it and no answer asks again ([`Shard::asks_in_doubt`]).
-    asked: OnceLock<Box<shared::protocol::JiaActivateIsu>>,
 }
 
 impl Registration {
@@ -195,10 +196,13 @@ impl Registration {
         }
     }
 
-    /// Keeps JIA's answer: the character first, so whoever sees the record sees it too.
-    fn activated(&self, record: &str, character: &str) {
-        let _ = self.character.set(character.into());
-        let _ = self.accepted.set(record.into());
+    /// The record that finishes the registration once JIA accepted it: an earlier
+    /// coordinator's acceptance, or the asked call's with JIA's character.
+    fn record(&self) -> Option<&str> {
+        self.accepted.get().map(|record| &**record).or_else(|| {
+            self.character.get()?;
+            self.asked.get().map(|call| call.record.as_str())
+        })
     }
 }
 
@@ -229,11 +233,12 @@ impl IsuEntry {
         self.published.load(Ordering::Acquire)
     }
 
-    /// Whether it is a registration's entry JIA accepted (see [`Shard::accept`]).
+    /// Whether it is a registration's entry JIA accepted (see [`Shard::accept`] and
+    /// [`Shard::activate`]).
     fn is_accepted(&self) -> bool {
         self.registration
             .as_ref()
-            .is_some_and(|registration| registration.accepted.get().is_some())
+            .is_some_and(|registration| registration.record().is_some())
     }
 
     /// Whether JIA accepted the registration or is being asked to ([`Shard::activate`]):
@@ -560,59 +565,61 @@ impl Shard {
     /// from then on it is never replaced by another registration. Idempotent (a first record stays); false
     /// when the UUID is unknown, belongs to another registration, or is not a registration's.
     pub fn accept(&self, uuid: &str, id: i64, record: &str) -> bool {
-        let Some(entry) = self.isu(uuid) else { return false };
-        let Some(registration) = entry.registration.as_ref().filter(|_| entry.id() == id) else {
-            return false;
-        };
-        let _ = registration.accepted.set(record.into());
-        true
+        self.registration_of(uuid, id)
+            .map(|entry| {
+                entry
+                    .registration
+                    .as_ref()
+                    .map(|registration| registration.accepted.set(record.into()))
+            })
+            .is_some()
     }
 
-    /// Asks JIA to activate registration `id`'s provisional ISU through `ask`, once: the
-    /// character JIA gave is kept with `record` (the coordinator's record of the accepted
-    /// registration, which leaves the character out), and from then on the registration is
-    /// accepted (see [`Shard::accept`]). A call while another asks waits for that one; a
-    /// call after an answer gets it without asking; after a failure, the next call asks
-    /// again. `None` when the UUID is unknown, belongs to another registration, or is not
-    /// a registration's. `Ok(true)`: this call asked and JIA activated it (to be logged).
+    /// The entry of registration `id` of `uuid`: `None` when the UUID is unknown, belongs to
+    /// another registration, or is not a registration's (a migration's import).
+    fn registration_of(&self, uuid: &str, id: i64) -> Option<Arc<IsuEntry>> {
+        self.isu(uuid)
+            .filter(|entry| entry.id() == id && entry.registration.is_some())
+    }
+
+    /// Asks JIA to activate the provisional ISU of `call`'s registration through `ask`,
+    /// once: the call is kept first (`ask` is told whether it is new, to be logged before
+    /// JIA is asked), then the character JIA gave, and from then on the registration is
+    /// accepted with the call's record (see [`Shard::accept`]). A call while another asks
+    /// waits for that one; a call after an answer gets it without asking; after a failure,
+    /// the next call asks again. `None` as [`Shard::registration_of`], or when the entry was
+    /// removed meanwhile. `Ok(true)`: this call asked and JIA activated it (to be logged).
     pub async fn activate<E, F>(
         &self,
-        uuid: &str,
-        id: i64,
-        record: &str,
-        ask: impl FnOnce() -> F,
+        call: &shared::protocol::JiaActivateIsu,
+        ask: impl FnOnce(bool) -> F,
     ) -> Option<Result<(String, bool), E>>
     where
         F: std::future::Future<Output = Result<String, E>>,
     {
-        let entry = self.isu(uuid).filter(|entry| entry.id() == id)?;
+        let entry = self.registration_of(&call.uuid, call.id)?;
         let registration = entry.registration.as_ref()?;
         let _asking = registration.asking.lock().await;
         if let Some(character) = registration.character.get() {
             return Some(Ok((character.to_string(), false)));
         }
-        let answer = ask().await;
+        let answer = ask(registration.asked.set(Box::new(call.clone())).is_ok()).await;
         // Removed meanwhile (a reset, a migration's forget): nothing to keep JIA's answer in.
-        if !self.isu(uuid).is_some_and(|now| Arc::ptr_eq(&now, &entry)) {
+        if !self.isu(&call.uuid).is_some_and(|now| Arc::ptr_eq(&now, &entry)) {
             return None;
         }
         Some(answer.map(|character| {
-            registration.activated(record, &character);
+            let _ = registration.character.set(character.as_str().into());
             (character, true)
         }))
     }
 
-    /// Keeps `call` with its registration as the JIA call it is about to make (logged before
-    /// JIA is asked); true when it was not kept already (to be logged). False as well when
-    /// the registration is not here (see [`Shard::activate`]).
+    /// Replays the start of [`Shard::activate`]: keeps `call` with its registration; false
+    /// as `activate`'s `None`, or when one is kept already.
     pub fn asking(&self, call: &shared::protocol::JiaActivateIsu) -> bool {
-        let Some(entry) = self.isu(&call.uuid).filter(|entry| entry.id() == call.id) else {
-            return false;
-        };
-        let Some(registration) = entry.registration.as_ref() else {
-            return false;
-        };
-        registration.asked.set(Box::new(call.clone())).is_ok()
+        self.registration_of(&call.uuid, call.id)
+            .and_then(|entry| entry.registration.as_ref()?.asked.set(Box::new(call.clone())).ok())
+            .is_some()
     }
 
     /// The JIA calls this worker started and has no answer to (it restarted meanwhile):
@@ -624,22 +631,22 @@ impl Shard {
             .filter_map(|entry| {
                 let registration = entry.registration.as_ref()?;
                 let call = registration.asked.get()?;
-                (registration.character.get().is_none() && registration.accepted.get().is_none())
-                    .then(|| (**call).clone())
+                registration.record().is_none().then(|| (**call).clone())
             })
             .collect()
     }
 
-    /// Replays an activation of registration `id` ([`Shard::activate`]); false as `activate`'s `None`.
-    pub fn activated(&self, uuid: &str, id: i64, record: &str, character: &str) -> bool {
-        let Some(entry) = self.isu(uuid).filter(|entry| entry.id() == id) else {
-            return false;
-        };
-        let Some(registration) = entry.registration.as_ref() else {
-            return false;
-        };
-        registration.activated(record, character);
-        true
+    /// Replays JIA's answer to [`Shard::activate`] for registration `id`: false as
+    /// `activate`'s `None`, or when no call was kept (the answer has no record to go with).
+    pub fn activated(&self, uuid: &str, id: i64, character: &str) -> bool {
+        self.registration_of(uuid, id)
+            .and_then(|entry| {
+                let registration = entry.registration.as_ref()?;
+                registration.asked.get()?;
+                let _ = registration.character.set(character.into());
+                Some(())
+            })
+            .is_some()
     }
 
     /// The registrations held provisionally, neither published nor rolled back (a
@@ -656,7 +663,7 @@ impl Shard {
                     id: entry.id(),
                     owner: entry.owner.to_string(),
                     request: registration.request.as_deref().map(String::from),
-                    accepted: registration.accepted.get().map(|record| record.to_string()),
+                    accepted: registration.record().map(String::from),
                     character: registration.character.get().map(|character| character.to_string()),
                     posted: entry.condition_count() > 0,
                 })
@@ -844,10 +851,9 @@ const SNAPSHOT_REGISTERING: u8 = 2;
 /// A registration's entry JIA accepted: its request id, then its record (since 2026-12-06).
 const SNAPSHOT_ACCEPTED: u8 = 3;
 /// A registration's entry this worker asked JIA to activate ([`Shard::activate`]): its
-/// request id, its record, then JIA's character (since 2026-12-07).
+/// request id, the call's record, JIA's URL and the device URL, then (`ACTIVATED`) JIA's
+/// character or (`ASKING`) nothing: no answer yet (since 2026-12-07).
 const SNAPSHOT_ACTIVATED: u8 = 4;
-/// A registration's entry this worker is asking JIA for, with no answer yet: its request
-/// id, then the call's record, JIA's URL and the device URL (since 2026-12-07).
 const SNAPSHOT_ASKING: u8 = 5;
 
 impl Shard {
@@ -874,22 +880,22 @@ impl Shard {
                     let accepted = registration.accepted.get();
                     let character = registration.character.get();
                     let asked = registration.asked.get();
-                    let kind = match (accepted, character, asked) {
-                        (Some(_), Some(_), _) => SNAPSHOT_ACTIVATED,
-                        (Some(_), None, _) => SNAPSHOT_ACCEPTED,
-                        (None, _, Some(_)) => SNAPSHOT_ASKING,
-                        (None, _, None) => SNAPSHOT_REGISTERING,
+                    let kind = match (accepted, asked, character) {
+                        (Some(_), _, _) => SNAPSHOT_ACCEPTED,
+                        (None, Some(_), Some(_)) => SNAPSHOT_ACTIVATED,
+                        (None, Some(_), None) => SNAPSHOT_ASKING,
+                        (None, None, _) => SNAPSHOT_REGISTERING,
                     };
                     encoder.u8(kind).str(registration.request.as_deref().unwrap_or(""));
-                    if let Some(call) = asked.filter(|_| kind == SNAPSHOT_ASKING) {
+                    if let Some(record) = accepted {
+                        encoder.str(record);
+                    }
+                    if let Some(call) = asked.filter(|_| accepted.is_none()) {
                         encoder
                             .str(&call.record)
                             .str(&call.jia_service_url)
                             .str(&call.target_base_url);
-                    }
-                    if let Some(record) = accepted {
-                        encoder.str(record);
-                        if let Some(character) = character.filter(|_| kind == SNAPSHOT_ACTIVATED) {
+                        if let Some(character) = character {
                             encoder.str(character);
                         }
                     }
@@ -932,7 +938,9 @@ impl Shard {
                 kind @ (SNAPSHOT_REGISTERING | SNAPSHOT_ACCEPTED | SNAPSHOT_ACTIVATED | SNAPSHOT_ASKING) => {
                     let request = decoder.str()?;
                     let registration = Registration::new((!request.is_empty()).then_some(request));
-                    if kind == SNAPSHOT_ASKING {
+                    if kind == SNAPSHOT_ACCEPTED {
+                        let _ = registration.accepted.set(decoder.str()?.into());
+                    } else if kind != SNAPSHOT_REGISTERING {
                         let call = shared::protocol::JiaActivateIsu {
                             generation: shard.generation,
                             uuid: uuid.to_owned(),
@@ -942,11 +950,9 @@ impl Shard {
                             target_base_url: decoder.str()?.to_owned(),
                         };
                         let _ = registration.asked.set(Box::new(call));
-                    } else if kind == SNAPSHOT_ACCEPTED {
-                        let _ = registration.accepted.set(decoder.str()?.into());
-                    } else if kind == SNAPSHOT_ACTIVATED {
-                        let record = decoder.str()?;
-                        registration.activated(record, decoder.str()?);
+                        if kind == SNAPSHOT_ACTIVATED {
+                            let _ = registration.character.set(decoder.str()?.into());
+                        }
                     }
                     entry.registration = Some(registration);
                     false
@@ -1326,6 +1332,18 @@ mod tests {
         );
     }
 
+    /// The JIA call of registration `id` of `uuid`, with `record`.
+    fn jia_call(uuid: &str, id: i64, record: &str) -> shared::protocol::JiaActivateIsu {
+        shared::protocol::JiaActivateIsu {
+            generation: 4,
+            uuid: uuid.into(),
+            id,
+            record: record.into(),
+            jia_service_url: "http://jia".into(),
+            target_base_url: "http://device".into(),
+        }
+    }
+
     #[tokio::test]
     async fn a_registration_asks_jia_once_keeps_its_answer_and_is_then_accepted() {
         let shard = Shard::new(1);
@@ -1334,28 +1352,34 @@ mod tests {
         let asked = std::sync::atomic::AtomicUsize::new(0);
         let ask = |answer: Result<&'static str, u16>| {
             let asked = &asked;
-            move || async move {
+            move |_| async move {
                 asked.fetch_add(1, Ordering::Relaxed);
                 answer.map(String::from)
             }
         };
-        assert!(shard.activate("m", 3, "r", ask(Ok("x"))).await.is_none(), "an import");
         assert!(
-            shard.activate("a", 6, "r", ask(Ok("x"))).await.is_none(),
+            shard.activate(&jia_call("m", 3, "r"), ask(Ok("x"))).await.is_none(),
+            "an import"
+        );
+        assert!(
+            shard.activate(&jia_call("a", 6, "r"), ask(Ok("x"))).await.is_none(),
             "another registration's"
         );
-        assert!(shard.activate("nope", 7, "r", ask(Ok("x"))).await.is_none());
+        assert!(shard.activate(&jia_call("nope", 7, "r"), ask(Ok("x"))).await.is_none());
         assert_eq!(asked.load(Ordering::Relaxed), 0, "JIA is asked for a registration only");
 
-        assert_eq!(shard.activate("a", 7, "record", ask(Err(404))).await, Some(Err(404)));
+        assert_eq!(
+            shard.activate(&jia_call("a", 7, "record"), ask(Err(404))).await,
+            Some(Err(404))
+        );
         assert!(!shard.isu("a").unwrap().is_accepted(), "a refusal accepts nothing");
         assert_eq!(
-            shard.activate("a", 7, "record", ask(Ok("いじっぱり"))).await,
+            shard.activate(&jia_call("a", 7, "record"), ask(Ok("いじっぱり"))).await,
             Some(Ok(("いじっぱり".to_owned(), true))),
             "asked again after a failure"
         );
         assert_eq!(
-            shard.activate("a", 7, "other", ask(Ok("ほかの"))).await,
+            shard.activate(&jia_call("a", 7, "other"), ask(Ok("ほかの"))).await,
             Some(Ok(("いじっぱり".to_owned(), false))),
             "answered from the first answer"
         );
@@ -1375,9 +1399,11 @@ mod tests {
         // While JIA is being asked, nothing rolls the registration back or replaces it.
         shard.provisional("b", "bob", "chair", 8, None).unwrap();
         let (answer, answered) = tokio::sync::oneshot::channel::<String>();
-        let asking = shard.activate("b", 8, "record-b", || async move {
-            Ok::<_, u16>(answered.await.expect("answered"))
-        });
+        let call_b = jia_call("b", 8, "record-b");
+        let asking = shard.activate(
+            &call_b,
+            |_| async move { Ok::<_, u16>(answered.await.expect("answered")) },
+        );
         let meanwhile = async {
             tokio::task::yield_now().await;
             let refused = shard.rollback_unless_accepted("b", 8);
@@ -1398,14 +1424,7 @@ mod tests {
     #[test]
     fn a_jia_call_started_without_an_answer_is_in_doubt_and_kept_by_a_snapshot() {
         let shard = Shard::new(4);
-        let call = |uuid: &str, id: i64| shared::protocol::JiaActivateIsu {
-            generation: 4,
-            uuid: uuid.into(),
-            id,
-            record: format!("record-{uuid}"),
-            jia_service_url: "http://jia".into(),
-            target_base_url: "http://device".into(),
-        };
+        let call = |uuid: &str, id: i64| jia_call(uuid, id, &format!("record-{uuid}"));
         shard.provisional("a", "alice", "chair", 7, Some("req-a")).unwrap();
         shard.provisional("b", "bob", "chair", 8, None).unwrap();
         assert!(!shard.asking(&call("a", 6)), "another registration's");
@@ -1413,7 +1432,7 @@ mod tests {
         assert!(shard.asking(&call("a", 7)));
         assert!(!shard.asking(&call("a", 7)), "kept once (logged once)");
         assert!(shard.asking(&call("b", 8)));
-        assert!(shard.activated("b", 8, "record-b", "いじっぱり"));
+        assert!(shard.activated("b", 8, "いじっぱり"));
         assert_eq!(shard.asks_in_doubt(), vec![call("a", 7)], "b has its answer");
 
         let snapshot = shard.snapshot();
@@ -1423,7 +1442,7 @@ mod tests {
         assert!(decoder.is_empty());
         assert_eq!(restored.asks_in_doubt(), vec![call("a", 7)]);
         assert_eq!(restored.unpublished_registrations().len(), 2);
-        assert!(restored.activated("a", 7, "record-a", "すなお"));
+        assert!(restored.activated("a", 7, "すなお"));
         assert!(restored.asks_in_doubt().is_empty(), "answered");
     }
 
@@ -1455,7 +1474,8 @@ mod tests {
         shard.provisional("d", "dora", "chair", 11, Some("req-d")).unwrap();
         assert!(shard.accept("d", 11, "record-d"));
         shard.provisional("e", "emma", "chair", 12, Some("req-e")).unwrap();
-        assert!(shard.activated("e", 12, "record-e", "いじっぱり"));
+        assert!(shard.asking(&jia_call("e", 12, "record-e")));
+        assert!(shard.activated("e", 12, "いじっぱり"));
         assert!(shard.publish("c", 9));
         assert_eq!(shard.import("m", "dave", "moved", 3), Ok(true));
         let snapshot = shard.snapshot();

@@ -119,6 +119,15 @@ const _: () = assert!(SWEEP_DECIDED_WITHIN.as_millis() < consensus::replica::ELE
 /// is rolled back.
 const ACCEPTANCE_WAIT: Duration = Duration::from_secs(20);
 
+/// An awaited registration no sweep has looked at for this long is forgotten: its worker
+/// has not been swept since (it went away), and nothing waits on it any more.
+const AWAITED_AT_MOST: Duration = Duration::from_secs(2 * ACCEPTANCE_WAIT.as_secs());
+
+/// Whether an entry of the awaited set (since `since`, of generation `of`) still counts.
+fn still_awaited(of: u64, since: &std::time::Instant, generation: u64) -> bool {
+    of == generation && since.elapsed() < AWAITED_AT_MOST
+}
+
 /// How often a registration of a UUID an earlier leader left awaiting its acceptance sweeps
 /// that UUID's cell while it waits for the outcome: the worker may have JIA's answer any
 /// moment, and the client (whose first try timed out) is still waiting.
@@ -205,10 +214,7 @@ impl State {
                         "registration of {uuid} still awaits its acceptance"
                     )));
                 }
-                self.sweep_cell_of(generation, uuid).await;
-                if self.awaited(generation.id, uuid) {
-                    tokio::time::sleep(AWAITED_SWEEP_EVERY).await;
-                }
+                self.sweep_for_awaited(generation, uuid).await;
                 continue;
             }
             let mut in_flight = {
@@ -445,8 +451,7 @@ impl State {
                 ))));
             }
             if self.awaited(generation.id, &uuid) {
-                self.sweep_cell_of(generation, &uuid).await;
-                tokio::time::sleep(AWAITED_SWEEP_EVERY).await;
+                self.sweep_for_awaited(generation, &uuid).await;
             } else {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -864,7 +869,7 @@ impl State {
         let mut awaiting = self.awaiting_acceptance.lock();
         // Another generation's, or one that left its worker unseen (replaced by a later
         // registration of the UUID), is forgotten.
-        awaiting.retain(|(of, _), (since, _)| *of == generation && now.duration_since(*since) < ACCEPTANCE_WAIT * 2);
+        awaiting.retain(|(of, _), (since, _)| still_awaited(*of, since, generation));
         let since = awaiting
             .entry((generation, id))
             .or_insert_with(|| (now, uuid.to_owned()))
@@ -888,7 +893,7 @@ impl State {
         self.awaiting_acceptance
             .lock()
             .iter()
-            .any(|((of, _), (since, held))| *of == generation && held == uuid && since.elapsed() < ACCEPTANCE_WAIT * 2)
+            .any(|((of, _), (since, held))| held == uuid && still_awaited(*of, since, generation))
     }
 
     /// Forgets the awaited registrations of `cell` its worker no longer holds (`held`): ended
@@ -913,16 +918,20 @@ impl State {
         self.awaiting_acceptance
             .lock()
             .iter()
-            .filter(|((of, _), (since, _))| *of == generation && since.elapsed() < ACCEPTANCE_WAIT * 2)
+            .filter(|((of, _), (since, _))| still_awaited(*of, since, generation))
             .map(|(_, (_, uuid))| map.owner(uuid))
             .collect()
     }
 
-    /// Sweeps the cell that owns `uuid` (for a registration waiting on an earlier one of it).
-    async fn sweep_cell_of(&self, generation: &Arc<Generation>, uuid: &str) {
+    /// For a registration waiting on an awaited earlier one of `uuid`: sweeps the cell that
+    /// owns it, then waits [`AWAITED_SWEEP_EVERY`] if it still awaits its acceptance.
+    async fn sweep_for_awaited(&self, generation: &Arc<Generation>, uuid: &str) {
         let cell = self.placement.map().owner(uuid);
         if let Err(error) = self.end_registrations_held_by(generation, cell).await {
             tracing::debug!(%error, %uuid, "sweeping for a registration that waits on an earlier one failed");
+        }
+        if self.awaited(generation.id, uuid) {
+            tokio::time::sleep(AWAITED_SWEEP_EVERY).await;
         }
     }
 

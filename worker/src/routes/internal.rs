@@ -142,23 +142,26 @@ async fn activate_with_jia(state: AppState, call: JiaActivateIsu) -> Result<Json
     use crate::jia_client::ActivateError;
     let shard = state.store.current(call.generation)?;
     let asked = shard
-        .activate(&call.uuid, call.id, &call.record, || async {
-            // Logged before JIA is asked: a worker that dies before it has logged JIA's
-            // answer holds the registration with the device JIA may have started posting
-            // to, and asks again when it restarts (JIA answers a repeat alike).
-            if shard.asking(&call) {
-                state.journal.asking(&call).await.map_err(AskFailed::Log)?;
+        .activate(&call, |first| {
+            let (state, call) = (&state, &call);
+            async move {
+                // Logged before JIA is asked: a worker that dies before it has logged JIA's
+                // answer holds the registration with the device JIA may have started posting
+                // to, and asks again when it restarts (JIA answers a repeat alike).
+                if first {
+                    state.journal.asking(call).await.map_err(AskFailed::Log)?;
+                }
+                // Tests only: `jia-call-held=return(UUID/MILLIS)` holds the call before JIA is asked.
+                node_http::hold_at("jia-call-held", &call.uuid).await;
+                let answer = state
+                    .jia
+                    .activate(&call.jia_service_url, &call.target_base_url, &call.uuid)
+                    .await
+                    .map_err(AskFailed::Jia);
+                // Tests only: `jia-answer-held=return(UUID/MILLIS)` holds JIA's answer before it is kept.
+                node_http::hold_at("jia-answer-held", &call.uuid).await;
+                answer
             }
-            // Tests only: `jia-call-held=return(UUID/MILLIS)` holds the call before JIA is asked.
-            node_http::hold_at("jia-call-held", &call.uuid).await;
-            let answer = state
-                .jia
-                .activate(&call.jia_service_url, &call.target_base_url, &call.uuid)
-                .await
-                .map_err(AskFailed::Jia);
-            // Tests only: `jia-answer-held=return(UUID/MILLIS)` holds JIA's answer before it is kept.
-            node_http::hold_at("jia-answer-held", &call.uuid).await;
-            answer
         })
         .await
         .ok_or(WorkerError::IsuNotFound)?;
