@@ -157,14 +157,17 @@ async fn icon(user: SignedIn, State(app): State<AppState>, Path(uuid): Path<Stri
         .generation()
         .owned_isu(&uuid, &user.0)
         .ok_or(ApiError::IsuNotFound)?;
-    let image = match isu.icon.as_deref().copied() {
+    let image = match &isu.icon {
+        None => app.state.default_icon.clone(),
         // A replica that has yet to fetch it from a peer.
-        Some(hash) if isu.image.is_empty() => app
-            .state
-            .icon(hash)
-            .await
-            .ok_or_else(|| ApiError::Unavailable("the icon is on no reachable replica".into()))?,
-        _ => isu.image.clone(),
+        Some(icon) => match icon.hash {
+            Some(hash) if icon.bytes.is_empty() => app
+                .state
+                .icon(hash)
+                .await
+                .ok_or_else(|| ApiError::Unavailable("the icon is on no reachable replica".into()))?,
+            _ => icon.bytes.clone(),
+        },
     };
     Ok((
         [

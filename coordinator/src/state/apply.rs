@@ -426,7 +426,7 @@ impl State {
 
     /// A snapshot of `generation` with this state's map and unfinished migrations.
     pub(super) fn snapshot_of(&self, generation: &Generation, jia_service_url: &str) -> Command {
-        let mut snapshot = generation.to_snapshot(jia_service_url, &self.default_icon);
+        let mut snapshot = generation.to_snapshot(jia_service_url);
         snapshot.placement = Some((*self.placement.map()).clone());
         snapshot.migrations = self.placement.migrations();
         Command::Snapshot(snapshot)
@@ -444,14 +444,19 @@ impl State {
         users.hash(&mut hasher);
         for isu in generation.all.read().iter() {
             // An icon by its hash (its bytes may still be on their way to this replica).
-            let image = if isu.icon.is_some() { &[][..] } else { &isu.image[..] };
+            let hash = isu.icon_hash();
+            let image = match &isu.icon {
+                _ if hash.is_some() => &[][..],
+                Some(icon) => &icon.bytes[..],
+                None => &self.default_icon[..],
+            };
             (
                 isu.id,
                 &isu.uuid,
                 &isu.name,
                 &isu.character,
                 &isu.owner,
-                isu.icon.as_deref(),
+                hash.as_ref(),
                 image,
             )
                 .hash(&mut hasher);

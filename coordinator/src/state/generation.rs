@@ -15,7 +15,7 @@ use shared::protocol::LatestItem;
 use tokio::sync::watch;
 
 use super::command::{LoggedIsu, Snapshot, Unfinished};
-use super::model::{Isu, Latest, Outcome, SharedStr};
+use super::model::{Isu, Latest, Outcome, OwnIcon, SharedStr};
 use super::trend::{Trend, TrendCache};
 
 /// The most early latest conditions a generation keeps (ISUs registered moments ago).
@@ -110,11 +110,11 @@ impl Generation {
                 name: isu.name.as_str().into(),
                 character: generation.held_character(&isu.character),
                 owner: generation.held_owner(&isu.owner),
-                image: isu
-                    .image
-                    .as_ref()
-                    .map_or_else(|| default_icon.clone(), |image| Bytes::from(image.clone())),
-                icon: None,
+                icon: OwnIcon::of(
+                    isu.image.as_ref().map(|image| Bytes::from(image.clone())),
+                    None,
+                    default_icon,
+                ),
                 latest: Mutex::new(latest),
             });
         });
@@ -152,10 +152,10 @@ impl Generation {
 
     /// What the log must hold to rebuild this generation: users and registered ISUs (the
     /// caller adds the placement).
-    pub(super) fn to_snapshot(&self, jia_service_url: &str, default_icon: &Bytes) -> Snapshot {
+    pub(super) fn to_snapshot(&self, jia_service_url: &str) -> Snapshot {
         let mut users: Vec<String> = self.users.read().iter().cloned().collect();
         users.sort();
-        let isus = self.registered().iter().map(|isu| logged(isu, default_icon)).collect();
+        let isus = self.registered().iter().map(|isu| logged(isu)).collect();
         Snapshot {
             generation: self.id,
             jia_service_url: jia_service_url.to_owned(),
@@ -439,26 +439,25 @@ fn isu_of(isu: &LoggedIsu, default_icon: &Bytes) -> Isu {
         character: isu.character.as_str().into(),
         owner: isu.owner.as_str().into(),
         // An icon named by its hash whose bytes this replica lacks: fetched when asked.
-        image: match (&isu.image, isu.icon) {
-            (Some(image), _) => image.clone(),
-            (None, Some(_)) => Bytes::new(),
-            (None, None) => default_icon.clone(),
-        },
-        icon: isu.icon.map(Box::new),
+        icon: OwnIcon::of(isu.image.clone(), isu.icon, default_icon),
         latest: Mutex::new(None),
     }
 }
 
 /// An ISU as the log holds it (the default icon is not copied into the log).
-pub(super) fn logged(isu: &Isu, default_icon: &Bytes) -> LoggedIsu {
+pub(super) fn logged(isu: &Isu) -> LoggedIsu {
     LoggedIsu {
         id: isu.id,
         uuid: isu.uuid.to_string(),
         name: isu.name.to_string(),
         character: isu.character.to_string(),
         owner: isu.owner.to_string(),
-        image: (isu.icon.is_none() && isu.image != *default_icon).then(|| isu.image.clone()),
-        icon: isu.icon.as_deref().copied(),
+        image: isu
+            .icon
+            .as_ref()
+            .filter(|icon| icon.hash.is_none())
+            .map(|icon| icon.bytes.clone()),
+        icon: isu.icon_hash(),
     }
 }
 
@@ -466,6 +465,36 @@ pub(super) fn logged(isu: &Isu, default_icon: &Bytes) -> LoggedIsu {
 mod tests {
     use super::super::model::tests::{condition, isu};
     use super::*;
+
+    #[test]
+    fn an_isu_holds_only_an_icon_of_its_own_and_logs_it_as_it_came() {
+        let default_icon = Bytes::from_static(b"default");
+        let logged_as = |image: Option<&'static [u8]>, hash: Option<crate::icons::IconHash>| {
+            let mut logged_isu = super::super::command::tests::isu(1, "u", image);
+            logged_isu.icon = hash;
+            let held = isu_of(&logged_isu, &default_icon);
+            (held.icon.is_some(), logged(&held) == logged_isu)
+        };
+        // The default icon: none held, none logged.
+        assert_eq!(logged_as(None, None), (false, true));
+        // Bytes equal to the default icon's are the default icon.
+        let (own, _) = logged_as(Some(b"default"), None);
+        assert!(!own);
+        // A lone coordinator's own icon (its bytes), a replica's by hash with or without its bytes.
+        assert_eq!(logged_as(Some(b"mine"), None), (true, true));
+        let hash = crate::icons::hash_of(b"mine");
+        let with_bytes = super::super::command::tests::isu(1, "u", Some(b"mine"));
+        let held = isu_of(
+            &LoggedIsu {
+                icon: Some(hash),
+                ..with_bytes
+            },
+            &default_icon,
+        );
+        assert_eq!(held.icon.as_ref().map(|icon| &icon.bytes[..]), Some(&b"mine"[..]));
+        assert_eq!((logged(&held).icon, logged(&held).image), (Some(hash), None));
+        assert_eq!(logged_as(None, Some(hash)), (true, true));
+    }
 
     #[test]
     fn isus_share_their_owner_character_and_index_key_strings() {

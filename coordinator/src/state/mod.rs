@@ -41,7 +41,7 @@ use parking_lot::RwLock;
 use shared::session::SessionKey;
 
 pub use generation::Generation;
-pub use model::{Isu, Latest, SharedStr};
+pub use model::{Isu, Latest, OwnIcon, SharedStr};
 pub use placement::Placement;
 pub use trend::Trend;
 

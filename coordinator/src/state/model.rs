@@ -81,12 +81,42 @@ impl std::fmt::Display for SharedStr {
     }
 }
 
+/// An ISU's own icon. Most ISUs have the default one and hold none: the ISU keeps 8 bytes
+/// for its icon instead of the 40 of bytes and a hash.
+#[derive(Debug)]
+pub struct OwnIcon {
+    /// The icon's bytes; empty on a replica that has yet to fetch the icon `hash` names.
+    pub bytes: Bytes,
+    /// Replicas: the icon's hash in the icon stores (`None` on a lone coordinator, whose
+    /// log holds the bytes).
+    pub hash: Option<crate::icons::IconHash>,
+}
+
+impl OwnIcon {
+    /// An ISU's icon from its bytes, its hash or both; `None` (the default icon) for
+    /// neither, or for bytes that are the default icon's and no hash.
+    pub fn of(
+        bytes: Option<Bytes>,
+        hash: Option<crate::icons::IconHash>,
+        default_icon: &Bytes,
+    ) -> Option<Box<OwnIcon>> {
+        match (bytes, hash) {
+            (None, None) => None,
+            (Some(bytes), None) if bytes == *default_icon => None,
+            (bytes, hash) => Some(Box::new(OwnIcon {
+                bytes: bytes.unwrap_or_default(),
+                hash,
+            })),
+        }
+    }
+}
+
 /// A registered (published) ISU. A generation holds a million of these on a large
-/// deployment, so it is kept small (136 bytes, 152 with its `Arc`'s counts, which
-/// mimalloc keeps in a 160-byte block): the UUID is the generation's index key itself (see
+/// deployment, so it is kept small (104 bytes, 120 with its `Arc`'s counts, which
+/// mimalloc keeps in a 128-byte block): the UUID is the generation's index key itself (see
 /// `UuidIndex`), the owner and the character are thin pointers to strings shared with
-/// every other ISU of theirs (see `Generation::insert`), and an icon hash is boxed (most
-/// ISUs have none).
+/// every other ISU of theirs (see `Generation::insert`), and an icon of its own is boxed
+/// (most ISUs have the default one).
 #[derive(Debug)]
 pub struct Isu {
     pub id: i64,
@@ -94,15 +124,17 @@ pub struct Isu {
     pub name: Box<str>,
     pub character: SharedStr,
     pub owner: SharedStr,
-    /// The icon's bytes; empty on a replica that has yet to fetch the icon `icon` names.
-    pub image: Bytes,
-    /// Replicas: the icon's hash in the icon stores (`None`: the default icon, or a lone
-    /// coordinator, whose log holds the bytes).
-    pub icon: Option<Box<crate::icons::IconHash>>,
+    /// `None`: the default icon.
+    pub icon: Option<Box<OwnIcon>>,
     pub(super) latest: Mutex<Option<Latest>>,
 }
 
 impl Isu {
+    /// The icon's hash in the icon stores, if it has one of its own named so.
+    pub fn icon_hash(&self) -> Option<crate::icons::IconHash> {
+        self.icon.as_ref().and_then(|icon| icon.hash)
+    }
+
     pub fn latest(&self) -> Option<Latest> {
         self.latest.lock().clone()
     }
@@ -154,7 +186,6 @@ pub(super) mod tests {
             name: format!("isu {id}").into(),
             character: character.into(),
             owner: "alice".into(),
-            image: Bytes::new(),
             icon: None,
             latest: Mutex::new(None),
         }
@@ -171,8 +202,8 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn an_isu_fits_a_160_byte_block_with_its_arc_counts() {
-        assert_eq!(std::mem::size_of::<Isu>(), 136);
+    fn an_isu_fits_a_128_byte_block_with_its_arc_counts() {
+        assert_eq!(std::mem::size_of::<Isu>(), 104);
     }
 
     #[test]

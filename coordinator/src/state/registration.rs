@@ -25,7 +25,7 @@ use tokio::sync::watch;
 
 use super::command::{Command, Unfinished};
 use super::generation::{logged, Generation};
-use super::model::{Isu, Outcome};
+use super::model::{Isu, Outcome, OwnIcon};
 use super::State;
 use crate::error::ApiError;
 
@@ -309,8 +309,7 @@ impl State {
             name: registration.name.as_str().into(),
             character: "".into(),
             owner: registration.owner.as_str().into(),
-            image: registration.image.clone().unwrap_or_else(|| self.default_icon.clone()),
-            icon: icon.map(Box::new),
+            icon: OwnIcon::of(registration.image.clone(), icon, &self.default_icon),
             latest: Mutex::new(None),
         };
         // The worker asks JIA, and holds JIA's answer with this record before it answers:
@@ -333,7 +332,7 @@ impl State {
         isu.character = character.as_str().into();
         let accepted = Command::Isu {
             generation: generation.id,
-            isu: logged(&isu, &self.default_icon),
+            isu: logged(&isu),
             request: registration.request.clone(),
         };
         hold_for_crash_test("registration-jia-answered", &registration.uuid).await;
@@ -481,7 +480,7 @@ impl State {
     ) -> Result<String, ApiError> {
         let template = Command::Isu {
             generation: generation.id,
-            isu: logged(isu, &self.default_icon),
+            isu: logged(isu),
             request: registration.request.clone(),
         };
         let call = JiaActivateIsu {

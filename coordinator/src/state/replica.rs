@@ -104,11 +104,10 @@ impl State {
             .map(|isu| shared::protocol::HeldIsu {
                 uuid: isu.uuid.to_string(),
                 owner: isu.owner.to_string(),
-                icon_sha256: match &isu.icon {
-                    Some(hash) => Some(crate::icons::to_hex(hash)),
-                    None => (isu.image != self.default_icon)
-                        .then(|| crate::icons::to_hex(&crate::icons::hash_of(&isu.image))),
-                },
+                icon_sha256: isu
+                    .icon
+                    .as_ref()
+                    .map(|icon| crate::icons::to_hex(&icon.hash.unwrap_or_else(|| crate::icons::hash_of(&icon.bytes)))),
             })
             .collect()
     }
@@ -152,7 +151,7 @@ impl State {
                 .generation()
                 .registered()
                 .iter()
-                .filter_map(|isu| isu.icon.as_deref().copied())
+                .filter_map(|isu| isu.icon_hash())
                 .collect();
             let icons = icons.clone();
             match tokio::task::spawn_blocking(move || icons.sweep(&referenced, grace)).await {
