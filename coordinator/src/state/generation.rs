@@ -572,12 +572,6 @@ mod tests {
             per_isu(generation_bytes)
         );
         let before = crate::heap_live();
-        let built_trend = generation.trend();
-        drop(built_trend);
-        let trend = crate::heap_live() - before;
-        let before = crate::heap_live();
-        let items: Vec<LatestItem<'_>> = Vec::new();
-        drop(items);
         let all = generation.all.read().clone();
         for chunk in all.chunks(1_000) {
             let batch: Vec<LatestItem<'_>> = chunk
@@ -593,6 +587,12 @@ mod tests {
         }
         drop(all);
         let pushed = crate::heap_live() - before;
+        // Asked for after the pushes: a trend in demand is rebuilt on a runtime's blocking
+        // threads at each change.
+        let before = crate::heap_live();
+        let built_trend = generation.trend();
+        drop(built_trend);
+        let trend = crate::heap_live() - before;
         let sizes = |isu: &Isu| {
             let message = isu.latest.lock().as_ref().map_or(0, |latest| latest.message.len());
             (isu.uuid.len(), isu.name.len(), message)
