@@ -10,12 +10,15 @@ use parking_lot::Mutex;
 use shared::domain::Flags;
 use shared::protocol::LatestItem;
 
-/// The latest condition of an ISU, as pushed by its worker.
+/// The latest condition of an ISU, as pushed by its worker. A message of up to 24 bytes
+/// (most: a device's messages are short) is held inline: no allocation of its own, none
+/// for each push that replaces it, and no more room in the ISU than a `Box<str>` left
+/// unused in its allocator block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Latest {
     pub timestamp: i64,
     pub flags: Flags,
-    pub message: Box<str>,
+    pub message: compact_str::CompactString,
 }
 
 /// A string many ISUs share (an owner, a character), behind a thin pointer: 8 bytes in each
@@ -112,8 +115,8 @@ impl OwnIcon {
 }
 
 /// A registered (published) ISU. A generation holds a million of these on a large
-/// deployment, so it is kept small (104 bytes, 120 with its `Arc`'s counts, which
-/// mimalloc keeps in a 128-byte block): the UUID is the generation's index key itself (see
+/// deployment, so it is kept small (112 bytes, 128 with its `Arc`'s counts: one 128-byte
+/// block of mimalloc's): the UUID is the generation's index key itself (see
 /// `UuidIndex`), the owner and the character are thin pointers to strings shared with
 /// every other ISU of theirs (see `Generation::insert`), and an icon of its own is boxed
 /// (most ISUs have the default one).
@@ -203,7 +206,7 @@ pub(super) mod tests {
 
     #[test]
     fn an_isu_fits_a_128_byte_block_with_its_arc_counts() {
-        assert_eq!(std::mem::size_of::<Isu>(), 104);
+        assert_eq!(std::mem::size_of::<Isu>() + 16, 128);
     }
 
     #[test]
@@ -213,5 +216,21 @@ pub(super) mod tests {
         assert!(!isu.offer_latest(&condition(5, "is_dirty=true,is_overweight=true,is_broken=true")));
         assert!(!isu.offer_latest(&condition(10, "is_dirty=true,is_overweight=true,is_broken=true")));
         assert_eq!(isu.latest().unwrap().timestamp, 10);
+    }
+
+    #[test]
+    fn a_short_message_is_held_inline_and_a_long_one_whole() {
+        let isu = isu(1, "c");
+        let pushed = |timestamp, message| LatestItem {
+            timestamp,
+            message,
+            ..condition(0, "is_dirty=false,is_overweight=false,is_broken=false")
+        };
+        assert!(isu.offer_latest(&pushed(1, "今日もいい天気")));
+        let short = isu.latest().unwrap().message;
+        assert_eq!((short.as_str(), short.is_heap_allocated()), ("今日もいい天気", false));
+        let long = "座り心地がよくて、ずっと座っていたい";
+        assert!(isu.offer_latest(&pushed(2, long)));
+        assert_eq!(isu.latest().unwrap().message, long);
     }
 }
