@@ -337,10 +337,14 @@ impl State {
             Command::Published { generation, uuid } if generation == current.id => {
                 current.unfinished.lock().remove(&uuid);
             }
+            Command::Ids { generation, up_to } if generation == current.id => {
+                current.ids_reserved.fetch_max(up_to, Ordering::AcqRel);
+            }
             Command::Map(map) => self.take_map(map),
             Command::Migration(migration) => self.placement.record_migration(&migration),
             // Of another generation (a write that raced an `/initialize`).
-            Command::User { .. }
+            Command::Ids { .. }
+            | Command::User { .. }
             | Command::Isu { .. }
             | Command::Removed { .. }
             | Command::Registering { .. }
@@ -375,6 +379,7 @@ impl State {
                 .iter()
                 .map(|unfinished| (unfinished.uuid.clone(), unfinished.clone()))
                 .collect();
+            current.ids_reserved.fetch_max(snapshot.ids_reserved, Ordering::AcqRel);
         } else {
             // `/initialize` built its generation before proposing it: taken, not built again.
             let prepared = self
@@ -389,6 +394,9 @@ impl State {
                     &self.default_icon,
                 )),
             };
+            generation
+                .ids_reserved
+                .fetch_max(snapshot.ids_reserved, Ordering::AcqRel);
             self.take_generation(generation);
         }
         self.adopt_beyond_generation(&snapshot);

@@ -9,8 +9,9 @@
 //!   whole state: generation id, JIA's URL, users, registered ISUs, the placement map, the
 //!   unfinished migrations);
 //! - users ([`Command::User`], a sign-in that created one);
-//! - registrations: an ISU accepted with its character ([`Command::Isu`]), one whose publish
-//!   failed ([`Command::Removed`]), those a new leader rolled back ([`Command::Abandoned`]);
+//! - registrations: the ids a leader may give them ([`Command::Ids`]), an ISU accepted with
+//!   its character ([`Command::Isu`]), one whose publish failed ([`Command::Removed`]), those
+//!   a new leader rolled back ([`Command::Abandoned`]);
 //! - the placement map and its pins ([`Command::Map`]);
 //! - each step of a migration ([`Command::Migration`]).
 //!
@@ -45,6 +46,7 @@ const MIGRATION_TAG: u8 = 6;
 const REGISTERING_TAG: u8 = 7;
 const PUBLISHED_TAG: u8 = 8;
 const ABANDONED_TAG: u8 = 9;
+const IDS_TAG: u8 = 10;
 
 /// One change to the coordinator's authoritative state. A command of a generation other
 /// than the current one is a no-op when applied (a registration that raced an
@@ -72,6 +74,11 @@ pub enum Command {
         generation: u64,
         registrations: Vec<Unfinished>,
     },
+    /// Registration ids up to `up_to` that the leader may give, committed before it gives
+    /// any of them: a registration's id reaches its worker before the ISU is logged, so a
+    /// later leader starts above every id reserved (two ISUs of one id, after a takeover
+    /// while a worker held the old leader's registration: nemesis seed 271828, 2026-12-07).
+    Ids { generation: u64, up_to: i64 },
     /// A new placement map (committed before it is published anywhere).
     Map(PlacementMap),
     /// A migration's state after a step.
@@ -127,6 +134,9 @@ pub struct Snapshot {
     pub migrations: Vec<Migration>,
     /// Registrations started and not ended (logs written before 2026-12-04).
     pub unfinished: Vec<Unfinished>,
+    /// The registration ids reserved so far (see [`Command::Ids`]; 0 in a snapshot written
+    /// before 2026-12-07).
+    pub ids_reserved: i64,
 }
 
 impl LoggedIsu {
@@ -174,6 +184,7 @@ impl Command {
             | Command::Isu { generation, .. }
             | Command::Removed { generation, .. }
             | Command::Abandoned { generation, .. }
+            | Command::Ids { generation, .. }
             | Command::Registering { generation, .. }
             | Command::Published { generation, .. } => Some(*generation),
             Command::Map(_) | Command::Migration(_) => None,
@@ -210,6 +221,9 @@ impl Command {
                 registrations,
             } => {
                 encoder.u8(ABANDONED_TAG).u64(*generation).str(&json(registrations));
+            }
+            Command::Ids { generation, up_to } => {
+                encoder.u8(IDS_TAG).u64(*generation).i64(*up_to);
             }
             Command::Map(map) => {
                 encoder.u8(MAP_TAG).str(&json(map));
@@ -271,6 +285,10 @@ impl Command {
                 generation: decoder.u64()?,
                 registrations: serde_json::from_str(decoder.str()?).ok()?,
             },
+            IDS_TAG => Command::Ids {
+                generation: decoder.u64()?,
+                up_to: decoder.i64()?,
+            },
             _ => return None,
         })
     }
@@ -283,6 +301,7 @@ impl Command {
             Command::Isu { .. } => "isu",
             Command::Removed { .. } => "removed",
             Command::Abandoned { .. } => "abandoned",
+            Command::Ids { .. } => "ids",
             Command::Map(_) => "map",
             Command::Migration(_) => "migration",
             Command::Registering { .. } => "registering",
@@ -317,6 +336,7 @@ fn encode_snapshot(snapshot: &Snapshot, encoder: &mut Encoder) {
         encoder.str(&json(migration));
     }
     encoder.str(&json(&snapshot.unfinished));
+    encoder.i64(snapshot.ids_reserved);
 }
 
 fn decode_snapshot(decoder: &mut Decoder<'_>) -> Option<Snapshot> {
@@ -345,6 +365,10 @@ fn decode_snapshot(decoder: &mut Decoder<'_>) -> Option<Snapshot> {
         true => Vec::new(),
         false => serde_json::from_str(decoder.str()?).ok()?,
     };
+    let ids_reserved = match decoder.is_empty() {
+        true => 0,
+        false => decoder.i64()?,
+    };
     Some(Snapshot {
         generation,
         jia_service_url,
@@ -353,6 +377,7 @@ fn decode_snapshot(decoder: &mut Decoder<'_>) -> Option<Snapshot> {
         placement,
         migrations,
         unfinished,
+        ids_reserved,
     })
 }
 
@@ -409,7 +434,12 @@ pub(crate) mod tests {
                 placement: Some(map.clone()),
                 migrations: vec![migration.clone()],
                 unfinished: vec![unfinished.clone()],
+                ids_reserved: 199,
             }),
+            Command::Ids {
+                generation: 7,
+                up_to: 299,
+            },
             Command::User {
                 generation: 7,
                 user: "bob".into(),
@@ -464,6 +494,20 @@ pub(crate) mod tests {
             later[0] += 1;
             assert_eq!(Command::decode(&later), None, "{}", command.kind());
         }
+    }
+
+    #[test]
+    fn a_snapshot_written_before_ids_were_reserved_reads_as_none_reserved() {
+        let Some(Command::Snapshot(snapshot)) = every_kind().into_iter().next() else {
+            panic!("the first kind is a snapshot")
+        };
+        let bytes = Command::Snapshot(snapshot.clone()).encode();
+        let earlier = &bytes[..bytes.len() - 8];
+        let expected = Snapshot {
+            ids_reserved: 0,
+            ..snapshot
+        };
+        assert_eq!(Command::decode(earlier), Some(Command::Snapshot(expected)));
     }
 
     #[test]

@@ -99,6 +99,8 @@ pub struct State {
     /// a migration's, and those a registration waiting on an earlier one drives).
     sweeping: parking_lot::Mutex<std::collections::HashMap<shared::placement_map::CellId, Arc<tokio::sync::Mutex<()>>>>,
     reset_lock: tokio::sync::Mutex<()>,
+    /// Leading: one reservation of registration ids at a time (see `registration::ID_BLOCK`).
+    reserving_ids: tokio::sync::Mutex<()>,
     /// One migration at a time.
     migration_lock: tokio::sync::Mutex<()>,
     /// How long a migration's source keeps its copy after the flip.
@@ -153,6 +155,7 @@ impl State {
             awaiting_acceptance: parking_lot::Mutex::default(),
             sweeping: parking_lot::Mutex::default(),
             reset_lock: tokio::sync::Mutex::new(()),
+            reserving_ids: tokio::sync::Mutex::new(()),
             migration_lock: tokio::sync::Mutex::new(()),
             migration_grace: DEFAULT_MIGRATION_GRACE,
         }

@@ -94,6 +94,10 @@ fn publish_lost_for_test(uuid: &str) -> bool {
 }
 
 /// How long a registration of a UUID waits for a concurrent one of the same UUID.
+/// Registration ids a leader reserves at a time (see [`State::reserve_id`]): one commit
+/// for this many registrations, and at most this many ids left unused at a takeover.
+pub(super) const ID_BLOCK: i64 = 100;
+
 const CONCURRENT_REGISTRATION_WAIT: Duration = Duration::from_secs(10);
 
 /// A registration that succeeds after this long (a client waiting a second has given up)
@@ -185,6 +189,7 @@ impl State {
             return outcome;
         }
         let (mut claim, id) = self.claim(&generation, &registration.uuid).await?;
+        self.reserve_id(&generation, id).await?;
         if let Some(request) = &registration.request {
             // The same request sent again to this leader (a forwarding replica's retry) is
             // answered from this one's outcome; other replicas learn it from the log.
@@ -245,6 +250,29 @@ impl State {
                 Err(_) => return Err(ApiError::Internal(format!("registration of {uuid} still in flight"))),
             }
         }
+    }
+
+    /// Commits a reservation of ids from `id` on unless `id` is reserved already, before the
+    /// id is given to anyone: a leader that takes over starts above every id reserved (see
+    /// [`Command::Ids`]), so it never gives again an id the previous leader gave to a
+    /// registration its worker still holds. One commit for [`ID_BLOCK`] registrations.
+    async fn reserve_id(&self, generation: &Generation, id: i64) -> Result<(), ApiError> {
+        let reserved = || id <= generation.ids_reserved.load(Ordering::Acquire);
+        if reserved() {
+            return Ok(());
+        }
+        let _one_at_a_time = self.reserving_ids.lock().await;
+        if reserved() {
+            return Ok(());
+        }
+        let up_to = id.max(generation.next_id.load(Ordering::Acquire)) + ID_BLOCK - 1;
+        self.log
+            .propose_as_leader(&Command::Ids {
+                generation: generation.id,
+                up_to,
+            })
+            .await
+            .map_err(|error| ApiError::Unavailable(format!("reserving registration ids: {error}")))
     }
 
     async fn activate_and_publish(

@@ -556,6 +556,97 @@ async fn a_leader_killed_while_its_worker_asks_jia_leaves_the_registration_to_be
     cluster.assert_no_crash();
 }
 
+/// Measured at a million ISUs (2026-12-07): after `/initialize` the leader held about
+/// 290 MiB more than its followers, the generation it had taken over with (its leader
+/// duties kept it for the whole leadership). Every replica ends with one generation.
+#[tokio::test]
+async fn after_initialize_every_replica_holds_one_generation() {
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        ..ClusterOptions::default()
+    })
+    .await;
+    agreed_leader(&cluster).await;
+    assert_eq!(cluster.initialize().await.status.as_u16(), 200);
+    wait_until(
+        "every replica holds one generation",
+        Duration::from_secs(10),
+        || async {
+            let alive: Vec<Option<f64>> = ask_each_replica(&cluster, "/metrics")
+                .await
+                .into_iter()
+                .map(|body| {
+                    let text = String::from_utf8(body?.to_vec()).ok()?;
+                    let line = text.lines().find(|line| {
+                        line.strip_prefix("coordinator_generations_alive")
+                            .is_some_and(|rest| rest.starts_with(['{', ' ']))
+                    })?;
+                    line.rsplit(' ').next()?.parse().ok()
+                })
+                .collect();
+            alive.iter().all(|alive| *alive == Some(1.0)).then_some(())
+        },
+    )
+    .await;
+    cluster.assert_no_crash();
+}
+
+/// Nemesis seed 271828 (10 minutes, 2026-12-07): two ISUs had id 60 and the trend listed
+/// it twice. A leader had given 60 to a registration and died while its worker held it;
+/// that worker did not answer the next leader's takeover, which then gave 60 to another
+/// registration, and its sweep published the first one with its own 60 once the worker
+/// answered. Now a leader commits a reservation of ids before it gives any, and the next
+/// one starts above it.
+#[tokio::test]
+async fn an_id_a_dead_leader_gave_a_registration_its_worker_holds_is_not_given_again() {
+    let held = test_uuid('e', 82);
+    let mut cluster = spawn_cluster_with(ClusterOptions {
+        coordinators: 3,
+        fail_points: Some(format!("jia-call-held=return({held}/6000)")),
+        ..ClusterOptions::default()
+    })
+    .await;
+    cluster.make_known(&held);
+    let workers = cluster.workers.len();
+    let held_worker = default_cell(&held, workers);
+    let other = "0123456789abcdef"
+        .chars()
+        .map(|first| test_uuid(first, 83))
+        .find(|uuid| default_cell(uuid, workers) != held_worker)
+        .unwrap();
+    cluster.make_known(&other);
+    let leader = agreed_leader(&cluster).await;
+    // Straight to the leader: no follower sends it again to the next one.
+    let alice = Arc::new(sign_in_with(agent_of(&cluster, leader), &cluster.signer, "alice").await);
+    let registering = {
+        let (alice, held) = (alice.clone(), held.clone());
+        tokio::spawn(async move { alice.try_register(&held, "held", Duration::from_secs(30)).await })
+    };
+    cluster.wait_for_log(held_worker, "held at a fail point").await;
+    post_held_condition(&cluster, &held, "before its leader died").await;
+    let term_before = term_of(&cluster, leader).await;
+    // Its worker does not answer the next leader's takeover.
+    cluster.signal_node(held_worker, "STOP");
+    cluster.kill_node(workers + leader);
+    let next = another_leads(&cluster, leader, term_before, true).await;
+    let bob = sign_in_with(agent_of(&cluster, next), &cluster.signer, "bob").await;
+    let other_id = bob.register(&other, "after the takeover", None).await.json(201)["id"]
+        .as_i64()
+        .unwrap();
+    cluster.signal_node(held_worker, "CONT");
+    assert!(registering.await.unwrap().is_err(), "its leader died before answering");
+    let alice = sign_in_with(agent_of(&cluster, next), &cluster.signer, "alice").await;
+    wait_listed(&alice, &held, Duration::from_secs(30)).await;
+    assert_held_condition_readable(&alice, &held).await;
+    assert_eq!(activations_of(&cluster, &held), 1, "JIA was asked once");
+    let held_id = alice.isu(&held).await.json(200)["id"].as_i64().unwrap();
+    assert_ne!(held_id, other_id, "two ISUs of one id");
+    assert_eq!(bob.isu(&other).await.json(200)["id"].as_i64(), Some(other_id));
+    cluster.start_node(workers + leader);
+    agreed_leader(&cluster).await;
+    cluster.assert_no_crash();
+}
+
 /// Nemesis seeds 4711 and 314159 (10 minutes, on the worker's JIA call): a worker SIGKILLed
 /// while it asked JIA, after JIA had started the device and before the worker had logged
 /// JIA's answer, restarted holding the registration with no answer and took the device's
