@@ -76,6 +76,21 @@ async fn a_restarted_worker_is_reset_with_its_shard_and_serves_reads_again() {
     cluster.assert_processes_alive();
 }
 
+/// The coordinator runs with mimalloc's purge delay at 0, which it sets for itself at start
+/// (see the coordinator's `with_allocator_options`); the workers keep mimalloc's default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_coordinator_returns_freed_memory_at_once() {
+    let mut cluster = spawn_cluster().await;
+    for (name, pid) in cluster.node_pids() {
+        let environment = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let set = environment
+            .split(|byte| *byte == 0)
+            .any(|variable| variable == b"MIMALLOC_PURGE_DELAY=0");
+        assert_eq!(set, name.starts_with("coordinator"), "{name}");
+    }
+    cluster.assert_processes_alive();
+}
+
 /// Every node turns transparent huge pages off for itself at start (see
 /// `shared::disable_transparent_huge_pages`): the kernel reports it per process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
