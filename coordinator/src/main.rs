@@ -14,9 +14,10 @@ const PURGE_DELAY: (&str, &str) = ("MIMALLOC_PURGE_DELAY", "0");
 
 /// Starts the coordinator again, once, with mimalloc's purge delay at 0 in its environment,
 /// unless the variable is set already (an operator's value is kept). At a million ISUs a
-/// replica kept 440 to 450 MiB after `/initialize` and 20 s of pushes with mimalloc's
-/// default delay (1 s, and pages of a thread gone idle wait longer), 316 to 320 MiB with 0,
-/// at the same CPU per update (2026-12-07, `scripts/bench --scale`). mimalloc reads its
+/// replica kept 313 to 538 MiB after `/initialize` and 20 s of pushes with mimalloc's
+/// default delay (1 s, and pages of a thread gone idle wait longer), 316 to 324 MiB with 0,
+/// with no difference in CPU per update the runs could tell from their spread (2026-12-07,
+/// `scripts/bench --scale`, docs/benchmarks.md). mimalloc reads its
 /// options from the environment before `main` runs and the workspace forbids the `unsafe`
 /// its C API takes, so the process replaces itself (`exec`: the same PID) with the option
 /// set. If that fails, it runs on with mimalloc's default.
