@@ -14,7 +14,7 @@ use super::json::json;
 use super::session::SignedIn;
 use crate::error::ApiError;
 use crate::state::registration::Registration;
-use crate::state::Isu;
+use crate::state::{Isu, OwnIcon};
 use crate::AppState;
 
 /// Largest registration form, in bytes (the icon is uploaded in it); the same as
@@ -157,17 +157,18 @@ async fn icon(user: SignedIn, State(app): State<AppState>, Path(uuid): Path<Stri
         .generation()
         .owned_isu(&uuid, &user.0)
         .ok_or(ApiError::IsuNotFound)?;
-    let image = match &isu.icon {
+    let image = match isu.icon.as_deref() {
         None => app.state.default_icon.clone(),
         // A replica that has yet to fetch it from a peer.
-        Some(icon) => match icon.hash {
-            Some(hash) if icon.bytes.is_empty() => app
-                .state
-                .icon(hash)
-                .await
-                .ok_or_else(|| ApiError::Unavailable("the icon is on no reachable replica".into()))?,
-            _ => icon.bytes.clone(),
-        },
+        Some(OwnIcon {
+            hash: Some(hash),
+            bytes,
+        }) if bytes.is_empty() => app
+            .state
+            .icon(*hash)
+            .await
+            .ok_or_else(|| ApiError::Unavailable("the icon is on no reachable replica".into()))?,
+        Some(icon) => icon.bytes.clone(),
     };
     Ok((
         [

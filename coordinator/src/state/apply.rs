@@ -19,6 +19,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use super::command::{Command, LoggedIsu, Snapshot};
 use super::generation::Generation;
+use super::model::OwnIcon;
 use super::State;
 
 /// How long a proposed command took to be committed and applied here.
@@ -394,9 +395,6 @@ impl State {
                     &self.default_icon,
                 )),
             };
-            generation
-                .ids_reserved
-                .fetch_max(snapshot.ids_reserved, Ordering::AcqRel);
             self.take_generation(generation);
         }
         self.adopt_beyond_generation(&snapshot);
@@ -453,8 +451,8 @@ impl State {
         for isu in generation.all.read().iter() {
             // An icon by its hash (its bytes may still be on their way to this replica).
             let hash = isu.icon_hash();
-            let image = match &isu.icon {
-                _ if hash.is_some() => &[][..],
+            let image = match isu.icon.as_deref() {
+                Some(OwnIcon { hash: Some(_), .. }) => &[][..],
                 Some(icon) => &icon.bytes[..],
                 None => &self.default_icon[..],
             };

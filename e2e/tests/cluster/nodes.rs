@@ -79,7 +79,7 @@ async fn a_restarted_worker_is_reset_with_its_shard_and_serves_reads_again() {
 /// The coordinator runs with mimalloc's purge delay at 0, which it sets for itself at start
 /// (see the coordinator's `with_allocator_options`); the workers keep mimalloc's default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_coordinator_returns_freed_memory_at_once() {
+async fn the_coordinator_runs_with_mimalloc_s_purge_delay_at_0() {
     let mut cluster = spawn_cluster().await;
     for (name, pid) in cluster.node_pids() {
         let environment = std::fs::read(format!("/proc/{pid}/environ")).unwrap();

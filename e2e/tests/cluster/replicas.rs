@@ -636,9 +636,7 @@ async fn an_id_a_dead_leader_gave_a_registration_its_worker_holds_is_not_given_a
     cluster.signal_node(held_worker, "CONT");
     assert!(registering.await.unwrap().is_err(), "its leader died before answering");
     let alice = sign_in_with(agent_of(&cluster, next), &cluster.signer, "alice").await;
-    wait_listed(&alice, &held, Duration::from_secs(30)).await;
-    assert_held_condition_readable(&alice, &held).await;
-    assert_eq!(activations_of(&cluster, &held), 1, "JIA was asked once");
+    listed_with_its_post(&cluster, &alice, &held, Duration::from_secs(30)).await;
     let held_id = alice.isu(&held).await.json(200)["id"].as_i64().unwrap();
     assert_ne!(held_id, other_id, "two ISUs of one id");
     assert_eq!(bob.isu(&other).await.json(200)["id"].as_i64(), Some(other_id));
@@ -749,6 +747,12 @@ async fn finished_with_its_post(
         answer.status,
         answer.text()
     );
+    listed_with_its_post(cluster, alice, uuid, within).await;
+}
+
+/// Within `within` the ISU `uuid` is listed with the condition [`post_held_condition`]
+/// posted, JIA asked once.
+async fn listed_with_its_post(cluster: &Cluster, alice: &Agent, uuid: &str, within: Duration) {
     wait_listed(alice, uuid, within).await;
     assert_held_condition_readable(alice, uuid).await;
     assert_eq!(activations_of(cluster, uuid), 1, "JIA was asked once");
@@ -835,9 +839,7 @@ async fn a_worker_killed_after_jia_answered_publishes_the_registration_once_back
     let answer = registering.await.unwrap();
     assert_eq!(answer.status.as_u16(), 201, "{}", answer.text());
     cluster.start_node(worker);
-    wait_listed(&alice, &uuid, Duration::from_secs(15)).await;
-    assert_held_condition_readable(&alice, &uuid).await;
-    assert_eq!(activations_of(&cluster, &uuid), 1, "JIA was asked once");
+    listed_with_its_post(&cluster, &alice, &uuid, Duration::from_secs(15)).await;
     cluster.assert_no_crash();
 }
 
